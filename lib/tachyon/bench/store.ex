@@ -1,0 +1,4 @@
+defmodule Tachyon.Bench.Store do
+  @moduledoc false
+  def run(_argv), do: :ok
+end

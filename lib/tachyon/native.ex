@@ -1,0 +1,41 @@
+defmodule Tachyon.Native do
+  @moduledoc false
+  # The NIF stubs. Every function here is replaced by the Rust implementation
+  # in native/tachyon_nif when the library loads; the Elixir bodies only run if
+  # it failed to load.
+
+  @on_load :load_nif
+
+  def load_nif do
+    path = :filename.join(:code.priv_dir(:tachyon), ~c"native/libtachyon_nif")
+
+    case :erlang.load_nif(path, 0) do
+      :ok -> :ok
+      {:error, {:reload, _}} -> :ok
+      {:error, reason} -> {:error, reason}
+    end
+  end
+
+  defp err, do: :erlang.nif_error(:nif_not_loaded)
+
+  # Histograms (benchmarks)
+  def hist_new, do: err()
+  def hist_record(_h, _ns), do: err()
+  def hist_merge(_into, _from), do: err()
+  def hist_count(_h), do: err()
+  def hist_report(_h), do: err()
+
+  # Tachyon.Store
+  def store_open(_path, _opts), do: err()
+  def store_append(_s, _data), do: err()
+  def store_append_many(_s, _list), do: err()
+  def store_append_many_dirty(_s, _list), do: err()
+  def store_read(_s, _index), do: err()
+  def store_read_many(_s, _from, _max_count, _max_bytes), do: err()
+  def store_indices(_s), do: err()
+  def store_sync(_s), do: err()
+  def store_close(_s), do: err()
+  def store_stats(_s), do: err()
+  def store_take_events(_s), do: err()
+  def store_bench_native(_s, _count, _warmup, _size), do: err()
+end

@@ -1,0 +1,104 @@
+defmodule Tachyon.Telemetry do
+  @moduledoc """
+  Telemetry events emitted by Tachyon.
+
+  Tachyon has no dependency on the `:telemetry` package. When the host
+  application has it (the `:telemetry` module is loaded), events are emitted
+  with `:telemetry.execute/3`; otherwise they are dropped at the cost of one
+  `:persistent_term` lookup. Nothing is emitted per message: counters are kept
+  in Rust and reported periodically or at the few moments listed below.
+
+  Durations are in native time units (convert with
+  `System.convert_time_unit(d, :native, :microsecond)`), like OTP's own events.
+
+  ## Store events
+
+    * `[:tachyon, :store, :open]` - a store was opened (writer or reader).
+      * Measurements: `:duration`, `:segments` (segment files found),
+        `:messages` (messages kept in the log after recovery).
+      * Metadata: `:path`, `:mode` (`:write | :read`), `:name` (or `nil`).
+
+    * `[:tachyon, :store, :recover]` - emitted by every writer open, after the
+      recovery scan of the active segment.
+      * Measurements: `:duration`, `:recovered` (records checked and kept),
+        `:truncated_bytes` (bytes of a torn tail or of a repaired corruption
+        cut off), `:lost_records` (records dropped by `repair: true`; 0 for a
+        torn tail, whose record had never returned to a caller).
+      * Metadata: `:path`, `:segment` (sequence number of the scanned segment),
+        `:cut` (`nil`, `:torn_tail` or `:repaired`), `:offset` (where it was cut,
+        or `nil`).
+
+    * `[:tachyon, :store, :roll]` - the writer moved to a new segment. Rolls
+      happen inside the append NIF; the events are queued in Rust and emitted
+      by the store's process at its next stats tick (or by `stats/1`,
+      `sync/1` and `close/1` for an unsupervised handle).
+      * Measurements: `:segment` (new segment's sequence number),
+        `:base_index` (first index in it), `:prepared` (1 if the pre-touch
+        thread had the segment ready, 0 if the writer created it inline),
+        `:roll_ns` (time the writer spent switching), `:deleted_segments`
+        (segments removed by retention at this roll).
+      * Metadata: `:path`, `:name`.
+
+    * `[:tachyon, :store, :sync]` - `Tachyon.Store.sync/1` finished.
+      * Measurements: `:duration`, `:bytes` (bytes flushed).
+      * Metadata: `:path`, `:name`.
+
+    * `[:tachyon, :store, :stats]` - periodic, from a supervised store every
+      `:stats_interval` ms (default 1000; `nil` turns it off).
+      * Measurements: `:appended` (messages appended since open),
+        `:appended_bytes`, `:segments`, `:first_index`, `:next_index`.
+      * Metadata: `:path`, `:name`.
+  """
+
+  @key {__MODULE__, :enabled}
+
+  @doc """
+  Emits `event` if `:telemetry` is available in this VM.
+
+  The check for the `:telemetry` module runs once and is cached in
+  `:persistent_term`; call `refresh/0` after loading `:telemetry` late.
+
+  ## Example
+
+      Tachyon.Telemetry.execute([:tachyon, :store, :sync], %{duration: 10}, %{path: "/tmp/log"})
+  """
+  @spec execute([atom()], map(), map()) :: :ok
+  def execute(event, measurements, metadata) do
+    if enabled?() do
+      # credo:disable-for-next-line
+      apply(:telemetry, :execute, [event, measurements, metadata])
+    end
+
+    :ok
+  end
+
+  @doc """
+  Whether events are emitted (the `:telemetry` module is loaded).
+
+  ## Example
+
+      Tachyon.Telemetry.enabled?()
+      #=> false
+  """
+  @spec enabled?() :: boolean()
+  def enabled? do
+    case :persistent_term.get(@key, :unknown) do
+      :unknown -> refresh()
+      value -> value
+    end
+  end
+
+  @doc """
+  Checks again whether `:telemetry` is loaded and caches the answer.
+
+  ## Example
+
+      Tachyon.Telemetry.refresh()
+  """
+  @spec refresh() :: boolean()
+  def refresh do
+    value = Code.ensure_loaded?(:telemetry) and function_exported?(:telemetry, :execute, 3)
+    :persistent_term.put(@key, value)
+    value
+  end
+end

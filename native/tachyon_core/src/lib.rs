@@ -1,0 +1,14 @@
+//! Tachyon core: the pure-Rust half of Tachyon (no BEAM, no rustler).
+//!
+//! * [`hist`]: HDR latency histograms and the CoralBits-style percentile report
+//!   used by every benchmark.
+//! * [`store`]: the append-only message log on memory-mapped segment files.
+//! * [`wait`]: wait strategies for every loop that polls.
+//!
+//! Every module is usable from plain Rust and tested with `cargo test`; the
+//! `tachyon_nif` crate only converts terms and owns resources and threads.
+#![deny(unsafe_op_in_unsafe_fn)]
+
+pub mod hist;
+pub mod store;
+pub mod wait;

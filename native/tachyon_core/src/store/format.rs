@@ -1,0 +1,163 @@
+//! The on-disk format of a store segment (see `docs/FORMAT.md`).
+//!
+//! ```text
+//! file  = header page (4096 B) | index region | data region
+//! index = `slots` x u32 LE: file offset of record k of this segment, 0 = none
+//! data  = records, each 8-byte aligned:
+//!         u64 LE header: bits 0..31 = payload length | VALID (bit 31)
+//!                        bits 32..63 = CRC32C(length as u32 LE ++ payload)
+//!         payload, zero-padded to a multiple of 8
+//! ```
+//!
+//! A record is published by one release store of its 8-byte header after the
+//! payload is in place, then its index slot is stored (release). A zero header
+//! ends the log. Records never straddle segments.
+
+/// Magic at offset 0 of an activated segment file.
+pub const MAGIC: [u8; 8] = *b"TACHLOG1";
+/// Format version.
+pub const VERSION: u32 = 1;
+/// Size of the header page.
+pub const HEADER_SIZE: usize = 4096;
+/// Page size used for alignment of the regions.
+pub const PAGE: usize = 4096;
+
+// Header fields (byte offsets inside the header page).
+pub const H_MAGIC: usize = 0; // [u8; 8]
+pub const H_VERSION: usize = 8; // u32
+pub const H_FLAGS: usize = 12; // u32, reserved (0)
+pub const H_SEQ: usize = 16; // u64 segment sequence number (also the file name)
+pub const H_BASE: usize = 24; // u64 index of the first record in the segment
+pub const H_DATA_CAP: usize = 32; // u64 data region size in bytes
+pub const H_SLOTS: usize = 40; // u64 number of index slots
+pub const H_CREATED: usize = 48; // u64 unix time in ns when activated
+pub const H_HCRC: usize = 56; // u32 CRC32C of bytes 0..56
+pub const H_SEALED_COUNT: usize = 64; // u64 records in the segment once sealed
+pub const H_SEALED_END: usize = 72; // u64 data bytes used once sealed
+pub const H_SEALED: usize = 80; // u64 1 once sealed (stored last, release)
+
+/// Bit 31 of the record header's low word: the record is whole.
+pub const VALID: u64 = 1 << 31;
+/// Size of a record header.
+pub const REC_HEADER: usize = 8;
+/// Largest payload the format can describe.
+pub const MAX_PAYLOAD: usize = (1 << 31) - 1;
+/// Largest data region: offsets in the index are u32 file offsets.
+pub const MAX_DATA_CAP: usize = 3 << 30;
+/// Smallest data region.
+pub const MIN_DATA_CAP: usize = 64 * 1024;
+
+/// Round `n` up to a multiple of `to` (a power of two).
+#[inline]
+pub const fn align_up(n: usize, to: usize) -> usize {
+    (n + to - 1) & !(to - 1)
+}
+
+/// Bytes a record with a payload of `len` bytes takes in the data region.
+#[inline]
+pub const fn record_size(len: usize) -> usize {
+    REC_HEADER + align_up(len, 8)
+}
+
+/// Number of index slots for a data region of `cap` bytes: one per 64 bytes
+/// of data (a segment also rolls when its slots run out).
+#[inline]
+pub const fn slots_for(cap: usize) -> usize {
+    let s = cap / 64;
+    if s < 1024 {
+        1024
+    } else {
+        s
+    }
+}
+
+/// Byte layout of a segment with a data region of `cap` bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Layout {
+    pub data_cap: usize,
+    pub slots: usize,
+    pub index_start: usize,
+    pub data_start: usize,
+    pub file_len: usize,
+}
+
+impl Layout {
+    pub const fn new(data_cap: usize) -> Layout {
+        let slots = slots_for(data_cap);
+        let index_start = HEADER_SIZE;
+        let data_start = index_start + align_up(slots * 4, PAGE);
+        Layout {
+            data_cap,
+            slots,
+            index_start,
+            data_start,
+            file_len: data_start + data_cap,
+        }
+    }
+}
+
+/// CRC32C of a record: the length as u32 LE, then the payload.
+#[inline]
+pub fn record_crc(payload: &[u8]) -> u32 {
+    let len = (payload.len() as u32).to_le_bytes();
+    crc32c::crc32c_append(crc32c::crc32c(&len), payload)
+}
+
+/// The 8-byte record header word.
+#[inline]
+pub fn header_word(payload: &[u8]) -> u64 {
+    ((record_crc(payload) as u64) << 32) | VALID | payload.len() as u64
+}
+
+/// The segment file name for sequence number `seq`.
+pub fn segment_file_name(seq: u64) -> String {
+    format!("{seq:020}.seg")
+}
+
+/// Parses a segment file name back into its sequence number.
+pub fn parse_segment_file_name(name: &str) -> Option<u64> {
+    let stem = name.strip_suffix(".seg")?;
+    if stem.len() != 20 || !stem.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    stem.parse().ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn layout_is_page_aligned() {
+        let l = Layout::new(64 << 20);
+        assert_eq!(l.slots, (64 << 20) / 64);
+        assert_eq!(l.data_start % PAGE, 0);
+        assert_eq!(l.file_len, l.data_start + (64 << 20));
+        let small = Layout::new(MIN_DATA_CAP);
+        assert_eq!(small.slots, 1024);
+    }
+
+    #[test]
+    fn record_sizes() {
+        assert_eq!(record_size(0), 8);
+        assert_eq!(record_size(1), 16);
+        assert_eq!(record_size(256), 264);
+    }
+
+    #[test]
+    fn header_word_has_length_valid_and_crc() {
+        let w = header_word(b"hello");
+        assert_eq!(w & 0x7fff_ffff, 5);
+        assert_ne!(w & VALID, 0);
+        assert_eq!((w >> 32) as u32, record_crc(b"hello"));
+        assert_ne!(header_word(b""), 0);
+    }
+
+    #[test]
+    fn file_names_round_trip() {
+        assert_eq!(segment_file_name(42), "00000000000000000042.seg");
+        assert_eq!(parse_segment_file_name("00000000000000000042.seg"), Some(42));
+        assert_eq!(parse_segment_file_name("42.seg"), None);
+        assert_eq!(parse_segment_file_name("0000000000000000004x.seg"), None);
+    }
+}

@@ -1,0 +1,1074 @@
+//! The append-only message log on memory-mapped segment files.
+//!
+//! One writer per directory (an `flock` on `.lock`), any number of readers in
+//! this process (through the same [`Store`]) and in other processes (a
+//! [`Store`] opened with [`Mode::Read`]). Appends copy into the mapped active
+//! segment and publish each record with one release store of its header, so a
+//! reader never sees a torn record. A pre-touch thread faults pages in ahead
+//! of the writer and prepares the next segment, so a steady writer takes no
+//! page fault and no file creation on its path.
+//!
+//! See `docs/FORMAT.md` for the bytes and `docs/ARCHITECTURE.md` for the
+//! threads.
+
+pub mod format;
+pub mod segment;
+
+use std::collections::VecDeque;
+use std::fs::{self, File, OpenOptions};
+use std::io;
+use std::os::unix::io::AsRawFd;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, RwLock};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use crossbeam_utils::CachePadded;
+
+use crate::hist::Hist;
+use format::*;
+pub use segment::{OpenError, RecordError, Segment};
+
+/// Errors of store operations.
+#[derive(Debug)]
+pub enum StoreError {
+    Closed,
+    NotFound,
+    MessageTooLarge,
+    NoSpace,
+    Locked,
+    ReadOnly,
+    Corrupt { segment: u64, offset: u64 },
+    BadConfig(&'static str),
+    Io(io::Error),
+}
+
+impl From<io::Error> for StoreError {
+    fn from(e: io::Error) -> Self {
+        if e.raw_os_error() == Some(libc::ENOSPC) || e.raw_os_error() == Some(libc::EDQUOT) {
+            StoreError::NoSpace
+        } else {
+            StoreError::Io(e)
+        }
+    }
+}
+
+impl From<OpenError> for StoreError {
+    fn from(e: OpenError) -> Self {
+        match e {
+            OpenError::Io(e) => e.into(),
+            OpenError::Corrupt { segment, offset } => StoreError::Corrupt { segment, offset },
+        }
+    }
+}
+
+impl std::fmt::Display for StoreError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            StoreError::Corrupt { segment, offset } => write!(f, "corrupt record in segment {segment} at offset {offset}"),
+            StoreError::BadConfig(s) => write!(f, "bad config: {s}"),
+            StoreError::Io(e) => write!(f, "{e}"),
+            other => write!(f, "{other:?}"),
+        }
+    }
+}
+
+impl std::error::Error for StoreError {}
+
+/// Writer or reader.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    Write,
+    Read,
+}
+
+/// Which segments recovery verifies record by record.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verify {
+    /// Only the active (last) segment; sealed ones are checked on read.
+    Active,
+    /// Every segment.
+    All,
+}
+
+/// Store options.
+#[derive(Debug, Clone)]
+pub struct Config {
+    pub mode: Mode,
+    /// Data bytes per segment.
+    pub segment_size: usize,
+    pub max_message_size: usize,
+    /// Keep at most this many segments (oldest deleted at roll).
+    pub max_segments: Option<usize>,
+    /// Keep at most this many bytes of segment files (never the active one).
+    pub max_bytes: Option<u64>,
+    /// Run the pre-touch thread.
+    pub pretouch: bool,
+    /// How far ahead of the write position pages are faulted in.
+    pub pretouch_ahead: usize,
+    /// Cut a corrupt record in the middle of the log instead of failing.
+    pub repair: bool,
+    pub verify: Verify,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            mode: Mode::Write,
+            segment_size: 64 << 20,
+            max_message_size: 1 << 20,
+            max_segments: None,
+            max_bytes: None,
+            pretouch: true,
+            pretouch_ahead: 8 << 20,
+            repair: false,
+            verify: Verify::Active,
+        }
+    }
+}
+
+impl Config {
+    fn validate(&self) -> Result<(), StoreError> {
+        if !(MIN_DATA_CAP..=MAX_DATA_CAP).contains(&self.segment_size) || self.segment_size % 8 != 0 {
+            return Err(StoreError::BadConfig("segment_size must be a multiple of 8 between 64 KiB and 3 GiB"));
+        }
+        if self.max_message_size > MAX_PAYLOAD || record_size(self.max_message_size) > self.segment_size {
+            return Err(StoreError::BadConfig("max_message_size must fit in a segment"));
+        }
+        if self.max_segments == Some(0) {
+            return Err(StoreError::BadConfig("max_segments must be at least 1"));
+        }
+        Ok(())
+    }
+}
+
+/// What recovery found and did when a writer opened the store.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Recovery {
+    pub segments: u64,
+    pub messages: u64,
+    /// Records checked (CRC) and kept by the scan.
+    pub recovered: u64,
+    pub truncated_bytes: u64,
+    pub lost_records: u64,
+    /// `None`, `Some("torn_tail")` or `Some("repaired")`.
+    pub cut: Option<&'static str>,
+    pub cut_segment: Option<u64>,
+    pub cut_offset: Option<u64>,
+    /// Prepared-but-unused segment files removed.
+    pub removed_unused: u64,
+    /// Segment sequence number that was scanned last.
+    pub scanned_segment: u64,
+    pub duration: Duration,
+}
+
+/// Something telemetry should hear about, queued by the writer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Event {
+    Roll {
+        segment: u64,
+        base_index: u64,
+        prepared: bool,
+        roll_ns: u64,
+        deleted_segments: u64,
+    },
+}
+
+/// Counters, read with [`Store::stats`].
+#[derive(Debug, Clone, Default)]
+pub struct Stats {
+    pub appended: u64,
+    pub appended_bytes: u64,
+    pub rolls: u64,
+    pub prepared_rolls: u64,
+    pub deleted_segments: u64,
+    pub segments: u64,
+    pub first_index: u64,
+    pub next_index: u64,
+    pub disk_bytes: u64,
+    pub unsynced_bytes: u64,
+}
+
+struct Writer {
+    active: Arc<Segment>,
+    /// Next data offset (relative to the data region) in `active`.
+    pos: usize,
+    /// Next slot in `active`.
+    slot: usize,
+    next_index: u64,
+    /// Sealed segments with unsynced data.
+    unsynced: Vec<Arc<Segment>>,
+    /// Data offset in `active` up to which `sync` has flushed.
+    synced_pos: usize,
+    synced_slot: usize,
+    dir_dirty: bool,
+    appended: u64,
+    appended_bytes: u64,
+    rolls: u64,
+    prepared_rolls: u64,
+    deleted: u64,
+}
+
+/// State shared with the pre-touch thread.
+struct Touch {
+    active: Mutex<Arc<Segment>>,
+    write_pos: CachePadded<AtomicU64>,
+    prepared: Mutex<Option<io::Result<Segment>>>,
+    stop: AtomicBool,
+}
+
+/// An open store: a writer (with readers in this process) or a reader.
+pub struct Store {
+    dir: PathBuf,
+    cfg: Config,
+    writer: Mutex<Option<Writer>>,
+    segments: RwLock<Vec<Arc<Segment>>>,
+    next_index: CachePadded<AtomicU64>,
+    first_index: CachePadded<AtomicU64>,
+    closed: AtomicBool,
+    touch: Option<Arc<Touch>>,
+    toucher: Mutex<Option<JoinHandle<()>>>,
+    events: Mutex<VecDeque<Event>>,
+    lock_file: Mutex<Option<File>>,
+    recovery: Recovery,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+fn list_segments(dir: &Path) -> io::Result<Vec<(u64, PathBuf)>> {
+    let mut v = Vec::new();
+    for e in fs::read_dir(dir)? {
+        let e = e?;
+        if let Some(seq) = e.file_name().to_str().and_then(parse_segment_file_name) {
+            v.push((seq, e.path()));
+        }
+    }
+    v.sort_by_key(|(s, _)| *s);
+    Ok(v)
+}
+
+fn fsync_dir(dir: &Path) -> io::Result<()> {
+    File::open(dir)?.sync_all()
+}
+
+/// Result of scanning one segment's records.
+struct Scan {
+    count: usize,
+    end: usize,
+    bad: Option<usize>,
+}
+
+/// Walks the records of `seg` from the start, checking CRCs and rebuilding the
+/// index when `fix_index` is set. Stops at the end of the log or at the first
+/// record that does not verify.
+fn scan_segment(seg: &Segment, fix_index: bool) -> Scan {
+    let l = seg.layout;
+    let mut pos = 0usize;
+    let mut k = 0usize;
+    loop {
+        let off = l.data_start + pos;
+        if k >= l.slots || off + REC_HEADER > l.file_len {
+            return Scan { count: k, end: pos, bad: None };
+        }
+        match seg.record_at(off) {
+            Ok(payload) => {
+                if fix_index && seg.slot(k).load(Ordering::Relaxed) != off as u32 {
+                    seg.slot(k).store(off as u32, Ordering::Relaxed);
+                }
+                pos += record_size(payload.len());
+                k += 1;
+            }
+            Err(RecordError::Empty) => {
+                // A zero header ends the log, unless the index says a record
+                // was there (a hole): that is damage, not an end.
+                let s = seg.slot(k).load(Ordering::Relaxed) as usize;
+                if s == off {
+                    return Scan { count: k, end: pos, bad: Some(off) };
+                }
+                return Scan { count: k, end: pos, bad: None };
+            }
+            Err(RecordError::Corrupt) => return Scan { count: k, end: pos, bad: Some(off) },
+        }
+    }
+}
+
+/// Whether any verified record lies after slot `k` (damage in the middle
+/// rather than a torn tail). Looks at the next index slots.
+fn valid_records_after(seg: &Segment, k: usize, bad_off: usize) -> u64 {
+    let mut n = 0;
+    for j in (k + 1)..seg.layout.slots {
+        let off = seg.slot(j).load(Ordering::Relaxed) as usize;
+        if off == 0 {
+            break;
+        }
+        if off > bad_off && seg.record_at(off).is_ok() {
+            n += 1;
+        }
+    }
+    n
+}
+
+/// Cuts `seg` at file offset `off` (record `k`): zeroes the data from there to
+/// the last non-zero byte and clears the index slots from `k`. Returns the
+/// bytes cut.
+fn cut_segment(seg: &Segment, k: usize, off: usize) -> u64 {
+    let l = seg.layout;
+    // The end of the damage: the furthest record the index knows of, or the
+    // claimed length of the damaged header, or at least one page.
+    let mut end = off + REC_HEADER;
+    for j in k..l.slots {
+        let o = seg.slot(j).load(Ordering::Relaxed) as usize;
+        if o == 0 {
+            break;
+        }
+        end = end.max(o + REC_HEADER);
+        seg.slot(j).store(0, Ordering::Relaxed);
+    }
+    // Find the last non-zero page of the data region from `off` on.
+    let mut last_nonzero = end;
+    let mut p = align_up(off, PAGE);
+    // Stop 16 clean pages past the known end.
+    while p < l.file_len {
+        let next = (p + PAGE).min(l.file_len);
+        if page_nonzero(seg, p, next) {
+            last_nonzero = next;
+        } else if p > end + 16 * PAGE {
+            break;
+        }
+        p = next;
+    }
+    let cut_to = last_nonzero.max(end).min(l.file_len);
+    let bytes = cut_to.saturating_sub(off) as u64;
+    seg.zero_range(off, cut_to);
+    bytes
+}
+
+fn page_nonzero(seg: &Segment, from: usize, to: usize) -> bool {
+    let mut o = from;
+    while o + 8 <= to {
+        if seg.header_at(o) != 0 {
+            return true;
+        }
+        o += 8;
+    }
+    false
+}
+
+impl Store {
+    /// Opens (creating if needed, for a writer) the store in `dir`.
+    pub fn open(dir: impl AsRef<Path>, cfg: Config) -> Result<Store, StoreError> {
+        cfg.validate()?;
+        let dir = dir.as_ref().to_path_buf();
+        match cfg.mode {
+            Mode::Write => Self::open_writer(dir, cfg),
+            Mode::Read => Self::open_reader(dir, cfg),
+        }
+    }
+
+    fn open_writer(dir: PathBuf, cfg: Config) -> Result<Store, StoreError> {
+        let t0 = Instant::now();
+        fs::create_dir_all(&dir)?;
+        let lock_file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(dir.join(".lock"))?;
+        // SAFETY: flock on an fd we own.
+        if unsafe { libc::flock(lock_file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
+            let e = io::Error::last_os_error();
+            return Err(if e.raw_os_error() == Some(libc::EWOULDBLOCK) {
+                StoreError::Locked
+            } else {
+                e.into()
+            });
+        }
+
+        let mut rec = Recovery::default();
+        let mut segs: Vec<Arc<Segment>> = Vec::new();
+        let listed = list_segments(&dir)?;
+        for (seq, path) in &listed {
+            match Segment::open(path, *seq, true)? {
+                Some(s) => segs.push(Arc::new(s)),
+                None => {
+                    fs::remove_file(path)?;
+                    rec.removed_unused += 1;
+                }
+            }
+        }
+        // Sequence numbers must be contiguous and each base follow the last.
+        for w in segs.windows(2) {
+            if w[1].seq != w[0].seq + 1 || w[1].base() != w[0].base() + w[0].count() {
+                return Err(StoreError::Corrupt { segment: w[1].seq, offset: 0 });
+            }
+        }
+
+        // Verify segments: all, or only the last one.
+        let first_checked = match cfg.verify {
+            Verify::All => 0,
+            Verify::Active => segs.len().saturating_sub(1),
+        };
+        let mut i = first_checked;
+        while i < segs.len() {
+            let seg = segs[i].clone();
+            let is_last = i + 1 == segs.len();
+            let scan = scan_segment(&seg, is_last);
+            rec.scanned_segment = seg.seq;
+            rec.recovered += scan.count as u64;
+            if let Some(bad) = scan.bad {
+                let after = valid_records_after(&seg, scan.count, bad);
+                let later: u64 = segs[i + 1..].iter().map(|s| s.count()).sum();
+                let middle = after > 0 || later > 0;
+                if middle && !cfg.repair {
+                    return Err(StoreError::Corrupt { segment: seg.seq, offset: bad as u64 });
+                }
+                rec.truncated_bytes += cut_segment(&seg, scan.count, bad);
+                rec.cut = Some(if middle { "repaired" } else { "torn_tail" });
+                rec.cut_segment = Some(seg.seq);
+                rec.cut_offset = Some(bad as u64);
+                rec.lost_records += after + later;
+                // Everything after the cut goes.
+                for s in segs.drain(i + 1..) {
+                    rec.truncated_bytes += s.layout.file_len as u64;
+                    fs::remove_file(&s.path)?;
+                }
+                // It is the active segment again.
+                seg.clear_seal();
+            } else if is_last && seg.is_sealed() && seg.count() != scan.count as u64 {
+                return Err(StoreError::Corrupt { segment: seg.seq, offset: 0 });
+            }
+            i += 1;
+        }
+
+        let mut dir_dirty = false;
+        if segs.is_empty() {
+            let s = Segment::create(&dir, 0, cfg.segment_size)?;
+            s.activate(0);
+            segs.push(Arc::new(s));
+            dir_dirty = true;
+        }
+        let active = segs.last().unwrap().clone();
+        // The last segment is the active one, even if a crash left it sealed.
+        active.clear_seal();
+        let scan = scan_segment(&active, false);
+        let first = segs[0].base();
+        let next = active.base() + scan.count as u64;
+
+        let writer = Writer {
+            active: active.clone(),
+            pos: scan.end,
+            slot: scan.count,
+            next_index: next,
+            unsynced: Vec::new(),
+            synced_pos: scan.end,
+            synced_slot: scan.count,
+            dir_dirty,
+            appended: 0,
+            appended_bytes: 0,
+            rolls: 0,
+            prepared_rolls: 0,
+            deleted: 0,
+        };
+        rec.segments = segs.len() as u64;
+        rec.messages = next - first;
+
+        let touch = if cfg.pretouch {
+            let l = active.layout;
+            active.populate(0, l.data_start);
+            active.populate(l.data_start + scan.end, l.data_start + scan.end + cfg.pretouch_ahead);
+            Some(Arc::new(Touch {
+                active: Mutex::new(active.clone()),
+                write_pos: CachePadded::new(AtomicU64::new(scan.end as u64)),
+                prepared: Mutex::new(None),
+                stop: AtomicBool::new(false),
+            }))
+        } else {
+            None
+        };
+
+        // A leftover prepared file for the next sequence number was removed
+        // above, so the next roll can create it again.
+        rec.duration = t0.elapsed();
+        let store = Store {
+            dir,
+            cfg,
+            writer: Mutex::new(Some(writer)),
+            segments: RwLock::new(segs),
+            next_index: CachePadded::new(AtomicU64::new(next)),
+            first_index: CachePadded::new(AtomicU64::new(first)),
+            closed: AtomicBool::new(false),
+            touch,
+            toucher: Mutex::new(None),
+            events: Mutex::new(VecDeque::new()),
+            lock_file: Mutex::new(Some(lock_file)),
+            recovery: rec,
+        };
+        {
+            let mut g = lock(&store.writer);
+            let w = g.as_mut().unwrap();
+            store.apply_retention(w, &mut store.segments.write().unwrap_or_else(|p| p.into_inner()));
+        }
+        if let Some(t) = &store.touch {
+            let t = t.clone();
+            let dir = store.dir.clone();
+            let cap = store.cfg.segment_size;
+            let ahead = store.cfg.pretouch_ahead;
+            let h = std::thread::Builder::new()
+                .name("tachyon-pretouch".into())
+                .spawn(move || pretouch_loop(t, dir, cap, ahead))?;
+            *lock(&store.toucher) = Some(h);
+        }
+        Ok(store)
+    }
+
+    fn open_reader(dir: PathBuf, cfg: Config) -> Result<Store, StoreError> {
+        let t0 = Instant::now();
+        if !dir.is_dir() {
+            return Err(StoreError::Io(io::Error::from_raw_os_error(libc::ENOENT)));
+        }
+        let segs = load_reader_segments(&dir, &[])?;
+        let (first, next) = bounds(&segs);
+        let rec = Recovery {
+            segments: segs.len() as u64,
+            messages: next - first,
+            duration: t0.elapsed(),
+            ..Recovery::default()
+        };
+        Ok(Store {
+            dir,
+            cfg,
+            writer: Mutex::new(None),
+            segments: RwLock::new(segs),
+            next_index: CachePadded::new(AtomicU64::new(next)),
+            first_index: CachePadded::new(AtomicU64::new(first)),
+            closed: AtomicBool::new(false),
+            touch: None,
+            toucher: Mutex::new(None),
+            events: Mutex::new(VecDeque::new()),
+            lock_file: Mutex::new(None),
+            recovery: rec,
+        })
+    }
+
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    pub fn config(&self) -> &Config {
+        &self.cfg
+    }
+
+    pub fn recovery(&self) -> &Recovery {
+        &self.recovery
+    }
+
+    pub fn is_closed(&self) -> bool {
+        self.closed.load(Ordering::Acquire)
+    }
+
+    /// Appends one message; returns its index.
+    #[inline]
+    pub fn append(&self, data: &[u8]) -> Result<u64, StoreError> {
+        if data.len() > self.cfg.max_message_size {
+            return Err(StoreError::MessageTooLarge);
+        }
+        let mut g = lock(&self.writer);
+        let Some(w) = g.as_mut() else {
+            return Err(if self.cfg.mode == Mode::Read && !self.is_closed() {
+                StoreError::ReadOnly
+            } else {
+                StoreError::Closed
+            });
+        };
+        let idx = self.append_locked(w, data)?;
+        self.next_index.store(w.next_index, Ordering::Release);
+        if let Some(t) = &self.touch {
+            t.write_pos.store(w.pos as u64, Ordering::Relaxed);
+        }
+        Ok(idx)
+    }
+
+    /// Appends messages as one batch (contiguous indices, no other appender in
+    /// between); returns the last index. Sizes are checked before anything is
+    /// written. An I/O error mid-batch leaves the messages before it stored.
+    pub fn append_many<'a, I>(&self, msgs: I) -> Result<Option<u64>, StoreError>
+    where
+        I: IntoIterator<Item = &'a [u8]>,
+        I::IntoIter: Clone,
+    {
+        let it = msgs.into_iter();
+        if it.clone().any(|m| m.len() > self.cfg.max_message_size) {
+            return Err(StoreError::MessageTooLarge);
+        }
+        let mut g = lock(&self.writer);
+        let Some(w) = g.as_mut() else {
+            return Err(if self.cfg.mode == Mode::Read { StoreError::ReadOnly } else { StoreError::Closed });
+        };
+        let mut last = None;
+        let mut result = Ok(());
+        for m in it {
+            match self.append_locked(w, m) {
+                Ok(i) => last = Some(i),
+                Err(e) => {
+                    result = Err(e);
+                    break;
+                }
+            }
+        }
+        self.next_index.store(w.next_index, Ordering::Release);
+        if let Some(t) = &self.touch {
+            t.write_pos.store(w.pos as u64, Ordering::Relaxed);
+        }
+        result.map(|_| last)
+    }
+
+    #[inline]
+    fn append_locked(&self, w: &mut Writer, data: &[u8]) -> Result<u64, StoreError> {
+        let need = record_size(data.len());
+        if w.slot >= w.active.layout.slots || w.pos + need > w.active.layout.data_cap {
+            self.roll(w)?;
+        }
+        w.active.write_record(w.pos, w.slot, data);
+        w.pos += need;
+        w.slot += 1;
+        let idx = w.next_index;
+        w.next_index += 1;
+        w.appended += 1;
+        w.appended_bytes += data.len() as u64;
+        Ok(idx)
+    }
+
+    #[cold]
+    fn roll(&self, w: &mut Writer) -> Result<(), StoreError> {
+        let t0 = Instant::now();
+        let seq = w.active.seq + 1;
+        let mut prepared = false;
+        let next = match self.touch.as_ref().and_then(|t| lock(&t.prepared).take()) {
+            Some(Ok(s)) if s.seq == seq && s.layout.data_cap == self.cfg.segment_size => {
+                prepared = true;
+                s
+            }
+            other => {
+                if let Some(Ok(s)) = other {
+                    s.remove_if_same_file();
+                }
+                // The pre-touch thread had nothing ready (or failed): create
+                // the segment here. A leftover file of a failed attempt goes.
+                // (The pre-touch thread may be creating the same file right
+                // now: take the name over; its copy is then discarded.)
+                let path = self.dir.join(segment_file_name(seq));
+                let mut tries = 0;
+                loop {
+                    match Segment::create(&self.dir, seq, self.cfg.segment_size) {
+                        Err(e) if e.kind() == io::ErrorKind::AlreadyExists && tries < 3 => {
+                            let _ = fs::remove_file(&path);
+                            tries += 1;
+                        }
+                        other => break other?,
+                    }
+                }
+            }
+        };
+        // Activate the new segment before sealing the old one: a reader that
+        // sees the seal always finds the next segment.
+        next.activate(w.next_index);
+        let next = Arc::new(next);
+        w.active.seal(w.slot as u64, w.pos as u64);
+        let old = std::mem::replace(&mut w.active, next.clone());
+        w.unsynced.push(old);
+        w.pos = 0;
+        w.slot = 0;
+        w.synced_pos = 0;
+        w.synced_slot = 0;
+        w.dir_dirty = true;
+        w.rolls += 1;
+        if prepared {
+            w.prepared_rolls += 1;
+        }
+        let deleted = {
+            let mut segs = self.segments.write().unwrap_or_else(|p| p.into_inner());
+            segs.push(next.clone());
+            self.apply_retention(w, &mut segs)
+        };
+        if let Some(t) = &self.touch {
+            *lock(&t.active) = next.clone();
+            t.write_pos.store(0, Ordering::Relaxed);
+            if let Some(h) = lock(&self.toucher).as_ref() {
+                h.thread().unpark();
+            }
+        }
+        let mut ev = lock(&self.events);
+        if ev.len() >= 1024 {
+            ev.pop_front();
+        }
+        ev.push_back(Event::Roll {
+            segment: seq,
+            base_index: next.base(),
+            prepared,
+            roll_ns: t0.elapsed().as_nanos() as u64,
+            deleted_segments: deleted,
+        });
+        Ok(())
+    }
+
+    /// Deletes the oldest segments beyond `max_segments` / `max_bytes` (never
+    /// the active one). Returns how many went.
+    fn apply_retention(&self, w: &mut Writer, segs: &mut Vec<Arc<Segment>>) -> u64 {
+        let mut deleted = 0;
+        loop {
+            if segs.len() <= 1 {
+                break;
+            }
+            let too_many = self.cfg.max_segments.is_some_and(|m| segs.len() > m);
+            let bytes: u64 = segs.iter().map(|s| s.layout.file_len as u64).sum();
+            let too_big = self.cfg.max_bytes.is_some_and(|m| bytes > m);
+            if !(too_many || too_big) {
+                break;
+            }
+            let old = segs.remove(0);
+            old.deleted.store(true, Ordering::Release);
+            let _ = fs::remove_file(&old.path);
+            w.unsynced.retain(|s| !Arc::ptr_eq(s, &old));
+            deleted += 1;
+        }
+        if deleted > 0 {
+            self.first_index.store(segs[0].base(), Ordering::Release);
+            w.deleted += deleted;
+            w.dir_dirty = true;
+        }
+        deleted
+    }
+
+    /// Refreshes a reader's view (new segments, deleted ones, new records).
+    fn refresh(&self) -> Result<(), StoreError> {
+        if self.cfg.mode != Mode::Read {
+            return Ok(());
+        }
+        let need_list = {
+            let segs = self.segments.read().unwrap_or_else(|p| p.into_inner());
+            segs.last().is_none_or(|s| s.is_sealed()) || segs.first().is_some_and(|s| !s.path.exists())
+        };
+        if need_list {
+            let current = self.segments.read().unwrap_or_else(|p| p.into_inner()).clone();
+            let segs = load_reader_segments(&self.dir, &current)?;
+            *self.segments.write().unwrap_or_else(|p| p.into_inner()) = segs;
+        }
+        let segs = self.segments.read().unwrap_or_else(|p| p.into_inner());
+        let (first, next) = bounds(&segs);
+        self.first_index.store(first, Ordering::Release);
+        self.next_index.store(next, Ordering::Release);
+        Ok(())
+    }
+
+    /// Index of the oldest message kept.
+    pub fn first_index(&self) -> Result<u64, StoreError> {
+        if self.is_closed() {
+            return Err(StoreError::Closed);
+        }
+        self.refresh()?;
+        Ok(self.first_index.load(Ordering::Acquire))
+    }
+
+    /// Index the next append gets (one past the newest message).
+    pub fn next_index(&self) -> Result<u64, StoreError> {
+        if self.is_closed() {
+            return Err(StoreError::Closed);
+        }
+        self.refresh()?;
+        Ok(self.next_index.load(Ordering::Acquire))
+    }
+
+    fn find(&self, index: u64) -> Result<Arc<Segment>, StoreError> {
+        let segs = self.segments.read().unwrap_or_else(|p| p.into_inner());
+        if segs.is_empty() || index < segs[0].base() {
+            return Err(StoreError::NotFound);
+        }
+        let i = segs.partition_point(|s| s.base() <= index);
+        Ok(segs[i - 1].clone())
+    }
+
+    /// Calls `f` with the payload of message `index` (a view of the map).
+    pub fn read_with<R>(&self, index: u64, f: impl FnOnce(&[u8]) -> R) -> Result<R, StoreError> {
+        if self.is_closed() {
+            return Err(StoreError::Closed);
+        }
+        if index >= self.next_index.load(Ordering::Acquire) || index < self.first_index.load(Ordering::Acquire) {
+            self.refresh()?;
+            if index >= self.next_index.load(Ordering::Acquire) || index < self.first_index.load(Ordering::Acquire) {
+                return Err(StoreError::NotFound);
+            }
+        }
+        let seg = self.find(index)?;
+        let k = (index - seg.base()) as usize;
+        if k >= seg.layout.slots {
+            return Err(StoreError::NotFound);
+        }
+        let off = seg.slot(k).load(Ordering::Acquire) as usize;
+        if off == 0 {
+            return Err(StoreError::NotFound);
+        }
+        match seg.record_at(off) {
+            Ok(p) => Ok(f(p)),
+            Err(_) => Err(StoreError::Corrupt { segment: seg.seq, offset: off as u64 }),
+        }
+    }
+
+    /// Reads message `index` into a new vector.
+    pub fn read(&self, index: u64) -> Result<Vec<u8>, StoreError> {
+        self.read_with(index, |p| p.to_vec())
+    }
+
+    /// Calls `f` for consecutive messages from `from` until `max_count`
+    /// messages or `max_bytes` bytes (at least one message) were visited, or
+    /// the end. Returns how many were visited.
+    pub fn read_range(
+        &self,
+        from: u64,
+        max_count: usize,
+        max_bytes: usize,
+        mut f: impl FnMut(u64, &[u8]),
+    ) -> Result<usize, StoreError> {
+        let mut n = 0;
+        let mut bytes = 0;
+        let mut index = from;
+        while n < max_count {
+            match self.read_with(index, |p| {
+                f(index, p);
+                p.len()
+            }) {
+                Ok(len) => {
+                    n += 1;
+                    bytes += len;
+                    index += 1;
+                    if bytes >= max_bytes {
+                        break;
+                    }
+                }
+                Err(StoreError::NotFound) => break,
+                Err(e) => {
+                    if n == 0 {
+                        return Err(e);
+                    }
+                    break;
+                }
+            }
+        }
+        Ok(n)
+    }
+
+    /// Makes everything appended so far durable (msync of the written ranges
+    /// and fsync of the directory). Returns the bytes flushed. Does not block
+    /// appenders while it waits for the disk.
+    pub fn sync(&self) -> Result<u64, StoreError> {
+        let (sealed, active, from, to, slot_from, slot_to, dir_dirty) = {
+            let mut g = lock(&self.writer);
+            let Some(w) = g.as_mut() else {
+                return Err(if self.cfg.mode == Mode::Read && !self.is_closed() {
+                    StoreError::ReadOnly
+                } else {
+                    StoreError::Closed
+                });
+            };
+            let sealed = std::mem::take(&mut w.unsynced);
+            let r = (sealed, w.active.clone(), w.synced_pos, w.pos, w.synced_slot, w.slot, w.dir_dirty);
+            w.synced_pos = w.pos;
+            w.synced_slot = w.slot;
+            w.dir_dirty = false;
+            r
+        };
+        let mut bytes = 0u64;
+        let result = (|| {
+            for s in &sealed {
+                if !s.deleted.load(Ordering::Acquire) {
+                    s.sync_range(0, s.layout.file_len)?;
+                    bytes += s.layout.file_len as u64;
+                }
+            }
+            let l = active.layout;
+            if to > from || dir_dirty {
+                active.sync_range(0, HEADER_SIZE)?;
+                active.sync_range(l.index_start + slot_from * 4, l.index_start + slot_to * 4)?;
+                active.sync_range(l.data_start + from, l.data_start + to)?;
+                bytes += (to - from) as u64;
+            }
+            if dir_dirty {
+                fsync_dir(&self.dir)?;
+            }
+            Ok::<(), io::Error>(())
+        })();
+        if let Err(e) = result {
+            // Put the work back so the next sync retries it.
+            let mut g = lock(&self.writer);
+            if let Some(w) = g.as_mut() {
+                w.unsynced.extend(sealed);
+                if Arc::ptr_eq(&w.active, &active) {
+                    w.synced_pos = w.synced_pos.min(from);
+                    w.synced_slot = w.synced_slot.min(slot_from);
+                }
+                w.dir_dirty |= dir_dirty;
+            }
+            return Err(e.into());
+        }
+        Ok(bytes)
+    }
+
+    /// Takes the queued events (rolls) for telemetry.
+    pub fn take_events(&self) -> Vec<Event> {
+        lock(&self.events).drain(..).collect()
+    }
+
+    pub fn stats(&self) -> Stats {
+        let mut s = Stats::default();
+        if let Some(w) = lock(&self.writer).as_ref() {
+            s.appended = w.appended;
+            s.appended_bytes = w.appended_bytes;
+            s.rolls = w.rolls;
+            s.prepared_rolls = w.prepared_rolls;
+            s.deleted_segments = w.deleted;
+            s.unsynced_bytes = (w.pos - w.synced_pos) as u64
+                + w.unsynced.iter().map(|s| s.layout.data_cap as u64).sum::<u64>();
+        }
+        let _ = self.refresh();
+        let segs = self.segments.read().unwrap_or_else(|p| p.into_inner());
+        s.segments = segs.len() as u64;
+        s.disk_bytes = segs.iter().map(|x| x.layout.file_len as u64).sum();
+        s.first_index = self.first_index.load(Ordering::Acquire);
+        s.next_index = self.next_index.load(Ordering::Acquire);
+        s
+    }
+
+    /// Closes the store: no more appends or reads, the pre-touch thread is
+    /// stopped and joined, writeback is started (not waited for: call
+    /// [`Store::sync`] first for durability), the directory lock released.
+    /// Idempotent.
+    pub fn close(&self) {
+        if self.closed.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let w = lock(&self.writer).take();
+        if let Some(t) = &self.touch {
+            t.stop.store(true, Ordering::Release);
+        }
+        if let Some(h) = lock(&self.toucher).take() {
+            h.thread().unpark();
+            let _ = h.join();
+        }
+        if let Some(t) = &self.touch {
+            if let Some(Ok(s)) = lock(&t.prepared).take() {
+                s.remove_if_same_file();
+            }
+        }
+        if let Some(w) = w {
+            w.active.sync_async();
+        }
+        self.segments.write().unwrap_or_else(|p| p.into_inner()).clear();
+        lock(&self.lock_file).take();
+    }
+
+    /// The writer's active segment and data position (for tests).
+    #[doc(hidden)]
+    pub fn active_position(&self) -> Option<(u64, usize)> {
+        lock(&self.writer).as_ref().map(|w| (w.active.seq, w.pos))
+    }
+
+    /// Whether the pre-touch thread is running.
+    pub fn pretouch_running(&self) -> bool {
+        lock(&self.toucher).is_some()
+    }
+}
+
+impl Drop for Store {
+    fn drop(&mut self) {
+        self.close();
+    }
+}
+
+fn bounds(segs: &[Arc<Segment>]) -> (u64, u64) {
+    match (segs.first(), segs.last()) {
+        (Some(f), Some(l)) => (f.base(), l.base() + l.count()),
+        _ => (0, 0),
+    }
+}
+
+fn load_reader_segments(dir: &Path, current: &[Arc<Segment>]) -> Result<Vec<Arc<Segment>>, StoreError> {
+    let mut segs = Vec::new();
+    for (seq, path) in list_segments(dir)? {
+        if let Some(s) = current.iter().find(|s| s.seq == seq) {
+            segs.push(s.clone());
+            continue;
+        }
+        match Segment::open(&path, seq, false) {
+            Ok(Some(s)) => segs.push(Arc::new(s)),
+            Ok(None) => break, // prepared but not activated yet: the end
+            Err(OpenError::Io(e)) if e.kind() == io::ErrorKind::NotFound => continue, // deleted meanwhile
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Ok(segs)
+}
+
+/// The pre-touch thread: keeps `ahead` bytes ahead of the writer faulted in
+/// and the next segment created, allocated and partly faulted in.
+fn pretouch_loop(t: Arc<Touch>, dir: PathBuf, cap: usize, ahead: usize) {
+    let mut touched_seq = u64::MAX;
+    let mut touched_to = 0usize;
+    let mut last_pos = u64::MAX;
+    while !t.stop.load(Ordering::Acquire) {
+        let active = lock(&t.active).clone();
+        let pos = t.write_pos.load(Ordering::Relaxed);
+        let l = active.layout;
+        if active.seq != touched_seq {
+            touched_seq = active.seq;
+            touched_to = l.data_start + pos as usize;
+        }
+        let want = (l.data_start + pos as usize + ahead).min(l.file_len);
+        if want > touched_to {
+            let from = touched_to.max(l.data_start + pos as usize);
+            active.populate(from, want);
+            touched_to = want;
+        }
+        // Prepare the next segment.
+        let need_next = lock(&t.prepared).is_none();
+        if need_next && !t.stop.load(Ordering::Acquire) {
+            let seq = active.seq + 1;
+            // create_new: never touches a file the writer made itself.
+            let made = Segment::create(&dir, seq, cap).inspect(|s| {
+                s.populate(0, s.layout.data_start + ahead.min(s.layout.data_cap));
+            });
+            let mut p = lock(&t.prepared);
+            // The writer may have rolled meanwhile (and created this file
+            // itself): only keep it if it is still the next one.
+            if lock(&t.active).seq + 1 == seq {
+                *p = Some(made);
+            } else if let Ok(s) = made {
+                drop(p);
+                s.remove_if_same_file();
+            }
+        }
+        let busy = pos != last_pos;
+        last_pos = pos;
+        std::thread::park_timeout(if busy { Duration::from_millis(1) } else { Duration::from_millis(20) });
+    }
+}
+
+/// The native floor of the store benchmark: `warmup + count` appends of
+/// `size`-byte messages in a Rust loop, each timed with `Instant`.
+pub fn bench_append(store: &Store, count: u64, warmup: u64, size: usize) -> Result<Hist, StoreError> {
+    let msg = vec![0xA5u8; size];
+    let mut h = Hist::new();
+    for _ in 0..warmup {
+        store.append(&msg)?;
+    }
+    for _ in 0..count {
+        let t0 = Instant::now();
+        store.append(&msg)?;
+        h.record(t0.elapsed().as_nanos() as u64);
+    }
+    Ok(h)
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,396 @@
+//! One segment file, memory-mapped (shared) for reading and, in the writer,
+//! for writing.
+
+use std::fs::{File, OpenOptions};
+use std::io;
+use std::os::unix::io::AsRawFd;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+
+use memmap2::{MmapOptions, MmapRaw};
+
+use super::format::*;
+
+/// Why a record could not be read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RecordError {
+    /// No record there (zero header): the end of the log.
+    Empty,
+    /// A header or checksum that does not verify.
+    Corrupt,
+}
+
+/// A mapped segment file.
+pub struct Segment {
+    pub seq: u64,
+    /// Index of the first record. Set when the segment is activated.
+    pub base: AtomicU64,
+    pub path: PathBuf,
+    pub layout: Layout,
+    pub writable: bool,
+    file: File,
+    map: MmapRaw,
+    /// Set once the file was unlinked by retention (the map stays valid).
+    pub deleted: AtomicBool,
+}
+
+// The raw map is shared memory accessed only through atomics (headers, slots)
+// or through ranges that are published before being read (payloads), so the
+// segment can be shared between threads.
+// SAFETY: see above; every access to `map` goes through the methods below.
+unsafe impl Send for Segment {}
+// SAFETY: as for Send.
+unsafe impl Sync for Segment {}
+
+static POPULATE_WRITE_OK: AtomicBool = AtomicBool::new(true);
+
+impl Segment {
+    /// Creates a new, not yet activated segment file of `data_cap` bytes of
+    /// data, with every block allocated (so writes through the map can never
+    /// hit ENOSPC, which would be a SIGBUS).
+    pub fn create(dir: &Path, seq: u64, data_cap: usize) -> io::Result<Segment> {
+        let layout = Layout::new(data_cap);
+        let path = dir.join(segment_file_name(seq));
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create_new(true)
+            .open(&path)?;
+        let res = (|| {
+            // SAFETY: fallocate on a valid fd we own; mode 0 allocates and
+            // extends the file.
+            let rc = unsafe { libc::fallocate(file.as_raw_fd(), 0, 0, layout.file_len as libc::off_t) };
+            if rc != 0 {
+                return Err(io::Error::last_os_error());
+            }
+            let map = MmapOptions::new().len(layout.file_len).map_raw(&file)?;
+            Ok(map)
+        })();
+        match res {
+            Ok(map) => Ok(Segment {
+                seq,
+                base: AtomicU64::new(0),
+                path,
+                layout,
+                writable: true,
+                file,
+                map,
+                deleted: AtomicBool::new(false),
+            }),
+            Err(e) => {
+                let _ = std::fs::remove_file(&path);
+                Err(e)
+            }
+        }
+    }
+
+    /// Opens an existing segment file. Returns `Ok(None)` for a file that was
+    /// created but never activated (no magic): a leftover of a prepared
+    /// segment.
+    pub fn open(path: &Path, seq: u64, writable: bool) -> Result<Option<Segment>, OpenError> {
+        let file = OpenOptions::new().read(true).write(writable).open(path)?;
+        let len = file.metadata()?.len() as usize;
+        if len < HEADER_SIZE {
+            return Ok(None);
+        }
+        let map = if writable {
+            MmapOptions::new().len(len).map_raw(&file)?
+        } else {
+            MmapOptions::new().len(len).map_raw_read_only(&file)?
+        };
+        let ptr = map.as_ptr();
+        let mut head = [0u8; 64];
+        // SAFETY: the map is at least HEADER_SIZE bytes long.
+        unsafe { std::ptr::copy_nonoverlapping(ptr, head.as_mut_ptr(), 64) };
+        if head[..8] == [0u8; 8] {
+            return Ok(None);
+        }
+        let corrupt = OpenError::Corrupt { segment: seq, offset: 0 };
+        if head[H_MAGIC..H_MAGIC + 8] != MAGIC {
+            return Err(corrupt);
+        }
+        let u64_at = |o: usize| u64::from_le_bytes(head[o..o + 8].try_into().unwrap());
+        let u32_at = |o: usize| u32::from_le_bytes(head[o..o + 4].try_into().unwrap());
+        if crc32c::crc32c(&head[..H_HCRC]) != u32_at(H_HCRC) || u32_at(H_VERSION) != VERSION {
+            return Err(corrupt);
+        }
+        let data_cap = u64_at(H_DATA_CAP) as usize;
+        let layout = Layout::new(data_cap);
+        if u64_at(H_SEQ) != seq
+            || u64_at(H_SLOTS) as usize != layout.slots
+            || layout.file_len > len
+            || !(MIN_DATA_CAP..=MAX_DATA_CAP).contains(&data_cap)
+        {
+            return Err(corrupt);
+        }
+        Ok(Some(Segment {
+            seq,
+            base: AtomicU64::new(u64_at(H_BASE)),
+            path: path.to_path_buf(),
+            layout,
+            writable,
+            file,
+            map,
+            deleted: AtomicBool::new(false),
+        }))
+    }
+
+    /// Writes the header, making this segment part of the log with its first
+    /// record at `base`. The magic is written last.
+    pub fn activate(&self, base: u64) {
+        let mut head = [0u8; 64];
+        head[H_VERSION..H_VERSION + 4].copy_from_slice(&VERSION.to_le_bytes());
+        head[H_SEQ..H_SEQ + 8].copy_from_slice(&self.seq.to_le_bytes());
+        head[H_BASE..H_BASE + 8].copy_from_slice(&base.to_le_bytes());
+        head[H_DATA_CAP..H_DATA_CAP + 8].copy_from_slice(&(self.layout.data_cap as u64).to_le_bytes());
+        head[H_SLOTS..H_SLOTS + 8].copy_from_slice(&(self.layout.slots as u64).to_le_bytes());
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos() as u64)
+            .unwrap_or(0);
+        head[H_CREATED..H_CREATED + 8].copy_from_slice(&now.to_le_bytes());
+        head[H_MAGIC..H_MAGIC + 8].copy_from_slice(&MAGIC);
+        let crc = crc32c::crc32c(&head[..H_HCRC]);
+        head[H_HCRC..H_HCRC + 4].copy_from_slice(&crc.to_le_bytes());
+        self.base.store(base, Ordering::Release);
+        let p = self.map.as_mut_ptr();
+        // SAFETY: writable map of at least HEADER_SIZE bytes; bytes 8..64
+        // first, then the magic, then a release fence so that a reader that
+        // sees the magic sees the rest.
+        unsafe {
+            std::ptr::copy_nonoverlapping(head.as_ptr().add(8), p.add(8), 56);
+            std::sync::atomic::fence(Ordering::Release);
+            std::ptr::copy_nonoverlapping(head.as_ptr(), p, 8);
+        }
+        std::sync::atomic::fence(Ordering::Release);
+    }
+
+    #[inline]
+    fn atomic_u64(&self, off: usize) -> &AtomicU64 {
+        debug_assert!(off % 8 == 0 && off + 8 <= self.layout.file_len);
+        // SAFETY: `off` is 8-aligned (the map is page aligned) and inside the
+        // map, which lives as long as `self`; the word is only ever accessed
+        // atomically by writers.
+        unsafe { &*(self.map.as_ptr().add(off) as *const AtomicU64) }
+    }
+
+    #[inline]
+    fn atomic_u32(&self, off: usize) -> &AtomicU32 {
+        debug_assert!(off % 4 == 0 && off + 4 <= self.layout.file_len);
+        // SAFETY: as for atomic_u64, with 4-byte alignment.
+        unsafe { &*(self.map.as_ptr().add(off) as *const AtomicU32) }
+    }
+
+    /// The index slot of record `k` of this segment.
+    #[inline]
+    pub fn slot(&self, k: usize) -> &AtomicU32 {
+        self.atomic_u32(self.layout.index_start + k * 4)
+    }
+
+    pub fn base(&self) -> u64 {
+        self.base.load(Ordering::Acquire)
+    }
+
+    pub fn is_sealed(&self) -> bool {
+        self.atomic_u64(H_SEALED).load(Ordering::Acquire) == 1
+    }
+
+    /// Makes a sealed segment active again (recovery only).
+    pub fn clear_seal(&self) {
+        if self.writable {
+            self.atomic_u64(H_SEALED).store(0, Ordering::Release);
+            self.atomic_u64(H_SEALED_COUNT).store(0, Ordering::Relaxed);
+            self.atomic_u64(H_SEALED_END).store(0, Ordering::Relaxed);
+        }
+    }
+
+    /// Records in a sealed segment (None while active).
+    pub fn sealed_count(&self) -> Option<u64> {
+        if self.is_sealed() {
+            Some(self.atomic_u64(H_SEALED_COUNT).load(Ordering::Acquire))
+        } else {
+            None
+        }
+    }
+
+    /// Marks the segment full: no record will be added.
+    pub fn seal(&self, count: u64, end: u64) {
+        self.atomic_u64(H_SEALED_COUNT).store(count, Ordering::Relaxed);
+        self.atomic_u64(H_SEALED_END).store(end, Ordering::Relaxed);
+        self.atomic_u64(H_SEALED).store(1, Ordering::Release);
+    }
+
+    /// Records present: the sealed count, or the length of the filled prefix
+    /// of the index (binary search: slots fill in order).
+    pub fn count(&self) -> u64 {
+        if let Some(c) = self.sealed_count() {
+            return c;
+        }
+        let (mut lo, mut hi) = (0usize, self.layout.slots);
+        while lo < hi {
+            let mid = lo + (hi - lo) / 2;
+            if self.slot(mid).load(Ordering::Acquire) != 0 {
+                lo = mid + 1;
+            } else {
+                hi = mid;
+            }
+        }
+        lo as u64
+    }
+
+    /// Reads the record header word at file offset `off`.
+    #[inline]
+    pub fn header_at(&self, off: usize) -> u64 {
+        self.atomic_u64(off).load(Ordering::Acquire)
+    }
+
+    /// The payload of the record at file offset `off`, checked: header valid,
+    /// length inside the data region, CRC32C matching.
+    pub fn record_at(&self, off: usize) -> Result<&[u8], RecordError> {
+        let l = &self.layout;
+        if off < l.data_start || off % 8 != 0 || off + REC_HEADER > l.file_len {
+            return Err(RecordError::Corrupt);
+        }
+        let h = self.header_at(off);
+        if h == 0 {
+            return Err(RecordError::Empty);
+        }
+        if h & VALID == 0 {
+            return Err(RecordError::Corrupt);
+        }
+        let len = (h & 0x7fff_ffff) as usize;
+        if off + record_size(len) > l.file_len {
+            return Err(RecordError::Corrupt);
+        }
+        // SAFETY: the range is inside the map (checked above) and the record
+        // was published before its header (acquire load above).
+        let payload = unsafe { std::slice::from_raw_parts(self.map.as_ptr().add(off + REC_HEADER), len) };
+        if record_crc(payload) != (h >> 32) as u32 {
+            return Err(RecordError::Corrupt);
+        }
+        Ok(payload)
+    }
+
+    /// Writes a record at data offset `pos` (relative to the data region) as
+    /// record `k` of the segment. The caller checked that it fits and is the
+    /// only writer.
+    #[inline]
+    pub fn write_record(&self, pos: usize, k: usize, payload: &[u8]) {
+        let off = self.layout.data_start + pos;
+        debug_assert!(self.writable && off + record_size(payload.len()) <= self.layout.file_len);
+        // SAFETY: the writer owns [off, off + record_size) (nobody reads it
+        // before the header below is published) and it is inside the map.
+        unsafe {
+            std::ptr::copy_nonoverlapping(payload.as_ptr(), self.map.as_mut_ptr().add(off + REC_HEADER), payload.len());
+        }
+        self.atomic_u64(off).store(header_word(payload), Ordering::Release);
+        self.slot(k).store(off as u32, Ordering::Release);
+    }
+
+    /// Zeroes the data bytes `[from, to)` (file offsets) that are not already
+    /// zero, a page at a time. Used to cut a torn tail.
+    pub fn zero_range(&self, from: usize, to: usize) {
+        let to = to.min(self.layout.file_len);
+        let mut off = from;
+        while off < to {
+            let end = (align_up(off + 1, PAGE)).min(to);
+            // SAFETY: [off, end) is inside the writable map; the writer owns
+            // it (recovery runs before any append).
+            unsafe {
+                let s = std::slice::from_raw_parts_mut(self.map.as_mut_ptr().add(off), end - off);
+                if s.iter().any(|&b| b != 0) {
+                    s.fill(0);
+                }
+            }
+            off = end;
+        }
+    }
+
+    /// Faults in `[from, to)` (file offsets) writable without changing the
+    /// bytes (MADV_POPULATE_WRITE), so the writer takes no page fault there.
+    pub fn populate(&self, from: usize, to: usize) {
+        if !self.writable {
+            return;
+        }
+        let from = from & !(PAGE - 1);
+        let to = align_up(to.min(self.layout.file_len), PAGE).min(self.layout.file_len);
+        if to <= from || !POPULATE_WRITE_OK.load(Ordering::Relaxed) {
+            return;
+        }
+        // SAFETY: the range is page aligned and inside the map;
+        // MADV_POPULATE_WRITE only faults pages in, it never changes contents.
+        let rc = unsafe {
+            libc::madvise(
+                self.map.as_mut_ptr().add(from) as *mut libc::c_void,
+                to - from,
+                libc::MADV_POPULATE_WRITE,
+            )
+        };
+        if rc != 0 && io::Error::last_os_error().raw_os_error() == Some(libc::EINVAL) {
+            // Kernel older than 5.14: no pre-faulting (the writer then takes
+            // its own minor faults).
+            POPULATE_WRITE_OK.store(false, Ordering::Relaxed);
+        }
+    }
+
+    /// msync (MS_SYNC) of `[from, to)` (file offsets): durable on return.
+    pub fn sync_range(&self, from: usize, to: usize) -> io::Result<()> {
+        let from = from & !(PAGE - 1);
+        let to = align_up(to.min(self.layout.file_len), PAGE).min(self.layout.file_len);
+        if to <= from {
+            return Ok(());
+        }
+        self.map.flush_range(from, to - from)
+    }
+
+    /// Starts writeback of the whole file without waiting.
+    pub fn sync_async(&self) {
+        let _ = self.map.flush_async();
+    }
+
+    /// Unlinks the file at `self.path` only if it is still this segment's
+    /// file (same device and inode): a name taken over by someone else is
+    /// left alone.
+    pub fn remove_if_same_file(&self) {
+        use std::os::unix::fs::MetadataExt;
+        if let (Ok(mine), Ok(there)) = (self.file.metadata(), std::fs::metadata(&self.path)) {
+            if mine.dev() == there.dev() && mine.ino() == there.ino() {
+                let _ = std::fs::remove_file(&self.path);
+            }
+        }
+    }
+
+    pub fn fd(&self) -> i32 {
+        self.file.as_raw_fd()
+    }
+
+    /// Number of bytes used in the data region, found by walking the records
+    /// (used by readers and recovery only).
+    pub fn data_len_by_walk(&self) -> usize {
+        let mut pos = 0usize;
+        loop {
+            let off = self.layout.data_start + pos;
+            if off + REC_HEADER > self.layout.file_len {
+                return pos;
+            }
+            let h = self.header_at(off);
+            if h & VALID == 0 {
+                return pos;
+            }
+            pos += record_size((h & 0x7fff_ffff) as usize);
+        }
+    }
+}
+
+/// Errors opening a segment.
+#[derive(Debug)]
+pub enum OpenError {
+    Io(io::Error),
+    Corrupt { segment: u64, offset: u64 },
+}
+
+impl From<io::Error> for OpenError {
+    fn from(e: io::Error) -> Self {
+        OpenError::Io(e)
+    }
+}

@@ -1,0 +1,311 @@
+use super::*;
+use std::sync::atomic::AtomicUsize;
+
+static N: AtomicUsize = AtomicUsize::new(0);
+
+fn tmp() -> PathBuf {
+    let d = std::env::temp_dir().join(format!(
+        "tachyon-core-test-{}-{}",
+        std::process::id(),
+        N.fetch_add(1, Ordering::Relaxed)
+    ));
+    let _ = fs::remove_dir_all(&d);
+    d
+}
+
+fn small() -> Config {
+    Config {
+        segment_size: 64 * 1024,
+        max_message_size: 4096,
+        ..Config::default()
+    }
+}
+
+fn msg(i: u64) -> Vec<u8> {
+    let n = (i % 300) as usize;
+    let mut v = format!("message-{i}-").into_bytes();
+    v.resize(v.len() + n, (i % 251) as u8);
+    v
+}
+
+#[test]
+fn append_read_reopen() {
+    let d = tmp();
+    let s = Store::open(&d, small()).unwrap();
+    for i in 0..1000u64 {
+        assert_eq!(s.append(&msg(i)).unwrap(), i);
+    }
+    assert_eq!(s.append(b"").unwrap(), 1000);
+    for i in 0..1000u64 {
+        assert_eq!(s.read(i).unwrap(), msg(i));
+    }
+    assert_eq!(s.read(1000).unwrap(), b"");
+    assert!(matches!(s.read(1001), Err(StoreError::NotFound)));
+    assert!(s.stats().rolls > 0, "64 KiB segments must have rolled");
+    drop(s);
+    let s = Store::open(&d, small()).unwrap();
+    assert_eq!(s.recovery().cut, None);
+    assert_eq!(s.next_index().unwrap(), 1001);
+    for i in 0..1000u64 {
+        assert_eq!(s.read(i).unwrap(), msg(i));
+    }
+    assert_eq!(s.append(b"after").unwrap(), 1001);
+    s.close();
+    assert!(matches!(s.append(b"x"), Err(StoreError::Closed)));
+    assert!(matches!(s.read(0), Err(StoreError::Closed)));
+    fs::remove_dir_all(&d).unwrap();
+}
+
+#[test]
+fn limits_and_lock() {
+    let d = tmp();
+    let s = Store::open(&d, small()).unwrap();
+    assert!(matches!(s.append(&vec![0u8; 4097]), Err(StoreError::MessageTooLarge)));
+    assert!(matches!(Store::open(&d, small()), Err(StoreError::Locked)));
+    let bad = Config { segment_size: 1000, ..small() };
+    assert!(matches!(Store::open(tmp(), bad), Err(StoreError::BadConfig(_))));
+    drop(s);
+    assert!(Store::open(&d, small()).is_ok());
+    fs::remove_dir_all(&d).unwrap();
+}
+
+#[test]
+fn retention_by_segments_and_bytes() {
+    let d = tmp();
+    let cfg = Config { max_segments: Some(3), ..small() };
+    let s = Store::open(&d, cfg).unwrap();
+    for i in 0..5000u64 {
+        s.append(&msg(i)).unwrap();
+    }
+    let st = s.stats();
+    assert_eq!(st.segments, 3);
+    assert!(st.deleted_segments > 0);
+    let first = s.first_index().unwrap();
+    assert!(first > 0);
+    assert!(matches!(s.read(first - 1), Err(StoreError::NotFound)));
+    assert_eq!(s.read(first).unwrap(), msg(first));
+    let activated = list_segments(&d)
+        .unwrap()
+        .iter()
+        .filter(|(_, p)| fs::read(p).unwrap()[..8] == MAGIC)
+        .count();
+    let segs_mem: Vec<u64> = s.segments.read().unwrap().iter().map(|x| x.seq).collect();
+    let on_disk: Vec<(u64, bool)> = list_segments(&d)
+        .unwrap()
+        .iter()
+        .map(|(q, p)| (*q, fs::read(p).unwrap()[..8] == MAGIC))
+        .collect();
+    assert_eq!(activated, 3, "{segs_mem:?} {on_disk:?}");
+    drop(s);
+    let layout = Layout::new(64 * 1024);
+    let cfg = Config { max_bytes: Some(2 * layout.file_len as u64), ..small() };
+    let s = Store::open(&d, cfg).unwrap();
+    assert!(s.stats().segments <= 2);
+    fs::remove_dir_all(&d).unwrap();
+}
+
+fn active_file(d: &Path) -> PathBuf {
+    // the last activated segment
+    let mut v = list_segments(d).unwrap();
+    v.retain(|(_, p)| {
+        let b = fs::read(p).unwrap();
+        b[..8] == MAGIC
+    });
+    v.last().unwrap().1.clone()
+}
+
+#[test]
+fn torn_tail_is_cut() {
+    let d = tmp();
+    let s = Store::open(&d, small()).unwrap();
+    for i in 0..10u64 {
+        s.append(&msg(i)).unwrap();
+    }
+    let (_, pos) = s.active_position().unwrap();
+    drop(s);
+    // Write a record whose payload does not match its CRC at the end.
+    let path = active_file(&d);
+    let mut b = fs::read(&path).unwrap();
+    let l = Layout::new(64 * 1024);
+    let off = l.data_start + pos;
+    let word = header_word(b"0123456789abcdef");
+    b[off..off + 8].copy_from_slice(&word.to_le_bytes());
+    b[off + 8..off + 16].copy_from_slice(b"01234567"); // second half missing
+    fs::write(&path, &b).unwrap();
+    let s = Store::open(&d, small()).unwrap();
+    let r = s.recovery().clone();
+    assert_eq!(r.cut, Some("torn_tail"));
+    assert_eq!(r.cut_offset, Some(off as u64));
+    assert!(r.truncated_bytes >= 8);
+    assert_eq!(s.next_index().unwrap(), 10);
+    assert_eq!(s.append(b"next").unwrap(), 10);
+    assert_eq!(s.read(9).unwrap(), msg(9));
+    drop(s);
+    fs::remove_dir_all(&d).unwrap();
+}
+
+#[test]
+fn corruption_in_the_middle_fails_unless_repair() {
+    let d = tmp();
+    let s = Store::open(&d, small()).unwrap();
+    let mut offs = vec![];
+    for i in 0..20u64 {
+        let (_, pos) = s.active_position().unwrap();
+        offs.push(pos);
+        s.append(&msg(i)).unwrap();
+    }
+    drop(s);
+    let path = active_file(&d);
+    let l = Layout::new(64 * 1024);
+    let mut b = fs::read(&path).unwrap();
+    let off = l.data_start + offs[5] + 8 + 3;
+    b[off] ^= 0xff;
+    fs::write(&path, &b).unwrap();
+    match Store::open(&d, small()) {
+        Err(StoreError::Corrupt { segment: 0, offset }) => assert_eq!(offset as usize, l.data_start + offs[5]),
+        other => panic!("expected corrupt, got {:?}", other.map(|_| ())),
+    }
+    let cfg = Config { repair: true, ..small() };
+    let s = Store::open(&d, cfg).unwrap();
+    let r = s.recovery().clone();
+    assert_eq!(r.cut, Some("repaired"));
+    assert_eq!(r.lost_records, 14);
+    assert_eq!(s.next_index().unwrap(), 5);
+    assert_eq!(s.read(4).unwrap(), msg(4));
+    assert_eq!(s.append(b"x").unwrap(), 5);
+    drop(s);
+    // The repaired log opens cleanly.
+    let s = Store::open(&d, small()).unwrap();
+    assert_eq!(s.recovery().cut, None);
+    assert_eq!(s.read(5).unwrap(), b"x");
+    drop(s);
+    fs::remove_dir_all(&d).unwrap();
+}
+
+#[test]
+fn reader_follows_writer_across_rolls() {
+    let d = tmp();
+    let w = Store::open(&d, small()).unwrap();
+    w.append(b"first").unwrap();
+    let r = Store::open(&d, Config { mode: Mode::Read, ..small() }).unwrap();
+    assert_eq!(r.read(0).unwrap(), b"first");
+    assert!(matches!(r.append(b"no"), Err(StoreError::ReadOnly)));
+    for i in 1..3000u64 {
+        w.append(&msg(i)).unwrap();
+        if i % 97 == 0 {
+            assert_eq!(r.read(i).unwrap(), msg(i));
+        }
+    }
+    assert_eq!(r.next_index().unwrap(), 3000);
+    for i in 1..3000u64 {
+        assert_eq!(r.read(i).unwrap(), msg(i));
+    }
+    let mut n = 0;
+    r.read_range(10, 100, usize::MAX, |i, p| {
+        assert_eq!(p, msg(i).as_slice());
+        n += 1;
+    })
+    .unwrap();
+    assert_eq!(n, 100);
+    drop(w);
+    drop(r);
+    fs::remove_dir_all(&d).unwrap();
+}
+
+#[test]
+fn concurrent_appenders_keep_their_order() {
+    let d = tmp();
+    let s = Arc::new(Store::open(&d, small()).unwrap());
+    let threads: Vec<_> = (0..4u8)
+        .map(|t| {
+            let s = s.clone();
+            std::thread::spawn(move || {
+                for i in 0..2000u32 {
+                    let mut m = vec![t];
+                    m.extend_from_slice(&i.to_le_bytes());
+                    s.append(&m).unwrap();
+                }
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().unwrap();
+    }
+    let mut next = [0u32; 4];
+    for i in 0..8000u64 {
+        let m = s.read(i).unwrap();
+        let t = m[0] as usize;
+        let n = u32::from_le_bytes(m[1..5].try_into().unwrap());
+        assert_eq!(n, next[t]);
+        next[t] += 1;
+    }
+    assert_eq!(next, [2000; 4]);
+    drop(s);
+    fs::remove_dir_all(&d).unwrap();
+}
+
+#[test]
+fn pretouch_prepares_segments_and_stops() {
+    let d = tmp();
+    let s = Store::open(&d, small()).unwrap();
+    assert!(s.pretouch_running());
+    for i in 0..1500u64 {
+        s.append(&msg(i)).unwrap();
+        if i % 100 == 0 {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+    let st = s.stats();
+    assert!(st.rolls > 0);
+    assert!(st.prepared_rolls > 0, "{st:?}");
+    let ev = s.take_events();
+    assert_eq!(ev.len() as u64, st.rolls);
+    s.close();
+    assert!(!s.pretouch_running());
+    // the unused prepared file is gone after close
+    for (_, p) in list_segments(&d).unwrap() {
+        assert_eq!(fs::read(&p).unwrap()[..8], MAGIC);
+    }
+    drop(s);
+    let s = Store::open(&d, Config { pretouch: false, ..small() }).unwrap();
+    assert!(!s.pretouch_running());
+    for i in 1500..3000u64 {
+        assert_eq!(s.append(&msg(i)).unwrap(), i);
+    }
+    assert_eq!(s.stats().prepared_rolls, 0);
+    drop(s);
+    fs::remove_dir_all(&d).unwrap();
+}
+
+#[test]
+fn sync_and_append_many() {
+    let d = tmp();
+    let s = Store::open(&d, small()).unwrap();
+    let msgs: Vec<Vec<u8>> = (0..500).map(msg).collect();
+    let last = s.append_many(msgs.iter().map(|m| m.as_slice())).unwrap();
+    assert_eq!(last, Some(499));
+    assert!(s.sync().unwrap() > 0);
+    assert_eq!(s.sync().unwrap(), 0);
+    let too_big = [vec![0u8; 10], vec![0u8; 5000]];
+    assert!(matches!(
+        s.append_many(too_big.iter().map(|m| m.as_slice())),
+        Err(StoreError::MessageTooLarge)
+    ));
+    assert_eq!(s.next_index().unwrap(), 500);
+    drop(s);
+    fs::remove_dir_all(&d).unwrap();
+}
+
+#[test]
+fn leftover_prepared_file_is_removed_on_open() {
+    let d = tmp();
+    let s = Store::open(&d, Config { pretouch: false, ..small() }).unwrap();
+    s.append(b"a").unwrap();
+    drop(s);
+    let _ = Segment::create(&d, 1, 64 * 1024).unwrap();
+    let s = Store::open(&d, Config { pretouch: false, ..small() }).unwrap();
+    assert_eq!(s.recovery().removed_unused, 1);
+    assert_eq!(s.read(0).unwrap(), b"a");
+    drop(s);
+    fs::remove_dir_all(&d).unwrap();
+}

@@ -1,0 +1,78 @@
+//! `Tachyon.Native.hist_*`: histogram resources used by the benchmark harness.
+
+use std::sync::Mutex;
+
+use rustler::{Encoder, Env, NifResult, ResourceArc, Term};
+use tachyon_core::hist::Hist;
+
+/// A histogram owned by a BEAM term. The mutex is uncontended in practice
+/// (one benchmark process records into it).
+pub struct HistResource(pub Mutex<Hist>);
+
+#[rustler::resource_impl]
+impl rustler::Resource for HistResource {}
+
+impl HistResource {
+    pub fn wrap(h: Hist) -> ResourceArc<HistResource> {
+        ResourceArc::new(HistResource(Mutex::new(h)))
+    }
+}
+
+#[rustler::nif]
+fn hist_new() -> ResourceArc<HistResource> {
+    HistResource::wrap(Hist::new())
+}
+
+#[rustler::nif]
+fn hist_record(h: ResourceArc<HistResource>, ns: i64) -> rustler::Atom {
+    if let Ok(mut g) = h.0.lock() {
+        g.record(ns.max(0) as u64);
+    }
+    crate::atoms::ok()
+}
+
+#[rustler::nif]
+fn hist_merge(into: ResourceArc<HistResource>, from: ResourceArc<HistResource>) -> rustler::Atom {
+    let other = from.0.lock().map(|g| g.clone()).unwrap_or_default();
+    if let Ok(mut g) = into.0.lock() {
+        g.merge(&other);
+    }
+    crate::atoms::ok()
+}
+
+#[rustler::nif]
+fn hist_count(h: ResourceArc<HistResource>) -> u64 {
+    h.0.lock().map(|g| g.count()).unwrap_or(0)
+}
+
+/// Returns the report as a map: count, avg, stdev, min, max, p50..p99999 and
+/// `tails`: a list of `{percentile, avg, stdev, max}`.
+#[rustler::nif]
+fn hist_report<'a>(env: Env<'a>, h: ResourceArc<HistResource>) -> NifResult<Term<'a>> {
+    let r = h
+        .0
+        .lock()
+        .map(|g| g.report())
+        .map_err(|_| rustler::Error::BadArg)?;
+    let tails: Vec<(f64, f64, f64, u64)> = r
+        .tails
+        .iter()
+        .map(|t| (t.percentile, t.avg, t.stdev, t.max))
+        .collect();
+    let pairs: Vec<(Term<'a>, Term<'a>)> = vec![
+        (rustler::types::atom::Atom::from_str(env, "count")?.encode(env), r.count.encode(env)),
+        (rustler::types::atom::Atom::from_str(env, "avg")?.encode(env), r.avg.encode(env)),
+        (rustler::types::atom::Atom::from_str(env, "stdev")?.encode(env), r.stdev.encode(env)),
+        (rustler::types::atom::Atom::from_str(env, "min")?.encode(env), r.min.encode(env)),
+        (rustler::types::atom::Atom::from_str(env, "max")?.encode(env), r.max.encode(env)),
+        (rustler::types::atom::Atom::from_str(env, "p50")?.encode(env), r.p50.encode(env)),
+        (rustler::types::atom::Atom::from_str(env, "p75")?.encode(env), r.p75.encode(env)),
+        (rustler::types::atom::Atom::from_str(env, "p90")?.encode(env), r.p90.encode(env)),
+        (rustler::types::atom::Atom::from_str(env, "p99")?.encode(env), r.p99.encode(env)),
+        (rustler::types::atom::Atom::from_str(env, "p999")?.encode(env), r.p999.encode(env)),
+        (rustler::types::atom::Atom::from_str(env, "p9999")?.encode(env), r.p9999.encode(env)),
+        (rustler::types::atom::Atom::from_str(env, "p99999")?.encode(env), r.p99999.encode(env)),
+        (rustler::types::atom::Atom::from_str(env, "tails")?.encode(env), tails.encode(env)),
+    ];
+    Term::map_from_pairs(env, &pairs)
+}

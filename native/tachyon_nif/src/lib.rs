@@ -1,0 +1,14 @@
+//! Rustler glue for Tachyon. This crate only converts terms, owns resources and
+//! starts/joins threads; the logic lives in `tachyon_core`.
+//!
+//! Every NIF is registered automatically by `rustler::init!` (no function
+//! list). Modules:
+//! * `hist`: HDR histogram resources for the benchmarks.
+//! * `store`: `Tachyon.Store` (message log).
+#![deny(unsafe_op_in_unsafe_fn)]
+
+mod atoms;
+mod hist;
+mod store;
+
+rustler::init!("Elixir.Tachyon.Native");
