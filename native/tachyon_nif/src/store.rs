@@ -1,1 +1,316 @@
+//! `Tachyon.Native.store_*`: the message log resource.
 
+use std::sync::Arc;
+
+use rustler::types::atom::Atom;
+use rustler::{Binary, Encoder, Env, Error, NifResult, OwnedBinary, ResourceArc, Term};
+use tachyon_core::store::{Config, Event, Mode, Store, StoreError, Verify};
+
+use crate::atoms;
+use crate::hist::HistResource;
+
+/// The BEAM's handle on a store. `Arc` so that other resources (the
+/// AsyncStore writer thread) can share it. The store is closed (threads
+/// joined, maps dropped, lock released) by `store_close` or when the last
+/// reference is garbage-collected.
+pub struct StoreResource {
+    pub store: Arc<Store>,
+}
+
+#[rustler::resource_impl]
+impl rustler::Resource for StoreResource {}
+
+fn atom<'a>(env: Env<'a>, name: &str) -> Term<'a> {
+    Atom::from_str(env, name).map(|a| a.encode(env)).unwrap_or_else(|_| atoms::error().encode(env))
+}
+
+/// The atom for an OS error: `:enospc`, `:eacces`, ... (`:eio` when unknown).
+pub fn errno_atom<'a>(env: Env<'a>, e: &std::io::Error) -> Term<'a> {
+    let name = match e.raw_os_error() {
+        Some(libc_errno) => match libc_errno {
+            1 => "eperm",
+            2 => "enoent",
+            5 => "eio",
+            9 => "ebadf",
+            12 => "enomem",
+            13 => "eacces",
+            17 => "eexist",
+            20 => "enotdir",
+            21 => "eisdir",
+            22 => "einval",
+            23 => "enfile",
+            24 => "emfile",
+            27 => "efbig",
+            28 => "enospc",
+            30 => "erofs",
+            95 => "eopnotsupp",
+            122 => "edquot",
+            _ => "eio",
+        },
+        None => "eio",
+    };
+    atom(env, name)
+}
+
+/// `{:error, reason}` term for a store error.
+pub fn store_error<'a>(env: Env<'a>, e: StoreError) -> Term<'a> {
+    let reason = match e {
+        StoreError::Closed => atoms::closed().encode(env),
+        StoreError::NotFound => atoms::not_found().encode(env),
+        StoreError::MessageTooLarge => atoms::message_too_large().encode(env),
+        StoreError::NoSpace => atoms::enospc().encode(env),
+        StoreError::Locked => atoms::locked().encode(env),
+        StoreError::ReadOnly => atoms::read_only().encode(env),
+        StoreError::Corrupt { segment, offset } => (atoms::corrupt(), segment, offset).encode(env),
+        StoreError::BadConfig(msg) => (atom(env, "bad_config"), msg).encode(env),
+        StoreError::Io(e) => errno_atom(env, &e),
+    };
+    (atoms::error(), reason).encode(env)
+}
+
+fn get<'a, T: rustler::Decoder<'a>>(env: Env<'a>, opts: Term<'a>, key: &str) -> NifResult<T> {
+    let k = Atom::from_str(env, key)?;
+    opts.map_get(k)?.decode()
+}
+
+fn decode_config<'a>(env: Env<'a>, opts: Term<'a>) -> NifResult<Config> {
+    let mode: Atom = get(env, opts, "mode")?;
+    let verify: Atom = get(env, opts, "verify")?;
+    let max_segments: Option<u64> = get(env, opts, "max_segments")?;
+    let max_bytes: Option<u64> = get(env, opts, "max_bytes")?;
+    Ok(Config {
+        mode: if mode == Atom::from_str(env, "read")? { Mode::Read } else { Mode::Write },
+        segment_size: get::<u64>(env, opts, "segment_size")? as usize,
+        max_message_size: get::<u64>(env, opts, "max_message_size")? as usize,
+        max_segments: max_segments.map(|n| n as usize),
+        max_bytes,
+        pretouch: get(env, opts, "pretouch")?,
+        pretouch_ahead: get::<u64>(env, opts, "pretouch_ahead")? as usize,
+        repair: get(env, opts, "repair")?,
+        verify: if verify == Atom::from_str(env, "all")? { Verify::All } else { Verify::Active },
+    })
+}
+
+fn map<'a>(env: Env<'a>, pairs: &[(&str, Term<'a>)]) -> NifResult<Term<'a>> {
+    let kv: Vec<(Term<'a>, Term<'a>)> = pairs.iter().map(|(k, v)| (atom(env, k), *v)).collect();
+    Term::map_from_pairs(env, &kv)
+}
+
+fn opt_u64<'a>(env: Env<'a>, v: Option<u64>) -> Term<'a> {
+    match v {
+        Some(n) => n.encode(env),
+        None => atoms::nil().encode(env),
+    }
+}
+
+/// Opens a store. Returns `{:ok, ref, recovery}` or `{:error, reason}`.
+#[rustler::nif(schedule = "DirtyIo")]
+fn store_open<'a>(env: Env<'a>, path: String, opts: Term<'a>) -> NifResult<Term<'a>> {
+    let cfg = decode_config(env, opts)?;
+    match Store::open(&path, cfg) {
+        Ok(store) => {
+            let r = store.recovery().clone();
+            let rec = map(
+                env,
+                &[
+                    ("segments", r.segments.encode(env)),
+                    ("messages", r.messages.encode(env)),
+                    ("recovered", r.recovered.encode(env)),
+                    ("truncated_bytes", r.truncated_bytes.encode(env)),
+                    ("lost_records", r.lost_records.encode(env)),
+                    (
+                        "cut",
+                        match r.cut {
+                            Some(c) => atom(env, c),
+                            None => atoms::nil().encode(env),
+                        },
+                    ),
+                    ("segment", opt_u64(env, r.cut_segment.or(Some(r.scanned_segment)))),
+                    ("offset", opt_u64(env, r.cut_offset)),
+                    ("removed_unused", r.removed_unused.encode(env)),
+                    ("duration_ns", (r.duration.as_nanos() as u64).encode(env)),
+                ],
+            )?;
+            let res = ResourceArc::new(StoreResource { store: Arc::new(store) });
+            Ok((atoms::ok(), res, rec).encode(env))
+        }
+        Err(e) => Ok(store_error(env, e)),
+    }
+}
+
+fn as_bytes<'a>(data: Term<'a>) -> NifResult<Binary<'a>> {
+    match data.decode::<Binary>() {
+        Ok(b) => Ok(b),
+        Err(_) => Binary::from_iolist(data).map_err(|_| Error::BadArg),
+    }
+}
+
+/// The hot path: copies one message (binary or iodata) into the log.
+#[rustler::nif]
+fn store_append<'a>(env: Env<'a>, r: ResourceArc<StoreResource>, data: Term<'a>) -> NifResult<Term<'a>> {
+    let bin = as_bytes(data)?;
+    Ok(match r.store.append(bin.as_slice()) {
+        Ok(i) => (atoms::ok(), i).encode(env),
+        Err(e) => store_error(env, e),
+    })
+}
+
+fn append_many<'a>(env: Env<'a>, r: &StoreResource, list: Term<'a>) -> NifResult<Term<'a>> {
+    let items: Vec<Term<'a>> = list.decode()?;
+    let bins = items.into_iter().map(as_bytes).collect::<NifResult<Vec<Binary<'a>>>>()?;
+    Ok(match r.store.append_many(bins.iter().map(|b| b.as_slice())) {
+        Ok(Some(i)) => (atoms::ok(), i).encode(env),
+        Ok(None) => (atoms::error(), atoms::empty()).encode(env),
+        Err(e) => store_error(env, e),
+    })
+}
+
+/// Batch append for small batches (the Elixir side picks this one when the
+/// batch is small enough to stay well under a millisecond).
+#[rustler::nif]
+fn store_append_many<'a>(env: Env<'a>, r: ResourceArc<StoreResource>, list: Term<'a>) -> NifResult<Term<'a>> {
+    append_many(env, &r, list)
+}
+
+/// Batch append for large batches, on a dirty I/O scheduler.
+#[rustler::nif(schedule = "DirtyIo")]
+fn store_append_many_dirty<'a>(env: Env<'a>, r: ResourceArc<StoreResource>, list: Term<'a>) -> NifResult<Term<'a>> {
+    append_many(env, &r, list)
+}
+
+fn copy_binary<'a>(env: Env<'a>, p: &[u8]) -> NifResult<Binary<'a>> {
+    let mut b = OwnedBinary::new(p.len());
+    b.as_mut_slice().copy_from_slice(p);
+    Ok(b.release(env))
+}
+
+#[rustler::nif]
+fn store_read<'a>(env: Env<'a>, r: ResourceArc<StoreResource>, index: u64) -> NifResult<Term<'a>> {
+    let mut out: Option<NifResult<Binary<'a>>> = None;
+    match r.store.read_with(index, |p| out = Some(copy_binary(env, p))) {
+        Ok(()) => Ok((atoms::ok(), out.unwrap_or(Err(Error::BadArg))?).encode(env)),
+        Err(e) => Ok(store_error(env, e)),
+    }
+}
+
+/// Up to `max_count` messages / `max_bytes` bytes from `from`:
+/// `{:ok, [binary]}` (empty at the end) or `{:error, reason}`.
+#[rustler::nif]
+fn store_read_many<'a>(
+    env: Env<'a>,
+    r: ResourceArc<StoreResource>,
+    from: u64,
+    max_count: u64,
+    max_bytes: u64,
+) -> NifResult<Term<'a>> {
+    let mut out: Vec<Term<'a>> = Vec::new();
+    let mut failed = None;
+    let res = r.store.read_range(from, max_count.min(10_000) as usize, max_bytes as usize, |_, p| {
+        match copy_binary(env, p) {
+            Ok(b) => out.push(b.encode(env)),
+            Err(e) => failed = Some(e),
+        }
+    });
+    if let Some(e) = failed {
+        return Err(e);
+    }
+    match res {
+        Ok(_) => Ok((atoms::ok(), out).encode(env)),
+        Err(StoreError::NotFound) => Ok((atoms::ok(), Vec::<Term<'a>>::new()).encode(env)),
+        Err(e) => Ok(store_error(env, e)),
+    }
+}
+
+/// `{:ok, {first_index, next_index}}`.
+#[rustler::nif]
+fn store_indices<'a>(env: Env<'a>, r: ResourceArc<StoreResource>) -> NifResult<Term<'a>> {
+    let first = r.store.first_index();
+    let next = r.store.next_index();
+    Ok(match (first, next) {
+        (Ok(f), Ok(n)) => (atoms::ok(), (f, n)).encode(env),
+        (Err(e), _) | (_, Err(e)) => store_error(env, e),
+    })
+}
+
+#[rustler::nif(schedule = "DirtyIo")]
+fn store_sync<'a>(env: Env<'a>, r: ResourceArc<StoreResource>) -> NifResult<Term<'a>> {
+    Ok(match r.store.sync() {
+        Ok(bytes) => (atoms::ok(), bytes).encode(env),
+        Err(e) => store_error(env, e),
+    })
+}
+
+#[rustler::nif(schedule = "DirtyIo")]
+fn store_close(r: ResourceArc<StoreResource>) -> Atom {
+    r.store.close();
+    atoms::ok()
+}
+
+#[rustler::nif]
+fn store_stats<'a>(env: Env<'a>, r: ResourceArc<StoreResource>) -> NifResult<Term<'a>> {
+    if r.store.is_closed() {
+        return Ok(store_error(env, StoreError::Closed));
+    }
+    let s = r.store.stats();
+    let m = map(
+        env,
+        &[
+            ("appended", s.appended.encode(env)),
+            ("appended_bytes", s.appended_bytes.encode(env)),
+            ("rolls", s.rolls.encode(env)),
+            ("prepared_rolls", s.prepared_rolls.encode(env)),
+            ("deleted_segments", s.deleted_segments.encode(env)),
+            ("segments", s.segments.encode(env)),
+            ("first_index", s.first_index.encode(env)),
+            ("next_index", s.next_index.encode(env)),
+            ("disk_bytes", s.disk_bytes.encode(env)),
+            ("unsynced_bytes", s.unsynced_bytes.encode(env)),
+            ("pretouch", r.store.pretouch_running().encode(env)),
+        ],
+    )?;
+    Ok((atoms::ok(), m).encode(env))
+}
+
+/// Queued roll events, oldest first, as maps.
+#[rustler::nif]
+fn store_take_events<'a>(env: Env<'a>, r: ResourceArc<StoreResource>) -> NifResult<Term<'a>> {
+    let mut out = Vec::new();
+    for ev in r.store.take_events() {
+        match ev {
+            Event::Roll {
+                segment,
+                base_index,
+                prepared,
+                roll_ns,
+                deleted_segments,
+            } => out.push(map(
+                env,
+                &[
+                    ("event", atom(env, "roll")),
+                    ("segment", segment.encode(env)),
+                    ("base_index", base_index.encode(env)),
+                    ("prepared", (prepared as u64).encode(env)),
+                    ("roll_ns", roll_ns.encode(env)),
+                    ("deleted_segments", deleted_segments.encode(env)),
+                ],
+            )?),
+        }
+    }
+    Ok(out.encode(env))
+}
+
+/// The native floor: appends in a Rust loop, each timed. Runs on a dirty
+/// scheduler. Returns `{:ok, hist}`.
+#[rustler::nif(schedule = "DirtyIo")]
+fn store_bench_native<'a>(
+    env: Env<'a>,
+    r: ResourceArc<StoreResource>,
+    count: u64,
+    warmup: u64,
+    size: u64,
+) -> NifResult<Term<'a>> {
+    Ok(match tachyon_core::store::bench_append(&r.store, count, warmup, size as usize) {
+        Ok(h) => (atoms::ok(), HistResource::wrap(h)).encode(env),
+        Err(e) => store_error(env, e),
+    })
+}
