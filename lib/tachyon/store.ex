@@ -43,7 +43,7 @@ defmodule Tachyon.Store do
       multiple of 8 between 64 KiB and 3 GiB). A segment also rolls when its
       index (one slot per 64 bytes of data) is full.
     * `:max_message_size` - larger messages get `{:error, :message_too_large}`
-      (default 1 MiB; at most the segment size).
+      (default 1 MiB, or the segment size less 8 bytes if that is smaller).
     * `:max_segments` - keep at most this many segments; the oldest are
       deleted when the writer rolls (default: keep all).
     * `:max_bytes` - keep at most this many bytes of segment files (the
@@ -139,7 +139,7 @@ defmodule Tachyon.Store do
   @open_defaults [
     mode: :write,
     segment_size: 64 * 1024 * 1024,
-    max_message_size: 1024 * 1024,
+    max_message_size: nil,
     max_segments: nil,
     max_bytes: nil,
     pretouch: true,
@@ -285,6 +285,11 @@ defmodule Tachyon.Store do
       "must be a multiple of 8 between 65536 and 3 GiB"
     )
 
+    opts =
+      if opts[:max_message_size] == nil,
+        do: Keyword.put(opts, :max_message_size, min(1024 * 1024, opts[:segment_size] - 8)),
+        else: opts
+
     check!(
       opts,
       :max_message_size,
@@ -338,14 +343,21 @@ defmodule Tachyon.Store do
       {:ok, 1} = Tachyon.Store.append(store, ["sec", ?o, "nd"])
   """
   @spec append(store(), iodata()) :: {:ok, index()} | {:error, reason()}
-  def append(%__MODULE__{ref: ref}, data), do: Native.store_append(ref, data)
+  def append(%__MODULE__{ref: ref}, data) when is_binary(data) or is_list(data),
+    do: Native.store_append(ref, data)
 
-  def append(name, data) when is_atom(name) do
+  def append(name, data) when is_atom(name) and (is_binary(data) or is_list(data)) do
     case :persistent_term.get({__MODULE__, name}, nil) do
       %__MODULE__{ref: ref} -> Native.store_append(ref, data)
       nil -> {:error, :noproc}
     end
   end
+
+  def append(store, data) when is_binary(data) or is_list(data),
+    do: raise(ArgumentError, "expected a Tachyon.Store handle or name, got: #{inspect(store)}")
+
+  def append(_store, data),
+    do: raise(ArgumentError, "a message must be a binary or iodata, got: #{inspect(data)}")
 
   @doc """
   Appends a list of messages as one batch: their indices are contiguous (no
