@@ -634,6 +634,17 @@ defmodule Tachyon.Store do
   def init({name, path, opts, interval}) do
     Process.flag(:trap_exit, true)
 
+    # A previous incarnation that was killed (no terminate/2) left its handle
+    # here, still holding the directory lock: close it first.
+    case :persistent_term.get({__MODULE__, name}, nil) do
+      %__MODULE__{ref: ref} ->
+        Native.store_close(ref)
+        :persistent_term.erase({__MODULE__, name})
+
+      nil ->
+        :ok
+    end
+
     case do_open(path, opts, name) do
       {:ok, store} ->
         :persistent_term.put({__MODULE__, name}, store)

@@ -1,4 +1,172 @@
 defmodule Tachyon.Bench.Store do
   @moduledoc false
-  def run(_argv), do: :ok
+  # `mix tachyon.bench store`: append latency of Tachyon.Store against the
+  # BEAM's own choices and a pure-Rust floor.
+  #
+  # Cases:
+  #   tachyon.store.append              one Elixir call per message, timed around the call
+  #   tachyon.store.append.no_pretouch  the same with the pre-touch thread off
+  #   tachyon.store.append.native       the same append in a Rust loop (no BEAM): the floor
+  #   disk_log.blog                     :disk_log.blog/2 on a halt log (internal format)
+  #   file.write.raw                    :file.write/2 on a :raw append fd
+  #
+  # Extra option: --cases a,b (run a subset).
+
+  alias Tachyon.{Bench, Store}
+
+  @defaults [messages: 200_000, warmup: 20_000, size: 256]
+  @quick [messages: 20_000, warmup: 2_000]
+  @all ~w(tachyon.store.append tachyon.store.append.no_pretouch tachyon.store.append.native disk_log.blog file.write.raw)
+
+  def run(argv) do
+    opts = Bench.parse!(argv, [cases: :string], @defaults, @quick)
+    n = opts[:messages]
+    warmup = opts[:warmup]
+    size = opts[:size]
+    wanted = if opts[:cases], do: String.split(opts[:cases], ","), else: @all
+    msg = :binary.copy(<<0xA5>>, size)
+
+    Bench.print_machine()
+    overhead = Bench.timer_overhead()
+
+    IO.puts(
+      "Store bench: #{Bench.delimit(n)} messages of #{size} bytes after #{Bench.delimit(warmup)} warm-up. " <>
+        "Timer overhead (two :erlang.monotonic_time/0 calls, included in the Elixir cases): " <>
+        "avg #{Bench.fmt_ns(overhead.avg_ns)}, p50 #{Bench.fmt_ns(overhead.p50_ns)}"
+    )
+
+    cases =
+      for name <- @all, name in wanted do
+        dir = Bench.tmp_dir(opts, "store")
+
+        try do
+          c = run_case(name, dir, n, warmup, size, msg)
+          Bench.print_report(c, stdev: false)
+          c
+        after
+          File.rm_rf!(dir)
+        end
+      end
+
+    Bench.print_table(cases, "tachyon.store.append")
+    print_targets(cases)
+
+    Bench.write_json(opts[:json], "store", cases, %{
+      "timer_overhead_ns" => overhead.avg_ns,
+      "warmup" => warmup
+    })
+
+    cases
+  end
+
+  defp store_opts(pretouch), do: [pretouch: pretouch, segment_size: 64 * 1024 * 1024]
+
+  defp run_case("tachyon.store.append" = name, dir, n, warmup, size, msg),
+    do: elixir_append(name, dir, n, warmup, size, msg, true)
+
+  defp run_case("tachyon.store.append.no_pretouch" = name, dir, n, warmup, size, msg),
+    do: elixir_append(name, dir, n, warmup, size, msg, false)
+
+  defp run_case("tachyon.store.append.native" = name, dir, n, warmup, size, _msg) do
+    {:ok, s} = Store.open(dir, store_opts(true))
+    {:ok, h} = Tachyon.Native.store_bench_native(s.ref, n, warmup, size)
+    Store.close(s)
+    Bench.from_hist(name, h, size, %{note: "Rust loop, Instant::now() around each append"})
+  end
+
+  defp run_case("disk_log.blog" = name, dir, n, warmup, size, msg) do
+    file = String.to_charlist(Path.join(dir, "bench.LOG"))
+    log = :"tachyon_bench_#{System.unique_integer([:positive])}"
+    {:ok, ^log} = :disk_log.open(name: log, file: file, type: :halt, format: :internal)
+    bytes = :erlang.term_to_binary(msg)
+    c = Bench.measure(name, n, warmup, size, fn -> :ok = :disk_log.blog(log, bytes) end)
+    :ok = :disk_log.close(log)
+    Map.put(c, :note, "halt log, internal format, term pre-encoded")
+  end
+
+  defp run_case("file.write.raw" = name, dir, n, warmup, size, msg) do
+    {:ok, fd} =
+      :file.open(String.to_charlist(Path.join(dir, "raw.bin")), [:raw, :binary, :append])
+
+    c = Bench.measure(name, n, warmup, size, fn -> :ok = :file.write(fd, msg) end)
+    :ok = :file.close(fd)
+    Map.put(c, :note, ":raw :append fd, one write(2) per message")
+  end
+
+  defp elixir_append(name, dir, n, warmup, size, msg, pretouch) do
+    {:ok, s} = Store.open(dir, store_opts(pretouch))
+    loop(warmup, s, msg, nil)
+    h = Bench.hist()
+    loop(n, s, msg, h)
+    {:ok, stats} = Store.stats(s)
+    Store.close(s)
+
+    Bench.from_hist(name, h, size, %{
+      note: "pretouch #{pretouch}, #{stats.rolls} rolls (#{stats.prepared_rolls} prepared)",
+      json_extra: %{pretouch: pretouch, rolls: stats.rolls, prepared_rolls: stats.prepared_rolls}
+    })
+  end
+
+  defp loop(0, _s, _msg, _h), do: :ok
+
+  defp loop(n, s, msg, nil) do
+    {:ok, _} = Store.append(s, msg)
+    loop(n - 1, s, msg, nil)
+  end
+
+  defp loop(n, s, msg, h) do
+    t0 = :erlang.monotonic_time()
+    {:ok, _} = Store.append(s, msg)
+    t1 = :erlang.monotonic_time()
+    Tachyon.Native.hist_record(h, t1 - t0)
+    loop(n - 1, s, msg, h)
+  end
+
+  defp print_targets(cases) do
+    by = Map.new(cases, &{&1.name, &1})
+    t = by["tachyon.store.append"]
+    IO.puts("\nTargets (issue: full run of 1,000,000 x 256 bytes):")
+
+    d = by["disk_log.blog"]
+    f = by["tachyon.store.append.native"]
+
+    if t do
+      if d,
+        do:
+          target(
+            "disk_log.blog avg / tachyon.store.append avg >= 40x",
+            d.avg_ns / t.avg_ns,
+            &(&1 >= 40),
+            "x"
+          )
+
+      if f,
+        do:
+          target(
+            "tachyon.store.append avg / native avg <= 3x",
+            t.avg_ns / f.avg_ns,
+            &(&1 <= 3),
+            "x"
+          )
+
+      target("tachyon.store.append p99.9 < 2 us", t.p999_ns / 1000, &(&1 < 2), " us")
+      target("tachyon.store.append max < 100 us", t.max_ns / 1000, &(&1 < 100), " us")
+    end
+
+    t = by["tachyon.store.append"]
+    np = by["tachyon.store.append.no_pretouch"]
+
+    if t && np do
+      IO.puts(
+        "  pre-touch on vs off: p99.9 #{Bench.short_ns(t.p999_ns)} vs #{Bench.short_ns(np.p999_ns)}, " <>
+          "p99.99 #{Bench.short_ns(t.p9999_ns)} vs #{Bench.short_ns(np.p9999_ns)}, " <>
+          "max #{Bench.short_ns(t.max_ns)} vs #{Bench.short_ns(np.max_ns)}"
+      )
+    end
+  end
+
+  defp target(label, value, ok?, unit) do
+    v = :erlang.float_to_binary(value * 1.0, decimals: 2)
+    IO.puts("  #{label}: #{v}#{unit} #{if ok?.(value), do: "MET", else: "NOT MET"}")
+  end
 end

@@ -91,7 +91,12 @@ impl Hist {
         let mut tails = Vec::with_capacity(REPORT_PERCENTILES.len());
         if count == 0 {
             for p in REPORT_PERCENTILES {
-                tails.push(Tail { percentile: p, avg: 0.0, stdev: 0.0, max: 0 });
+                tails.push(Tail {
+                    percentile: p,
+                    avg: 0.0,
+                    stdev: 0.0,
+                    max: 0,
+                });
             }
             return Report {
                 count: 0,
@@ -120,7 +125,10 @@ impl Hist {
         let mut sum: f64 = 0.0;
         let mut sumsq: f64 = 0.0;
         for v in self.h.iter_recorded() {
-            let value = self.h.highest_equivalent(v.value_iterated_to()).min(self.h.max());
+            let value = self
+                .h
+                .highest_equivalent(v.value_iterated_to())
+                .min(self.h.max());
             let value = value.max(self.h.min());
             let mut left = v.count_at_value();
             while left > 0 {

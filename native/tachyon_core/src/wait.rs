@@ -64,7 +64,11 @@ impl Idle {
     const YIELD_ROUNDS: u32 = 300;
 
     pub fn new(strategy: WaitStrategy, max_park: Duration) -> Self {
-        Idle { strategy, rounds: 0, max_park }
+        Idle {
+            strategy,
+            rounds: 0,
+            max_park,
+        }
     }
 
     #[inline]
@@ -113,7 +117,9 @@ pub fn pin_to_core(core: usize) -> bool {
 
 /// Number of online cores.
 pub fn online_cores() -> usize {
-    std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1)
+    std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(1)
 }
 
 #[cfg(test)]
@@ -122,7 +128,12 @@ mod tests {
 
     #[test]
     fn parse_names() {
-        for s in [WaitStrategy::BusySpin, WaitStrategy::Yield, WaitStrategy::Backoff, WaitStrategy::Park] {
+        for s in [
+            WaitStrategy::BusySpin,
+            WaitStrategy::Yield,
+            WaitStrategy::Backoff,
+            WaitStrategy::Park,
+        ] {
             assert_eq!(WaitStrategy::parse(s.name()), Some(s));
         }
         assert_eq!(WaitStrategy::parse("block"), Some(WaitStrategy::Park));

@@ -49,30 +49,68 @@ fn hist_count(h: ResourceArc<HistResource>) -> u64 {
 /// `tails`: a list of `{percentile, avg, stdev, max}`.
 #[rustler::nif]
 fn hist_report<'a>(env: Env<'a>, h: ResourceArc<HistResource>) -> NifResult<Term<'a>> {
-    let r = h
-        .0
-        .lock()
-        .map(|g| g.report())
-        .map_err(|_| rustler::Error::BadArg)?;
+    let r =
+        h.0.lock()
+            .map(|g| g.report())
+            .map_err(|_| rustler::Error::BadArg)?;
     let tails: Vec<(f64, f64, f64, u64)> = r
         .tails
         .iter()
         .map(|t| (t.percentile, t.avg, t.stdev, t.max))
         .collect();
     let pairs: Vec<(Term<'a>, Term<'a>)> = vec![
-        (rustler::types::atom::Atom::from_str(env, "count")?.encode(env), r.count.encode(env)),
-        (rustler::types::atom::Atom::from_str(env, "avg")?.encode(env), r.avg.encode(env)),
-        (rustler::types::atom::Atom::from_str(env, "stdev")?.encode(env), r.stdev.encode(env)),
-        (rustler::types::atom::Atom::from_str(env, "min")?.encode(env), r.min.encode(env)),
-        (rustler::types::atom::Atom::from_str(env, "max")?.encode(env), r.max.encode(env)),
-        (rustler::types::atom::Atom::from_str(env, "p50")?.encode(env), r.p50.encode(env)),
-        (rustler::types::atom::Atom::from_str(env, "p75")?.encode(env), r.p75.encode(env)),
-        (rustler::types::atom::Atom::from_str(env, "p90")?.encode(env), r.p90.encode(env)),
-        (rustler::types::atom::Atom::from_str(env, "p99")?.encode(env), r.p99.encode(env)),
-        (rustler::types::atom::Atom::from_str(env, "p999")?.encode(env), r.p999.encode(env)),
-        (rustler::types::atom::Atom::from_str(env, "p9999")?.encode(env), r.p9999.encode(env)),
-        (rustler::types::atom::Atom::from_str(env, "p99999")?.encode(env), r.p99999.encode(env)),
-        (rustler::types::atom::Atom::from_str(env, "tails")?.encode(env), tails.encode(env)),
+        (
+            rustler::types::atom::Atom::from_str(env, "count")?.encode(env),
+            r.count.encode(env),
+        ),
+        (
+            rustler::types::atom::Atom::from_str(env, "avg")?.encode(env),
+            r.avg.encode(env),
+        ),
+        (
+            rustler::types::atom::Atom::from_str(env, "stdev")?.encode(env),
+            r.stdev.encode(env),
+        ),
+        (
+            rustler::types::atom::Atom::from_str(env, "min")?.encode(env),
+            r.min.encode(env),
+        ),
+        (
+            rustler::types::atom::Atom::from_str(env, "max")?.encode(env),
+            r.max.encode(env),
+        ),
+        (
+            rustler::types::atom::Atom::from_str(env, "p50")?.encode(env),
+            r.p50.encode(env),
+        ),
+        (
+            rustler::types::atom::Atom::from_str(env, "p75")?.encode(env),
+            r.p75.encode(env),
+        ),
+        (
+            rustler::types::atom::Atom::from_str(env, "p90")?.encode(env),
+            r.p90.encode(env),
+        ),
+        (
+            rustler::types::atom::Atom::from_str(env, "p99")?.encode(env),
+            r.p99.encode(env),
+        ),
+        (
+            rustler::types::atom::Atom::from_str(env, "p999")?.encode(env),
+            r.p999.encode(env),
+        ),
+        (
+            rustler::types::atom::Atom::from_str(env, "p9999")?.encode(env),
+            r.p9999.encode(env),
+        ),
+        (
+            rustler::types::atom::Atom::from_str(env, "p99999")?.encode(env),
+            r.p99999.encode(env),
+        ),
+        (
+            rustler::types::atom::Atom::from_str(env, "tails")?.encode(env),
+            tails.encode(env),
+        ),
     ];
     Term::map_from_pairs(env, &pairs)
 }

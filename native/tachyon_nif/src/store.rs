@@ -21,7 +21,9 @@ pub struct StoreResource {
 impl rustler::Resource for StoreResource {}
 
 fn atom<'a>(env: Env<'a>, name: &str) -> Term<'a> {
-    Atom::from_str(env, name).map(|a| a.encode(env)).unwrap_or_else(|_| atoms::error().encode(env))
+    Atom::from_str(env, name)
+        .map(|a| a.encode(env))
+        .unwrap_or_else(|_| atoms::error().encode(env))
 }
 
 /// The atom for an OS error: `:enospc`, `:eacces`, ... (`:eio` when unknown).
@@ -79,7 +81,11 @@ fn decode_config<'a>(env: Env<'a>, opts: Term<'a>) -> NifResult<Config> {
     let max_segments: Option<u64> = get(env, opts, "max_segments")?;
     let max_bytes: Option<u64> = get(env, opts, "max_bytes")?;
     Ok(Config {
-        mode: if mode == Atom::from_str(env, "read")? { Mode::Read } else { Mode::Write },
+        mode: if mode == Atom::from_str(env, "read")? {
+            Mode::Read
+        } else {
+            Mode::Write
+        },
         segment_size: get::<u64>(env, opts, "segment_size")? as usize,
         max_message_size: get::<u64>(env, opts, "max_message_size")? as usize,
         max_segments: max_segments.map(|n| n as usize),
@@ -87,7 +93,11 @@ fn decode_config<'a>(env: Env<'a>, opts: Term<'a>) -> NifResult<Config> {
         pretouch: get(env, opts, "pretouch")?,
         pretouch_ahead: get::<u64>(env, opts, "pretouch_ahead")? as usize,
         repair: get(env, opts, "repair")?,
-        verify: if verify == Atom::from_str(env, "all")? { Verify::All } else { Verify::Active },
+        verify: if verify == Atom::from_str(env, "all")? {
+            Verify::All
+        } else {
+            Verify::Active
+        },
     })
 }
 
@@ -125,13 +135,18 @@ fn store_open<'a>(env: Env<'a>, path: String, opts: Term<'a>) -> NifResult<Term<
                             None => atoms::nil().encode(env),
                         },
                     ),
-                    ("segment", opt_u64(env, r.cut_segment.or(Some(r.scanned_segment)))),
+                    (
+                        "segment",
+                        opt_u64(env, r.cut_segment.or(Some(r.scanned_segment))),
+                    ),
                     ("offset", opt_u64(env, r.cut_offset)),
                     ("removed_unused", r.removed_unused.encode(env)),
                     ("duration_ns", (r.duration.as_nanos() as u64).encode(env)),
                 ],
             )?;
-            let res = ResourceArc::new(StoreResource { store: Arc::new(store) });
+            let res = ResourceArc::new(StoreResource {
+                store: Arc::new(store),
+            });
             Ok((atoms::ok(), res, rec).encode(env))
         }
         Err(e) => Ok(store_error(env, e)),
@@ -147,7 +162,11 @@ fn as_bytes<'a>(data: Term<'a>) -> NifResult<Binary<'a>> {
 
 /// The hot path: copies one message (binary or iodata) into the log.
 #[rustler::nif]
-fn store_append<'a>(env: Env<'a>, r: ResourceArc<StoreResource>, data: Term<'a>) -> NifResult<Term<'a>> {
+fn store_append<'a>(
+    env: Env<'a>,
+    r: ResourceArc<StoreResource>,
+    data: Term<'a>,
+) -> NifResult<Term<'a>> {
     let bin = as_bytes(data)?;
     Ok(match r.store.append(bin.as_slice()) {
         Ok(i) => (atoms::ok(), i).encode(env),
@@ -157,24 +176,37 @@ fn store_append<'a>(env: Env<'a>, r: ResourceArc<StoreResource>, data: Term<'a>)
 
 fn append_many<'a>(env: Env<'a>, r: &StoreResource, list: Term<'a>) -> NifResult<Term<'a>> {
     let items: Vec<Term<'a>> = list.decode()?;
-    let bins = items.into_iter().map(as_bytes).collect::<NifResult<Vec<Binary<'a>>>>()?;
-    Ok(match r.store.append_many(bins.iter().map(|b| b.as_slice())) {
-        Ok(Some(i)) => (atoms::ok(), i).encode(env),
-        Ok(None) => (atoms::error(), atoms::empty()).encode(env),
-        Err(e) => store_error(env, e),
-    })
+    let bins = items
+        .into_iter()
+        .map(as_bytes)
+        .collect::<NifResult<Vec<Binary<'a>>>>()?;
+    Ok(
+        match r.store.append_many(bins.iter().map(|b| b.as_slice())) {
+            Ok(Some(i)) => (atoms::ok(), i).encode(env),
+            Ok(None) => (atoms::error(), atoms::empty()).encode(env),
+            Err(e) => store_error(env, e),
+        },
+    )
 }
 
 /// Batch append for small batches (the Elixir side picks this one when the
 /// batch is small enough to stay well under a millisecond).
 #[rustler::nif]
-fn store_append_many<'a>(env: Env<'a>, r: ResourceArc<StoreResource>, list: Term<'a>) -> NifResult<Term<'a>> {
+fn store_append_many<'a>(
+    env: Env<'a>,
+    r: ResourceArc<StoreResource>,
+    list: Term<'a>,
+) -> NifResult<Term<'a>> {
     append_many(env, &r, list)
 }
 
 /// Batch append for large batches, on a dirty I/O scheduler.
 #[rustler::nif(schedule = "DirtyIo")]
-fn store_append_many_dirty<'a>(env: Env<'a>, r: ResourceArc<StoreResource>, list: Term<'a>) -> NifResult<Term<'a>> {
+fn store_append_many_dirty<'a>(
+    env: Env<'a>,
+    r: ResourceArc<StoreResource>,
+    list: Term<'a>,
+) -> NifResult<Term<'a>> {
     append_many(env, &r, list)
 }
 
@@ -187,7 +219,10 @@ fn copy_binary<'a>(env: Env<'a>, p: &[u8]) -> NifResult<Binary<'a>> {
 #[rustler::nif]
 fn store_read<'a>(env: Env<'a>, r: ResourceArc<StoreResource>, index: u64) -> NifResult<Term<'a>> {
     let mut out: Option<NifResult<Binary<'a>>> = None;
-    match r.store.read_with(index, |p| out = Some(copy_binary(env, p))) {
+    match r
+        .store
+        .read_with(index, |p| out = Some(copy_binary(env, p)))
+    {
         Ok(()) => Ok((atoms::ok(), out.unwrap_or(Err(Error::BadArg))?).encode(env)),
         Err(e) => Ok(store_error(env, e)),
     }
@@ -205,12 +240,15 @@ fn store_read_many<'a>(
 ) -> NifResult<Term<'a>> {
     let mut out: Vec<Term<'a>> = Vec::new();
     let mut failed = None;
-    let res = r.store.read_range(from, max_count.min(10_000) as usize, max_bytes as usize, |_, p| {
-        match copy_binary(env, p) {
+    let res = r.store.read_range(
+        from,
+        max_count.min(10_000) as usize,
+        max_bytes as usize,
+        |_, p| match copy_binary(env, p) {
             Ok(b) => out.push(b.encode(env)),
             Err(e) => failed = Some(e),
-        }
-    });
+        },
+    );
     if let Some(e) = failed {
         return Err(e);
     }
@@ -309,8 +347,10 @@ fn store_bench_native<'a>(
     warmup: u64,
     size: u64,
 ) -> NifResult<Term<'a>> {
-    Ok(match tachyon_core::store::bench_append(&r.store, count, warmup, size as usize) {
-        Ok(h) => (atoms::ok(), HistResource::wrap(h)).encode(env),
-        Err(e) => store_error(env, e),
-    })
+    Ok(
+        match tachyon_core::store::bench_append(&r.store, count, warmup, size as usize) {
+            Ok(h) => (atoms::ok(), HistResource::wrap(h)).encode(env),
+            Err(e) => store_error(env, e),
+        },
+    )
 }

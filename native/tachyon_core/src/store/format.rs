@@ -156,7 +156,10 @@ mod tests {
     #[test]
     fn file_names_round_trip() {
         assert_eq!(segment_file_name(42), "00000000000000000042.seg");
-        assert_eq!(parse_segment_file_name("00000000000000000042.seg"), Some(42));
+        assert_eq!(
+            parse_segment_file_name("00000000000000000042.seg"),
+            Some(42)
+        );
         assert_eq!(parse_segment_file_name("42.seg"), None);
         assert_eq!(parse_segment_file_name("0000000000000000004x.seg"), None);
     }

@@ -66,7 +66,9 @@ impl From<OpenError> for StoreError {
 impl std::fmt::Display for StoreError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            StoreError::Corrupt { segment, offset } => write!(f, "corrupt record in segment {segment} at offset {offset}"),
+            StoreError::Corrupt { segment, offset } => {
+                write!(f, "corrupt record in segment {segment} at offset {offset}")
+            }
             StoreError::BadConfig(s) => write!(f, "bad config: {s}"),
             StoreError::Io(e) => write!(f, "{e}"),
             other => write!(f, "{other:?}"),
@@ -130,11 +132,18 @@ impl Default for Config {
 
 impl Config {
     fn validate(&self) -> Result<(), StoreError> {
-        if !(MIN_DATA_CAP..=MAX_DATA_CAP).contains(&self.segment_size) || self.segment_size % 8 != 0 {
-            return Err(StoreError::BadConfig("segment_size must be a multiple of 8 between 64 KiB and 3 GiB"));
+        if !(MIN_DATA_CAP..=MAX_DATA_CAP).contains(&self.segment_size) || !self.segment_size.is_multiple_of(8)
+        {
+            return Err(StoreError::BadConfig(
+                "segment_size must be a multiple of 8 between 64 KiB and 3 GiB",
+            ));
         }
-        if self.max_message_size > MAX_PAYLOAD || record_size(self.max_message_size) > self.segment_size {
-            return Err(StoreError::BadConfig("max_message_size must fit in a segment"));
+        if self.max_message_size > MAX_PAYLOAD
+            || record_size(self.max_message_size) > self.segment_size
+        {
+            return Err(StoreError::BadConfig(
+                "max_message_size must fit in a segment",
+            ));
         }
         if self.max_segments == Some(0) {
             return Err(StoreError::BadConfig("max_segments must be at least 1"));
@@ -271,7 +280,11 @@ fn scan_segment(seg: &Segment, fix_index: bool) -> Scan {
     loop {
         let off = l.data_start + pos;
         if k >= l.slots || off + REC_HEADER > l.file_len {
-            return Scan { count: k, end: pos, bad: None };
+            return Scan {
+                count: k,
+                end: pos,
+                bad: None,
+            };
         }
         match seg.record_at(off) {
             Ok(payload) => {
@@ -286,11 +299,25 @@ fn scan_segment(seg: &Segment, fix_index: bool) -> Scan {
                 // was there (a hole): that is damage, not an end.
                 let s = seg.slot(k).load(Ordering::Relaxed) as usize;
                 if s == off {
-                    return Scan { count: k, end: pos, bad: Some(off) };
+                    return Scan {
+                        count: k,
+                        end: pos,
+                        bad: Some(off),
+                    };
                 }
-                return Scan { count: k, end: pos, bad: None };
+                return Scan {
+                    count: k,
+                    end: pos,
+                    bad: None,
+                };
             }
-            Err(RecordError::Corrupt) => return Scan { count: k, end: pos, bad: Some(off) },
+            Err(RecordError::Corrupt) => {
+                return Scan {
+                    count: k,
+                    end: pos,
+                    bad: Some(off),
+                }
+            }
         }
     }
 }
@@ -329,10 +356,10 @@ fn cut_segment(seg: &Segment, k: usize, off: usize) -> u64 {
     }
     // Find the last non-zero page of the data region from `off` on.
     let mut last_nonzero = end;
-    let mut p = align_up(off, PAGE);
-    // Stop 16 clean pages past the known end.
+    let mut p = off;
+    // Page by page from the cut; stop 16 clean pages past the known end.
     while p < l.file_len {
-        let next = (p + PAGE).min(l.file_len);
+        let next = align_up(p + 1, PAGE).min(l.file_len);
         if page_nonzero(seg, p, next) {
             last_nonzero = next;
         } else if p > end + 16 * PAGE {
@@ -402,7 +429,10 @@ impl Store {
         // Sequence numbers must be contiguous and each base follow the last.
         for w in segs.windows(2) {
             if w[1].seq != w[0].seq + 1 || w[1].base() != w[0].base() + w[0].count() {
-                return Err(StoreError::Corrupt { segment: w[1].seq, offset: 0 });
+                return Err(StoreError::Corrupt {
+                    segment: w[1].seq,
+                    offset: 0,
+                });
             }
         }
 
@@ -423,7 +453,10 @@ impl Store {
                 let later: u64 = segs[i + 1..].iter().map(|s| s.count()).sum();
                 let middle = after > 0 || later > 0;
                 if middle && !cfg.repair {
-                    return Err(StoreError::Corrupt { segment: seg.seq, offset: bad as u64 });
+                    return Err(StoreError::Corrupt {
+                        segment: seg.seq,
+                        offset: bad as u64,
+                    });
                 }
                 rec.truncated_bytes += cut_segment(&seg, scan.count, bad);
                 rec.cut = Some(if middle { "repaired" } else { "torn_tail" });
@@ -438,7 +471,10 @@ impl Store {
                 // It is the active segment again.
                 seg.clear_seal();
             } else if is_last && seg.is_sealed() && seg.count() != scan.count as u64 {
-                return Err(StoreError::Corrupt { segment: seg.seq, offset: 0 });
+                return Err(StoreError::Corrupt {
+                    segment: seg.seq,
+                    offset: 0,
+                });
             }
             i += 1;
         }
@@ -478,7 +514,10 @@ impl Store {
         let touch = if cfg.pretouch {
             let l = active.layout;
             active.populate(0, l.data_start);
-            active.populate(l.data_start + scan.end, l.data_start + scan.end + cfg.pretouch_ahead);
+            active.populate(
+                l.data_start + scan.end,
+                l.data_start + scan.end + cfg.pretouch_ahead,
+            );
             Some(Arc::new(Touch {
                 active: Mutex::new(active.clone()),
                 write_pos: CachePadded::new(AtomicU64::new(scan.end as u64)),
@@ -509,7 +548,10 @@ impl Store {
         {
             let mut g = lock(&store.writer);
             let w = g.as_mut().unwrap();
-            store.apply_retention(w, &mut store.segments.write().unwrap_or_else(|p| p.into_inner()));
+            store.apply_retention(
+                w,
+                &mut store.segments.write().unwrap_or_else(|p| p.into_inner()),
+            );
         }
         if let Some(t) = &store.touch {
             let t = t.clone();
@@ -605,7 +647,11 @@ impl Store {
         }
         let mut g = lock(&self.writer);
         let Some(w) = g.as_mut() else {
-            return Err(if self.cfg.mode == Mode::Read { StoreError::ReadOnly } else { StoreError::Closed });
+            return Err(if self.cfg.mode == Mode::Read {
+                StoreError::ReadOnly
+            } else {
+                StoreError::Closed
+            });
         };
         let mut last = None;
         let mut result = Ok(());
@@ -749,10 +795,15 @@ impl Store {
         }
         let need_list = {
             let segs = self.segments.read().unwrap_or_else(|p| p.into_inner());
-            segs.last().is_none_or(|s| s.is_sealed()) || segs.first().is_some_and(|s| !s.path.exists())
+            segs.last().is_none_or(|s| s.is_sealed())
+                || segs.first().is_some_and(|s| !s.path.exists())
         };
         if need_list {
-            let current = self.segments.read().unwrap_or_else(|p| p.into_inner()).clone();
+            let current = self
+                .segments
+                .read()
+                .unwrap_or_else(|p| p.into_inner())
+                .clone();
             let segs = load_reader_segments(&self.dir, &current)?;
             *self.segments.write().unwrap_or_else(|p| p.into_inner()) = segs;
         }
@@ -795,9 +846,13 @@ impl Store {
         if self.is_closed() {
             return Err(StoreError::Closed);
         }
-        if index >= self.next_index.load(Ordering::Acquire) || index < self.first_index.load(Ordering::Acquire) {
+        if index >= self.next_index.load(Ordering::Acquire)
+            || index < self.first_index.load(Ordering::Acquire)
+        {
             self.refresh()?;
-            if index >= self.next_index.load(Ordering::Acquire) || index < self.first_index.load(Ordering::Acquire) {
+            if index >= self.next_index.load(Ordering::Acquire)
+                || index < self.first_index.load(Ordering::Acquire)
+            {
                 return Err(StoreError::NotFound);
             }
         }
@@ -812,7 +867,10 @@ impl Store {
         }
         match seg.record_at(off) {
             Ok(p) => Ok(f(p)),
-            Err(_) => Err(StoreError::Corrupt { segment: seg.seq, offset: off as u64 }),
+            Err(_) => Err(StoreError::Corrupt {
+                segment: seg.seq,
+                offset: off as u64,
+            }),
         }
     }
 
@@ -873,7 +931,15 @@ impl Store {
                 });
             };
             let sealed = std::mem::take(&mut w.unsynced);
-            let r = (sealed, w.active.clone(), w.synced_pos, w.pos, w.synced_slot, w.slot, w.dir_dirty);
+            let r = (
+                sealed,
+                w.active.clone(),
+                w.synced_pos,
+                w.pos,
+                w.synced_slot,
+                w.slot,
+                w.dir_dirty,
+            );
             w.synced_pos = w.pos;
             w.synced_slot = w.slot;
             w.dir_dirty = false;
@@ -929,7 +995,10 @@ impl Store {
             s.prepared_rolls = w.prepared_rolls;
             s.deleted_segments = w.deleted;
             s.unsynced_bytes = (w.pos - w.synced_pos) as u64
-                + w.unsynced.iter().map(|s| s.layout.data_cap as u64).sum::<u64>();
+                + w.unsynced
+                    .iter()
+                    .map(|s| s.layout.data_cap as u64)
+                    .sum::<u64>();
         }
         let _ = self.refresh();
         let segs = self.segments.read().unwrap_or_else(|p| p.into_inner());
@@ -964,7 +1033,10 @@ impl Store {
         if let Some(w) = w {
             w.active.sync_async();
         }
-        self.segments.write().unwrap_or_else(|p| p.into_inner()).clear();
+        self.segments
+            .write()
+            .unwrap_or_else(|p| p.into_inner())
+            .clear();
         lock(&self.lock_file).take();
     }
 
@@ -993,7 +1065,10 @@ fn bounds(segs: &[Arc<Segment>]) -> (u64, u64) {
     }
 }
 
-fn load_reader_segments(dir: &Path, current: &[Arc<Segment>]) -> Result<Vec<Arc<Segment>>, StoreError> {
+fn load_reader_segments(
+    dir: &Path,
+    current: &[Arc<Segment>],
+) -> Result<Vec<Arc<Segment>>, StoreError> {
     let mut segs = Vec::new();
     for (seq, path) in list_segments(dir)? {
         if let Some(s) = current.iter().find(|s| s.seq == seq) {
@@ -1050,13 +1125,22 @@ fn pretouch_loop(t: Arc<Touch>, dir: PathBuf, cap: usize, ahead: usize) {
         }
         let busy = pos != last_pos;
         last_pos = pos;
-        std::thread::park_timeout(if busy { Duration::from_millis(1) } else { Duration::from_millis(20) });
+        std::thread::park_timeout(if busy {
+            Duration::from_millis(1)
+        } else {
+            Duration::from_millis(20)
+        });
     }
 }
 
 /// The native floor of the store benchmark: `warmup + count` appends of
 /// `size`-byte messages in a Rust loop, each timed with `Instant`.
-pub fn bench_append(store: &Store, count: u64, warmup: u64, size: usize) -> Result<Hist, StoreError> {
+pub fn bench_append(
+    store: &Store,
+    count: u64,
+    warmup: u64,
+    size: usize,
+) -> Result<Hist, StoreError> {
     let msg = vec![0xA5u8; size];
     let mut h = Hist::new();
     for _ in 0..warmup {

@@ -59,7 +59,8 @@ impl Segment {
         let res = (|| {
             // SAFETY: fallocate on a valid fd we own; mode 0 allocates and
             // extends the file.
-            let rc = unsafe { libc::fallocate(file.as_raw_fd(), 0, 0, layout.file_len as libc::off_t) };
+            let rc =
+                unsafe { libc::fallocate(file.as_raw_fd(), 0, 0, layout.file_len as libc::off_t) };
             if rc != 0 {
                 return Err(io::Error::last_os_error());
             }
@@ -105,7 +106,10 @@ impl Segment {
         if head[..8] == [0u8; 8] {
             return Ok(None);
         }
-        let corrupt = OpenError::Corrupt { segment: seq, offset: 0 };
+        let corrupt = OpenError::Corrupt {
+            segment: seq,
+            offset: 0,
+        };
         if head[H_MAGIC..H_MAGIC + 8] != MAGIC {
             return Err(corrupt);
         }
@@ -142,7 +146,8 @@ impl Segment {
         head[H_VERSION..H_VERSION + 4].copy_from_slice(&VERSION.to_le_bytes());
         head[H_SEQ..H_SEQ + 8].copy_from_slice(&self.seq.to_le_bytes());
         head[H_BASE..H_BASE + 8].copy_from_slice(&base.to_le_bytes());
-        head[H_DATA_CAP..H_DATA_CAP + 8].copy_from_slice(&(self.layout.data_cap as u64).to_le_bytes());
+        head[H_DATA_CAP..H_DATA_CAP + 8]
+            .copy_from_slice(&(self.layout.data_cap as u64).to_le_bytes());
         head[H_SLOTS..H_SLOTS + 8].copy_from_slice(&(self.layout.slots as u64).to_le_bytes());
         let now = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
@@ -167,7 +172,7 @@ impl Segment {
 
     #[inline]
     fn atomic_u64(&self, off: usize) -> &AtomicU64 {
-        debug_assert!(off % 8 == 0 && off + 8 <= self.layout.file_len);
+        debug_assert!(off.is_multiple_of(8) && off + 8 <= self.layout.file_len);
         // SAFETY: `off` is 8-aligned (the map is page aligned) and inside the
         // map, which lives as long as `self`; the word is only ever accessed
         // atomically by writers.
@@ -176,7 +181,7 @@ impl Segment {
 
     #[inline]
     fn atomic_u32(&self, off: usize) -> &AtomicU32 {
-        debug_assert!(off % 4 == 0 && off + 4 <= self.layout.file_len);
+        debug_assert!(off.is_multiple_of(4) && off + 4 <= self.layout.file_len);
         // SAFETY: as for atomic_u64, with 4-byte alignment.
         unsafe { &*(self.map.as_ptr().add(off) as *const AtomicU32) }
     }
@@ -215,7 +220,8 @@ impl Segment {
 
     /// Marks the segment full: no record will be added.
     pub fn seal(&self, count: u64, end: u64) {
-        self.atomic_u64(H_SEALED_COUNT).store(count, Ordering::Relaxed);
+        self.atomic_u64(H_SEALED_COUNT)
+            .store(count, Ordering::Relaxed);
         self.atomic_u64(H_SEALED_END).store(end, Ordering::Relaxed);
         self.atomic_u64(H_SEALED).store(1, Ordering::Release);
     }
@@ -248,7 +254,7 @@ impl Segment {
     /// length inside the data region, CRC32C matching.
     pub fn record_at(&self, off: usize) -> Result<&[u8], RecordError> {
         let l = &self.layout;
-        if off < l.data_start || off % 8 != 0 || off + REC_HEADER > l.file_len {
+        if off < l.data_start || !off.is_multiple_of(8) || off + REC_HEADER > l.file_len {
             return Err(RecordError::Corrupt);
         }
         let h = self.header_at(off);
@@ -264,7 +270,8 @@ impl Segment {
         }
         // SAFETY: the range is inside the map (checked above) and the record
         // was published before its header (acquire load above).
-        let payload = unsafe { std::slice::from_raw_parts(self.map.as_ptr().add(off + REC_HEADER), len) };
+        let payload =
+            unsafe { std::slice::from_raw_parts(self.map.as_ptr().add(off + REC_HEADER), len) };
         if record_crc(payload) != (h >> 32) as u32 {
             return Err(RecordError::Corrupt);
         }
@@ -281,9 +288,14 @@ impl Segment {
         // SAFETY: the writer owns [off, off + record_size) (nobody reads it
         // before the header below is published) and it is inside the map.
         unsafe {
-            std::ptr::copy_nonoverlapping(payload.as_ptr(), self.map.as_mut_ptr().add(off + REC_HEADER), payload.len());
+            std::ptr::copy_nonoverlapping(
+                payload.as_ptr(),
+                self.map.as_mut_ptr().add(off + REC_HEADER),
+                payload.len(),
+            );
         }
-        self.atomic_u64(off).store(header_word(payload), Ordering::Release);
+        self.atomic_u64(off)
+            .store(header_word(payload), Ordering::Release);
         self.slot(k).store(off as u32, Ordering::Release);
     }
 

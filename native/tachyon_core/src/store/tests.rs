@@ -60,10 +60,19 @@ fn append_read_reopen() {
 fn limits_and_lock() {
     let d = tmp();
     let s = Store::open(&d, small()).unwrap();
-    assert!(matches!(s.append(&vec![0u8; 4097]), Err(StoreError::MessageTooLarge)));
+    assert!(matches!(
+        s.append(&vec![0u8; 4097]),
+        Err(StoreError::MessageTooLarge)
+    ));
     assert!(matches!(Store::open(&d, small()), Err(StoreError::Locked)));
-    let bad = Config { segment_size: 1000, ..small() };
-    assert!(matches!(Store::open(tmp(), bad), Err(StoreError::BadConfig(_))));
+    let bad = Config {
+        segment_size: 1000,
+        ..small()
+    };
+    assert!(matches!(
+        Store::open(tmp(), bad),
+        Err(StoreError::BadConfig(_))
+    ));
     drop(s);
     assert!(Store::open(&d, small()).is_ok());
     fs::remove_dir_all(&d).unwrap();
@@ -72,7 +81,10 @@ fn limits_and_lock() {
 #[test]
 fn retention_by_segments_and_bytes() {
     let d = tmp();
-    let cfg = Config { max_segments: Some(3), ..small() };
+    let cfg = Config {
+        max_segments: Some(3),
+        ..small()
+    };
     let s = Store::open(&d, cfg).unwrap();
     for i in 0..5000u64 {
         s.append(&msg(i)).unwrap();
@@ -98,7 +110,10 @@ fn retention_by_segments_and_bytes() {
     assert_eq!(activated, 3, "{segs_mem:?} {on_disk:?}");
     drop(s);
     let layout = Layout::new(64 * 1024);
-    let cfg = Config { max_bytes: Some(2 * layout.file_len as u64), ..small() };
+    let cfg = Config {
+        max_bytes: Some(2 * layout.file_len as u64),
+        ..small()
+    };
     let s = Store::open(&d, cfg).unwrap();
     assert!(s.stats().segments <= 2);
     fs::remove_dir_all(&d).unwrap();
@@ -162,10 +177,15 @@ fn corruption_in_the_middle_fails_unless_repair() {
     b[off] ^= 0xff;
     fs::write(&path, &b).unwrap();
     match Store::open(&d, small()) {
-        Err(StoreError::Corrupt { segment: 0, offset }) => assert_eq!(offset as usize, l.data_start + offs[5]),
+        Err(StoreError::Corrupt { segment: 0, offset }) => {
+            assert_eq!(offset as usize, l.data_start + offs[5])
+        }
         other => panic!("expected corrupt, got {:?}", other.map(|_| ())),
     }
-    let cfg = Config { repair: true, ..small() };
+    let cfg = Config {
+        repair: true,
+        ..small()
+    };
     let s = Store::open(&d, cfg).unwrap();
     let r = s.recovery().clone();
     assert_eq!(r.cut, Some("repaired"));
@@ -187,7 +207,14 @@ fn reader_follows_writer_across_rolls() {
     let d = tmp();
     let w = Store::open(&d, small()).unwrap();
     w.append(b"first").unwrap();
-    let r = Store::open(&d, Config { mode: Mode::Read, ..small() }).unwrap();
+    let r = Store::open(
+        &d,
+        Config {
+            mode: Mode::Read,
+            ..small()
+        },
+    )
+    .unwrap();
     assert_eq!(r.read(0).unwrap(), b"first");
     assert!(matches!(r.append(b"no"), Err(StoreError::ReadOnly)));
     for i in 1..3000u64 {
@@ -267,7 +294,14 @@ fn pretouch_prepares_segments_and_stops() {
         assert_eq!(fs::read(&p).unwrap()[..8], MAGIC);
     }
     drop(s);
-    let s = Store::open(&d, Config { pretouch: false, ..small() }).unwrap();
+    let s = Store::open(
+        &d,
+        Config {
+            pretouch: false,
+            ..small()
+        },
+    )
+    .unwrap();
     assert!(!s.pretouch_running());
     for i in 1500..3000u64 {
         assert_eq!(s.append(&msg(i)).unwrap(), i);
@@ -299,11 +333,25 @@ fn sync_and_append_many() {
 #[test]
 fn leftover_prepared_file_is_removed_on_open() {
     let d = tmp();
-    let s = Store::open(&d, Config { pretouch: false, ..small() }).unwrap();
+    let s = Store::open(
+        &d,
+        Config {
+            pretouch: false,
+            ..small()
+        },
+    )
+    .unwrap();
     s.append(b"a").unwrap();
     drop(s);
     let _ = Segment::create(&d, 1, 64 * 1024).unwrap();
-    let s = Store::open(&d, Config { pretouch: false, ..small() }).unwrap();
+    let s = Store::open(
+        &d,
+        Config {
+            pretouch: false,
+            ..small()
+        },
+    )
+    .unwrap();
     assert_eq!(s.recovery().removed_unused, 1);
     assert_eq!(s.read(0).unwrap(), b"a");
     drop(s);
