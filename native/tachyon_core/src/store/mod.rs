@@ -132,7 +132,8 @@ impl Default for Config {
 
 impl Config {
     fn validate(&self) -> Result<(), StoreError> {
-        if !(MIN_DATA_CAP..=MAX_DATA_CAP).contains(&self.segment_size) || !self.segment_size.is_multiple_of(8)
+        if !(MIN_DATA_CAP..=MAX_DATA_CAP).contains(&self.segment_size)
+            || !self.segment_size.is_multiple_of(8)
         {
             return Err(StoreError::BadConfig(
                 "segment_size must be a multiple of 8 between 64 KiB and 3 GiB",
