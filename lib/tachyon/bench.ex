@@ -50,31 +50,38 @@ defmodule Tachyon.Bench do
   def record(h, ns), do: Native.hist_record(h, ns)
 
   @doc """
-  Factor turning `:erlang.monotonic_time/0` differences into nanoseconds
-  (1 on Linux, where the native unit is the nanosecond).
+  Nanoseconds per `:os.perf_counter/0` tick. The Elixir-side timing loops use
+  the perf counter (RDTSC on x86-64: about 35 ns a call here) rather than
+  `:erlang.monotonic_time/0` (about 100 ns a call on this VM's clock), so that
+  the timer adds as little as possible to what is measured.
   """
-  def ns_per_native_unit do
-    case :erlang.convert_time_unit(1, :second, :native) do
-      1_000_000_000 -> 1
-      per_sec -> 1_000_000_000 / per_sec
+  def ns_per_tick do
+    case :persistent_term.get({__MODULE__, :ns_per_tick}, nil) do
+      nil ->
+        v = 1.0e9 / :erlang.convert_time_unit(1, :second, :perf_counter)
+        :persistent_term.put({__MODULE__, :ns_per_tick}, v)
+        v
+
+      v ->
+        v
     end
   end
 
   @doc """
   Measures the cost of the timer itself: two back-to-back
-  `:erlang.monotonic_time/0` calls, `n` times. Returns a case map.
+  `:os.perf_counter/0` calls, `n` times. Returns a case map (in ns).
   """
   def timer_overhead(n \\ 200_000) do
     h = hist()
     timer_loop(n, h)
-    from_hist("timer.overhead", h, 0)
+    from_hist("timer.overhead", h, 0, %{unit: :perf_counter})
   end
 
   defp timer_loop(0, _h), do: :ok
 
   defp timer_loop(n, h) do
-    t0 = :erlang.monotonic_time()
-    t1 = :erlang.monotonic_time()
+    t0 = :os.perf_counter()
+    t1 = :os.perf_counter()
     Native.hist_record(h, t1 - t0)
     timer_loop(n - 1, h)
   end
@@ -88,7 +95,7 @@ defmodule Tachyon.Bench do
     h = hist()
     run_loop(warmup, fun, nil)
     run_loop(n, fun, h)
-    from_hist(name, h, size)
+    from_hist(name, h, size, %{unit: :perf_counter})
   end
 
   defp run_loop(0, _fun, _h), do: :ok
@@ -99,17 +106,22 @@ defmodule Tachyon.Bench do
   end
 
   defp run_loop(n, fun, h) do
-    t0 = :erlang.monotonic_time()
+    t0 = :os.perf_counter()
     fun.()
-    t1 = :erlang.monotonic_time()
+    t1 = :os.perf_counter()
     Native.hist_record(h, t1 - t0)
     run_loop(n - 1, fun, h)
   end
 
-  @doc "Builds a case map from a histogram resource."
+  @doc """
+  Builds a case map from a histogram resource. The histogram holds
+  nanoseconds, or perf counter ticks when `extra` has `unit: :perf_counter`
+  (what the Elixir timing loops record).
+  """
   def from_hist(name, h, size, extra \\ %{}) do
     r = Native.hist_report(h)
-    scale = ns_per_native_unit()
+    {unit, extra} = Map.pop(extra, :unit, :ns)
+    scale = if unit == :perf_counter, do: ns_per_tick(), else: 1
 
     Map.merge(
       %{

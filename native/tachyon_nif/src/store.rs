@@ -164,7 +164,7 @@ fn as_bytes<'a>(data: Term<'a>) -> NifResult<Binary<'a>> {
 #[rustler::nif]
 fn store_append<'a>(
     env: Env<'a>,
-    r: ResourceArc<StoreResource>,
+    r: &StoreResource,
     data: Term<'a>,
 ) -> NifResult<Term<'a>> {
     let bin = as_bytes(data)?;
@@ -217,7 +217,7 @@ fn copy_binary<'a>(env: Env<'a>, p: &[u8]) -> NifResult<Binary<'a>> {
 }
 
 #[rustler::nif]
-fn store_read<'a>(env: Env<'a>, r: ResourceArc<StoreResource>, index: u64) -> NifResult<Term<'a>> {
+fn store_read<'a>(env: Env<'a>, r: &StoreResource, index: u64) -> NifResult<Term<'a>> {
     let mut out: Option<NifResult<Binary<'a>>> = None;
     match r
         .store
