@@ -24,6 +24,8 @@ defmodule Tachyon.Native do
   def hist_merge(_into, _from), do: err()
   def hist_count(_h), do: err()
   def hist_report(_h), do: err()
+  def bench_noop(_a, _b), do: err()
+  def bench_noop_store(_s, _b), do: err()
 
   # Tachyon.Store
   def store_open(_path, _opts), do: err()

@@ -114,3 +114,17 @@ fn hist_report<'a>(env: Env<'a>, h: ResourceArc<HistResource>) -> NifResult<Term
     ];
     Term::map_from_pairs(env, &pairs)
 }
+
+/// An empty NIF taking two arguments: the cost of a NIF call from Elixir,
+/// printed by the benchmarks as the floor of any Elixir-side case.
+#[rustler::nif]
+fn bench_noop<'a>(_a: Term<'a>, _b: Term<'a>) -> rustler::Atom {
+    crate::atoms::ok()
+}
+
+/// An empty NIF that decodes a store resource: the cost of the call plus the
+/// resource lookup.
+#[rustler::nif]
+fn bench_noop_store<'a>(_r: &crate::store::StoreResource, _b: Term<'a>) -> rustler::Atom {
+    crate::atoms::ok()
+}
