@@ -69,9 +69,14 @@ defmodule Tachyon.Bench.Store do
 
   defp run_case("tachyon.store.append.native" = name, dir, n, warmup, size, _msg) do
     {:ok, s} = Store.open(dir, store_opts(true))
-    {:ok, h} = Tachyon.Native.store_bench_native(s.ref, n, warmup, size)
+    {:ok, h, faults} = Tachyon.Native.store_bench_native(s.ref, n, warmup, size)
     Store.close(s)
-    Bench.from_hist(name, h, size, %{note: "Rust loop, Instant::now() around each append"})
+
+    Bench.from_hist(name, h, size, %{
+      note:
+        "Rust loop, Instant::now() around each append; the writer thread took #{faults} page faults",
+      json_extra: %{page_faults: faults}
+    })
   end
 
   defp run_case("disk_log.blog" = name, dir, n, warmup, size, msg) do

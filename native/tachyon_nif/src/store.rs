@@ -162,11 +162,7 @@ fn as_bytes<'a>(data: Term<'a>) -> NifResult<Binary<'a>> {
 
 /// The hot path: copies one message (binary or iodata) into the log.
 #[rustler::nif]
-fn store_append<'a>(
-    env: Env<'a>,
-    r: &StoreResource,
-    data: Term<'a>,
-) -> NifResult<Term<'a>> {
+fn store_append<'a>(env: Env<'a>, r: &StoreResource, data: Term<'a>) -> NifResult<Term<'a>> {
     let bin = as_bytes(data)?;
     Ok(match r.store.append(bin.as_slice()) {
         Ok(i) => (atoms::ok(), i).encode(env),
@@ -338,7 +334,7 @@ fn store_take_events<'a>(env: Env<'a>, r: ResourceArc<StoreResource>) -> NifResu
 }
 
 /// The native floor: appends in a Rust loop, each timed. Runs on a dirty
-/// scheduler. Returns `{:ok, hist}`.
+/// scheduler. Returns `{:ok, hist, page_faults_of_the_appending_thread}`.
 #[rustler::nif(schedule = "DirtyIo")]
 fn store_bench_native<'a>(
     env: Env<'a>,
@@ -349,7 +345,7 @@ fn store_bench_native<'a>(
 ) -> NifResult<Term<'a>> {
     Ok(
         match tachyon_core::store::bench_append(&r.store, count, warmup, size as usize) {
-            Ok(h) => (atoms::ok(), HistResource::wrap(h)).encode(env),
+            Ok(r) => (atoms::ok(), HistResource::wrap(r.hist), r.page_faults).encode(env),
             Err(e) => store_error(env, e),
         },
     )

@@ -1134,6 +1134,26 @@ fn pretouch_loop(t: Arc<Touch>, dir: PathBuf, cap: usize, ahead: usize) {
     }
 }
 
+/// Minor and major page faults taken so far by the calling thread.
+pub fn thread_page_faults() -> (u64, u64) {
+    // SAFETY: getrusage writes into the zeroed struct we pass.
+    unsafe {
+        let mut ru: libc::rusage = std::mem::zeroed();
+        if libc::getrusage(libc::RUSAGE_THREAD, &mut ru) == 0 {
+            (ru.ru_minflt as u64, ru.ru_majflt as u64)
+        } else {
+            (0, 0)
+        }
+    }
+}
+
+/// Result of [`bench_append`].
+pub struct BenchResult {
+    pub hist: Hist,
+    /// Page faults (minor + major) the appending thread took while measured.
+    pub page_faults: u64,
+}
+
 /// The native floor of the store benchmark: `warmup + count` appends of
 /// `size`-byte messages in a Rust loop, each timed with `Instant`.
 pub fn bench_append(
@@ -1141,18 +1161,23 @@ pub fn bench_append(
     count: u64,
     warmup: u64,
     size: usize,
-) -> Result<Hist, StoreError> {
+) -> Result<BenchResult, StoreError> {
     let msg = vec![0xA5u8; size];
     let mut h = Hist::new();
     for _ in 0..warmup {
         store.append(&msg)?;
     }
+    let (min0, maj0) = thread_page_faults();
     for _ in 0..count {
         let t0 = Instant::now();
         store.append(&msg)?;
         h.record(t0.elapsed().as_nanos() as u64);
     }
-    Ok(h)
+    let (min1, maj1) = thread_page_faults();
+    Ok(BenchResult {
+        hist: h,
+        page_faults: (min1 - min0) + (maj1 - maj0),
+    })
 }
 
 #[cfg(test)]
