@@ -114,6 +114,39 @@ defmodule Tachyon.Bench do
   end
 
   @doc """
+  Runs `fun` in a fresh process with a 256K-word (2 MiB) heap and returns its
+  result. A timed loop allocates a few words per call (`{:ok, index}`); with
+  the default heap a minor GC lands in a timed region every few hundred
+  calls, with this one about once per 80,000 (the counterpart of the large
+  young generation in the seeds' JVM flags). The timed loops report the minor
+  GCs they saw (`minor_gcs/1`).
+  """
+  def in_big_heap(fun) do
+    parent = self()
+    ref = make_ref()
+
+    {pid, mon} =
+      :erlang.spawn_opt(fn -> send(parent, {ref, fun.()}) end, [:monitor, min_heap_size: 262_144])
+
+    receive do
+      {^ref, result} ->
+        Process.demonitor(mon, [:flush])
+        result
+
+      {:DOWN, ^mon, :process, ^pid, reason} ->
+        Mix.raise("benchmark loop failed: #{inspect(reason)}")
+    end
+  end
+
+  @doc "Runs `fun` and returns `{result_of_fun, minor GCs of the calling process meanwhile}`."
+  def minor_gcs(fun) do
+    {:garbage_collection, gc0} = Process.info(self(), :garbage_collection)
+    result = fun.()
+    {:garbage_collection, gc1} = Process.info(self(), :garbage_collection)
+    {result, gc1[:minor_gcs] - gc0[:minor_gcs]}
+  end
+
+  @doc """
   Builds a case map from a histogram resource. The histogram holds
   nanoseconds, or perf counter ticks when `extra` has `unit: :perf_counter`
   (what the Elixir timing loops record).

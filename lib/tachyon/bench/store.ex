@@ -100,16 +100,32 @@ defmodule Tachyon.Bench.Store do
 
   defp elixir_append(name, dir, n, warmup, size, msg, pretouch) do
     {:ok, s} = Store.open(dir, store_opts(pretouch))
-    loop(warmup, s, msg, nil)
-    h = Bench.hist()
-    loop(n, s, msg, h)
+
+    {h, gcs} =
+      Bench.in_big_heap(fn ->
+        loop(warmup, s, msg, nil)
+        :erlang.garbage_collect()
+        h = Bench.hist()
+
+        {_ok, gcs} = Bench.minor_gcs(fn -> loop(n, s, msg, h) end)
+
+        {h, gcs}
+      end)
+
     {:ok, stats} = Store.stats(s)
     Store.close(s)
 
     Bench.from_hist(name, h, size, %{
       unit: :perf_counter,
-      note: "pretouch #{pretouch}, #{stats.rolls} rolls (#{stats.prepared_rolls} prepared)",
-      json_extra: %{pretouch: pretouch, rolls: stats.rolls, prepared_rolls: stats.prepared_rolls}
+      note:
+        "pretouch #{pretouch}, #{stats.rolls} rolls (#{stats.prepared_rolls} prepared), " <>
+          "#{gcs} minor GCs in the timed loop",
+      json_extra: %{
+        pretouch: pretouch,
+        rolls: stats.rolls,
+        prepared_rolls: stats.prepared_rolls,
+        minor_gcs: gcs
+      }
     })
   end
 
