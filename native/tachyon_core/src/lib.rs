@@ -1,7 +1,9 @@
 //! Tachyon core: the pure-Rust half of Tachyon (no BEAM, no rustler).
 //!
+//! * [`async_store`]: the writer thread that drains a [`ring`] into a store.
 //! * [`hist`]: HDR latency histograms and the CoralBits-style percentile report
 //!   used by every benchmark.
+//! * [`ring`]: the SPSC byte ring.
 //! * [`store`]: the append-only message log on memory-mapped segment files.
 //! * [`wait`]: wait strategies for every loop that polls.
 //!
@@ -9,6 +11,8 @@
 //! `tachyon_nif` crate only converts terms and owns resources and threads.
 #![deny(unsafe_op_in_unsafe_fn)]
 
+pub mod async_store;
 pub mod hist;
+pub mod ring;
 pub mod store;
 pub mod wait;
