@@ -40,4 +40,15 @@ defmodule Tachyon.Native do
   def store_stats(_s), do: err()
   def store_take_events(_s), do: err()
   def store_bench_native(_s, _count, _warmup, _size), do: err()
+
+  # Tachyon.AsyncStore
+  def async_open(_store, _opts, _report_to, _id, _owner, _owns_store), do: err()
+  def async_append(_a, _data), do: err()
+  def async_flush(_a, _timeout_ms), do: err()
+  def async_drain(_a, _timeout_ms), do: err()
+  def async_close(_a), do: err()
+  def async_stats(_a), do: err()
+  def async_pause(_a, _paused), do: err()
+  def async_bench_native(_a, _count, _warmup, _size), do: err()
+  def async_default_wait, do: err()
 end

@@ -162,7 +162,13 @@ impl std::fmt::Display for Failure {
                 )
             }
             Failure::Io { message, .. } => write!(f, "{message}"),
-            other => write!(f, "{other:?}"),
+            Failure::NoSpace => write!(f, "no space left on device"),
+            Failure::Closed => write!(f, "the store was closed"),
+            Failure::ReadOnly => write!(f, "the store is read-only"),
+            Failure::Corrupt { segment, offset } => {
+                write!(f, "corrupt record in segment {segment} at offset {offset}")
+            }
+            Failure::Panicked => write!(f, "the writer thread panicked"),
         }
     }
 }
@@ -458,9 +464,10 @@ impl AsyncStore {
         });
         let sh = shared.clone();
         let wcfg = cfg.clone();
+        let (started_tx, started_rx) = std::sync::mpsc::channel::<()>();
         let handle = std::thread::Builder::new()
             .name("tachyon-async".into())
-            .spawn(move || writer_main(sh, consumer, wcfg, reporter));
+            .spawn(move || writer_main(sh, consumer, wcfg, reporter, started_tx));
         let handle = match handle {
             Ok(h) => h,
             Err(e) => {
@@ -468,6 +475,8 @@ impl AsyncStore {
                 return Err(OpenError::Io(e));
             }
         };
+        // Return once the thread runs (named, pinned): callers can count it.
+        let _ = started_rx.recv_timeout(Duration::from_secs(5));
         let _ = shared.thread.set(handle.thread().clone());
         Ok(AsyncStore {
             shared,
@@ -760,12 +769,20 @@ impl Drop for ExitGuard {
 /// before, so producers unpark the writer.
 const BACKOFF_SLEEPS_AFTER: u32 = 480;
 
-fn writer_main(sh: Arc<Shared>, mut cons: Consumer, cfg: Config, mut reporter: Option<Reporter>) {
+fn writer_main(
+    sh: Arc<Shared>,
+    mut cons: Consumer,
+    cfg: Config,
+    mut reporter: Option<Reporter>,
+    started: std::sync::mpsc::Sender<()>,
+) {
     let _guard = ExitGuard(sh.clone());
     if let Some(core) = cfg.core {
         let ok = pin_to_core(core);
         sh.pinned.store(if ok { 1 } else { 2 }, Ordering::Relaxed);
     }
+    let _ = started.send(());
+    drop(started);
     let mut report = |r: Report| {
         if let Some(f) = reporter.as_mut() {
             f(r);

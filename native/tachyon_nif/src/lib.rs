@@ -3,10 +3,12 @@
 //!
 //! Every NIF is registered automatically by `rustler::init!` (no function
 //! list). Modules:
+//! * `async_store`: `Tachyon.AsyncStore` (ring + writer thread before a store).
 //! * `hist`: HDR histogram resources for the benchmarks.
 //! * `store`: `Tachyon.Store` (message log).
 #![deny(unsafe_op_in_unsafe_fn)]
 
+mod async_store;
 mod atoms;
 mod hist;
 mod store;

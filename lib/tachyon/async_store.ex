@@ -1,0 +1,706 @@
+defmodule Tachyon.AsyncStore do
+  @moduledoc """
+  An asynchronous front for a `Tachyon.Store`: `append/2` copies the message
+  into a preallocated ring in memory and returns; a writer thread (in Rust)
+  drains the ring into the store in batches, paying for checksums, indexes,
+  page faults and segment rolls off the caller's path.
+
+  `append/2` returns the index the message will have in the store, known at
+  enqueue time: an AsyncStore must be the store's only appender while it runs
+  (two AsyncStores cannot wrap the same store; a direct
+  `Tachyon.Store.append/2` is detected and stops the writer with
+  `:index_conflict`).
+
+  ## What each call guarantees
+
+    * `append/2` returning `{:ok, index}` means **enqueued**: the message is
+      in the ring, in memory. A crash of the VM before the writer took it
+      loses it.
+    * `flush/2` returning means **in the store**: everything enqueued before
+      the call is in the store's page cache and survives a VM crash (even
+      `kill -9`).
+    * `Tachyon.Store.sync/1` (on `store/1`) after a flush means **durable** on
+      power loss.
+
+  ## Starting
+
+  Under your own supervisor, owning its store:
+
+      children = [
+        {Tachyon.AsyncStore, name: :events, path: "/var/lib/my_app/events"}
+      ]
+
+      {:ok, index} = Tachyon.AsyncStore.append(:events, "hello")
+      {:ok, ^index} = Tachyon.AsyncStore.flush(:events)
+
+  or in front of a store you started yourself (start the store first, e.g.
+  with a `:rest_for_one` supervisor, so that a store restart restarts the
+  AsyncStore too):
+
+      children = [
+        {Tachyon.Store, name: :events_log, path: "/var/lib/my_app/events"},
+        {Tachyon.AsyncStore, name: :events, store: :events_log}
+      ]
+
+  or without a process, with a handle (closed by `close/1` or when the
+  handle is garbage-collected):
+
+      {:ok, async} = Tachyon.AsyncStore.open("/tmp/events", segment_size: 1024 * 1024)
+      {:ok, 0} = Tachyon.AsyncStore.append(async, "hello")
+      :ok = Tachyon.AsyncStore.close(async)
+
+      {:ok, store} = Tachyon.Store.open("/tmp/other")
+      {:ok, async} = Tachyon.AsyncStore.open(store)
+
+  `append/2` on a name is one `:persistent_term` lookup and one NIF call: no
+  message to any process.
+
+  ## Options
+
+    * `:name` - `start_link/1` only, required: the atom to register under.
+    * `:path` - open (and own) the store in this directory; any
+      `Tachyon.Store` option (`:segment_size`, `:max_message_size`,
+      `:max_segments`, ...) may be given alongside. The store is closed with
+      the AsyncStore.
+    * `:store` - instead of `:path`: a `Tachyon.Store` handle or the name of
+      a started store to write to. It stays open after `close/1`.
+    * `:ring_size` - ring bytes, a power of two from 4096 to 1 GiB (default
+      4 MiB). Allocated and faulted in once, at open. A message takes its
+      length plus an 8-byte header, rounded up to 8 bytes.
+    * `:wait` - what the writer thread does when the ring is empty:
+      `:busy_spin` (lowest latency, burns a core), `:yield`, `:backoff`
+      (spin, then yield, then naps up to 1 ms) or `:park` (sleeps until a
+      producer wakes it). Default: `:busy_spin` with more than two cores,
+      `:backoff` otherwise, so that a small machine's schedulers are not
+      starved.
+    * `:core` - pin the writer thread to this core (default: not pinned).
+    * `:on_full` - when the ring is full, `:spin` (default) waits up to
+      `:spin_timeout` microseconds for the writer to make room, then returns
+      `{:error, :full}`; `:error` returns `{:error, :full}` at once.
+    * `:spin_timeout` - microseconds, 0..1000 (default 100). The spin runs on
+      the caller's scheduler, so it is capped at 1 ms.
+    * `:batch_size` - at most this many messages per store batch (default
+      1024).
+    * `:stats_interval` - milliseconds between `[:tachyon, :async_store,
+      :stats]` telemetry events (default 1000; `nil` for none).
+
+  The largest message accepted is the store's `:max_message_size` or half
+  the ring less 8 bytes, whichever is smaller (`max_message_size/1`).
+
+  ## Errors
+
+    * `append/2`: `{:error, :full}` (see `:on_full`), `{:error,
+      :message_too_large}`, `{:error, :closed}` (after `close/1`),
+      `{:error, :noproc}` (no AsyncStore under that name), and after a writer
+      failure the failure's reason (below).
+    * Writer failures: a store error while writing (`:enospc` when the disk
+      is full, `:enoent`, `:eacces`, ... when a segment cannot be created,
+      `:closed` when the store was closed under it, `:index_conflict` when
+      something else appended to the store). The writer stops; messages
+      already written stay valid in the store (the store never leaves a
+      partial record); messages still in the ring are not written (counted
+      by `stats/1` as `:pending`); every later `append/2` and `flush/2`
+      returns `{:error, reason}`; a `[:tachyon, :async_store,
+      :writer_failed]` event and an error log say why. Close it and start a
+      new one once the cause is fixed.
+    * Bad options and messages that are not iodata raise `ArgumentError`.
+
+  ## Threads
+
+  One writer thread per AsyncStore, named `tachyon-async`. It is stopped and
+  joined by `close/1`, when the handle is garbage-collected, and (for
+  `start_link/1`) when the owning process dies, even if it is killed: the
+  ring is written out first.
+  """
+  use GenServer, restart: :transient
+
+  require Logger
+
+  import Bitwise, only: [<<<: 2, &&&: 2]
+
+  alias Tachyon.{Native, Store}
+
+  defstruct [:ref, :store, :name, :path, :owns_store, :max_message_size]
+
+  @typedoc "An AsyncStore handle."
+  @type t :: %__MODULE__{
+          ref: reference(),
+          store: Store.t(),
+          name: atom() | nil,
+          path: String.t(),
+          owns_store: boolean(),
+          max_message_size: non_neg_integer()
+        }
+
+  @typedoc "A handle or the name of an AsyncStore started with `start_link/1`."
+  @type async :: t() | atom()
+
+  @type index :: non_neg_integer()
+
+  @type reason ::
+          :full
+          | :closed
+          | :message_too_large
+          | :noproc
+          | :timeout
+          | :index_conflict
+          | :enospc
+          | atom()
+
+  @async_defaults [
+    ring_size: 4 * 1024 * 1024,
+    wait: nil,
+    core: nil,
+    on_full: :spin,
+    spin_timeout: 100,
+    batch_size: 1024,
+    stats_interval: 1000
+  ]
+
+  @async_keys Keyword.keys(@async_defaults)
+
+  @default_timeout 5000
+
+  # -- starting ----------------------------------------------------------------
+
+  @doc """
+  Starts a process that opens the AsyncStore (and its store, with `:path`),
+  registers it under `:name`, emits its telemetry and closes it when it
+  stops. See the moduledoc for the options.
+
+  ## Example
+
+      {:ok, _pid} = Tachyon.AsyncStore.start_link(name: :events, path: "/tmp/events")
+      {:ok, 0} = Tachyon.AsyncStore.append(:events, "hello")
+  """
+  @spec start_link(keyword()) :: GenServer.on_start()
+  def start_link(opts) when is_list(opts) do
+    {name, opts} = Keyword.pop(opts, :name)
+
+    unless is_atom(name) and name != nil do
+      raise ArgumentError,
+            "the :name option is required and must be an atom, got: #{inspect(name)}"
+    end
+
+    {source, async_opts, store_opts} = split!(opts)
+    GenServer.start_link(__MODULE__, {name, source, async_opts, store_opts}, name: name)
+  end
+
+  @doc """
+  Opens an AsyncStore with no process involved and returns its handle.
+
+  The first argument is either a directory (the store is opened there with
+  the `Tachyon.Store` options in `opts`, and closed with the AsyncStore) or
+  a `Tachyon.Store` handle or name (wrapped; it stays open). It is closed by
+  `close/1` or when the handle is garbage-collected.
+
+  ## Examples
+
+      {:ok, async} = Tachyon.AsyncStore.open("/tmp/events", ring_size: 1024 * 1024)
+
+      {:ok, store} = Tachyon.Store.open("/tmp/other")
+      {:ok, async} = Tachyon.AsyncStore.open(store, on_full: :error)
+  """
+  @spec open(Path.t() | Store.store(), keyword()) :: {:ok, t()} | {:error, reason()}
+  def open(path_or_store, opts \\ []) when is_list(opts) do
+    if Keyword.has_key?(opts, :path) or Keyword.has_key?(opts, :store) or
+         Keyword.has_key?(opts, :name) do
+      raise ArgumentError,
+            "open/2 takes the directory or store as its first argument; " <>
+              ":path, :store and :name are not options of open/2"
+    end
+
+    key = if is_binary(path_or_store), do: :path, else: :store
+    {source, async_opts, store_opts} = split!([{key, path_or_store} | opts])
+    do_open(source, async_opts, store_opts, nil, nil)
+  end
+
+  @doc """
+  Like `open/2` but raises on error.
+
+  ## Example
+
+      async = Tachyon.AsyncStore.open!("/tmp/events")
+  """
+  @spec open!(Path.t() | Store.store(), keyword()) :: t()
+  def open!(path_or_store, opts \\ []) do
+    case open(path_or_store, opts) do
+      {:ok, async} ->
+        async
+
+      {:error, reason} ->
+        raise RuntimeError, "cannot open Tachyon.AsyncStore: #{inspect(reason)}"
+    end
+  end
+
+  # Splits options into {source, async options, store options} and validates
+  # the async ones (the store ones are validated by Tachyon.Store.open/2).
+  defp split!(opts) do
+    {path, opts} = Keyword.pop(opts, :path)
+    {store, opts} = Keyword.pop(opts, :store)
+    {async_opts, store_opts} = Keyword.split(opts, @async_keys)
+
+    source =
+      cond do
+        path != nil and store != nil ->
+          raise ArgumentError, "give either the :path or the :store option, not both"
+
+        is_binary(path) ->
+          {:path, path}
+
+        path != nil ->
+          raise ArgumentError, "the :path option must be a string, got: #{inspect(path)}"
+
+        match?(%Store{}, store) or (is_atom(store) and store != nil) ->
+          {:store, store}
+
+        store != nil ->
+          raise ArgumentError,
+                "the :store option must be a Tachyon.Store handle or name, got: #{inspect(store)}"
+
+        true ->
+          raise ArgumentError, "either the :path or the :store option is required"
+      end
+
+    if match?({:store, _}, source) and store_opts != [] do
+      raise ArgumentError,
+            "store options (#{inspect(Keyword.keys(store_opts))}) are only valid with :path; " <>
+              "the AsyncStore options are #{inspect(@async_keys)}"
+    end
+
+    {source, validate!(async_opts), store_opts}
+  end
+
+  defp validate!(opts) do
+    opts = Keyword.merge(@async_defaults, opts)
+    opts = if opts[:wait] == nil, do: Keyword.put(opts, :wait, default_wait()), else: opts
+
+    check!(
+      opts,
+      :ring_size,
+      &(is_integer(&1) and &1 >= 4096 and &1 <= 1 <<< 30 and (&1 &&& &1 - 1) == 0),
+      "must be a power of two between 4096 and 1073741824"
+    )
+
+    check!(
+      opts,
+      :wait,
+      &(&1 in [:busy_spin, :yield, :backoff, :park]),
+      "must be :busy_spin, :yield, :backoff or :park"
+    )
+
+    check!(
+      opts,
+      :core,
+      &(&1 == nil or (is_integer(&1) and &1 >= 0)),
+      "must be nil or a non-negative integer"
+    )
+
+    check!(opts, :on_full, &(&1 in [:spin, :error]), "must be :spin or :error")
+
+    check!(
+      opts,
+      :spin_timeout,
+      &(is_integer(&1) and &1 >= 0 and &1 <= 1000),
+      "must be an integer in 0..1000 (microseconds)"
+    )
+
+    check!(
+      opts,
+      :batch_size,
+      &(is_integer(&1) and &1 >= 1 and &1 <= 1_048_576),
+      "must be an integer in 1..1048576"
+    )
+
+    check!(
+      opts,
+      :stats_interval,
+      &(&1 == nil or (is_integer(&1) and &1 > 0)),
+      "must be a positive integer (milliseconds) or nil"
+    )
+
+    opts
+  end
+
+  defp check!(opts, key, ok?, msg) do
+    value = Keyword.fetch!(opts, key)
+
+    unless ok?.(value) do
+      raise ArgumentError, "the #{inspect(key)} option #{msg}, got: #{inspect(value)}"
+    end
+  end
+
+  @doc """
+  The writer's default `:wait` strategy on this machine: `:busy_spin` with
+  more than two cores, `:backoff` otherwise.
+
+  ## Example
+
+      Tachyon.AsyncStore.default_wait()
+      #=> :backoff
+  """
+  @spec default_wait() :: :busy_spin | :backoff
+  def default_wait, do: Native.async_default_wait()
+
+  # Opens (or resolves) the store, then the AsyncStore in front of it.
+  # `owner` is monitored by the resource (start_link); `report_to` gets the
+  # writer's reports (the owner, or a small reporter process for open/2).
+  defp do_open(source, async_opts, store_opts, name, owner) do
+    with {:ok, store, owns?} <- resolve_store(source, store_opts) do
+      meta = %{name: name, path: store.path}
+      report_to = owner || spawn_reporter(meta)
+      nif_opts = Map.new(async_opts)
+
+      id = System.unique_integer([:positive])
+
+      case Native.async_open(store.ref, nif_opts, report_to, id, owner, owns?) do
+        {:ok, ref, max} ->
+          {:ok,
+           %__MODULE__{
+             ref: ref,
+             store: store,
+             name: name,
+             path: store.path,
+             owns_store: owns?,
+             max_message_size: max
+           }}
+
+        {:error, _} = error ->
+          if owner == nil, do: send(report_to, :stop)
+          if owns?, do: Store.close(store)
+          error
+      end
+    end
+  end
+
+  defp resolve_store({:path, path}, store_opts) do
+    if store_opts[:mode] == :read do
+      raise ArgumentError, "an AsyncStore writes: the store's :mode must be :write"
+    end
+
+    case Store.open(path, store_opts) do
+      {:ok, store} -> {:ok, store, true}
+      {:error, _} = error -> error
+    end
+  end
+
+  defp resolve_store({:store, %Store{} = store}, _), do: {:ok, store, false}
+
+  defp resolve_store({:store, name}, _) when is_atom(name) do
+    case Store.whereis(name) do
+      {:ok, store} -> {:ok, store, false}
+      {:error, _} = error -> error
+    end
+  end
+
+  # -- the hot path ------------------------------------------------------------
+
+  @doc """
+  Enqueues a message (a binary or iodata) and returns the index it will have
+  in the store. Runs on the caller's scheduler; with `on_full: :spin` a full
+  ring makes it wait at most `:spin_timeout` microseconds.
+
+  ## Example
+
+      {:ok, 0} = Tachyon.AsyncStore.append(async, "first")
+      {:ok, 1} = Tachyon.AsyncStore.append(async, ["sec", ?o, "nd"])
+  """
+  @spec append(async(), iodata()) :: {:ok, index()} | {:error, reason()}
+  def append(%__MODULE__{ref: ref}, data) when is_binary(data) or is_list(data),
+    do: Native.async_append(ref, data)
+
+  def append(name, data) when is_atom(name) and (is_binary(data) or is_list(data)) do
+    case :persistent_term.get({__MODULE__, name}, nil) do
+      %__MODULE__{ref: ref} -> Native.async_append(ref, data)
+      nil -> {:error, :noproc}
+    end
+  end
+
+  def append(async, data) when is_binary(data) or is_list(data),
+    do:
+      raise(
+        ArgumentError,
+        "expected a Tachyon.AsyncStore handle or name, got: #{inspect(async)}"
+      )
+
+  def append(_async, data),
+    do: raise(ArgumentError, "a message must be a binary or iodata, got: #{inspect(data)}")
+
+  @doc """
+  Waits until every message enqueued before the call is in the store (at
+  most `timeout` milliseconds, on a dirty I/O scheduler). Returns the index
+  of the last message in the store at that point (`nil` if the store is
+  empty): it is at least the index of every message appended before the
+  call.
+
+  ## Example
+
+      {:ok, 7} = Tachyon.AsyncStore.append(async, "x")
+      {:ok, 7} = Tachyon.AsyncStore.flush(async)
+  """
+  @spec flush(async(), timeout()) :: {:ok, index() | nil} | {:error, reason()}
+  def flush(async, timeout \\ @default_timeout) do
+    ms = timeout_ms(timeout)
+
+    with {:ok, a} <- resolve(async) do
+      case Native.async_flush(a.ref, ms) do
+        {:ok, 0} -> {:ok, nil}
+        {:ok, next} -> {:ok, next - 1}
+        {:error, _} = error -> error
+      end
+    end
+  end
+
+  @doc """
+  Waits until the ring is empty (at most `timeout` milliseconds), like
+  CoralStore's `drainAndWait`. Unlike `flush/2` it also waits for messages
+  other processes append meanwhile, so under a steady load from others it
+  may time out.
+
+  ## Example
+
+      :ok = Tachyon.AsyncStore.drain(async)
+  """
+  @spec drain(async(), timeout()) :: :ok | {:error, reason()}
+  def drain(async, timeout \\ @default_timeout) do
+    ms = timeout_ms(timeout)
+    with {:ok, a} <- resolve(async), do: Native.async_drain(a.ref, ms)
+  end
+
+  defp timeout_ms(:infinity), do: 0xFFFF_FFFF
+  defp timeout_ms(ms) when is_integer(ms) and ms >= 0, do: ms
+
+  defp timeout_ms(other),
+    do:
+      raise(
+        ArgumentError,
+        "the timeout must be a non-negative integer (ms) or :infinity, got: #{inspect(other)}"
+      )
+
+  @doc """
+  Counters and gauges:
+
+    * `:enqueued` - messages accepted by `append/2`
+    * `:written` - messages the writer put in the store
+    * `:pending` - enqueued but not written (yet; or never, after a failure)
+    * `:written_bytes`, `:batches` - payload bytes and store batches written
+    * `:full_events` - appends that found the ring full
+    * `:rejected` - appends that returned `{:error, :full}`
+    * `:high_water_bytes` - the most ring bytes in use the writer saw
+    * `:ring_size`, `:ring_used` - ring bytes, and bytes in use now
+    * `:base_index`, `:next_index` - the store index of this AsyncStore's
+      first message, and the index the next append gets
+    * `:state` - `:running`, `:failed`, `:closing` or `:closed`
+    * `:wait`, `:pinned` - the writer's wait strategy; whether it is pinned
+      (`nil` if no `:core` was asked)
+
+  ## Example
+
+      {:ok, %{enqueued: 2, written: 2, pending: 0}} = Tachyon.AsyncStore.stats(async)
+  """
+  @spec stats(async()) :: {:ok, map()} | {:error, reason()}
+  def stats(async) do
+    with {:ok, a} <- resolve(async), do: {:ok, Native.async_stats(a.ref)}
+  end
+
+  @doc """
+  The largest message `append/2` accepts.
+
+  ## Example
+
+      Tachyon.AsyncStore.max_message_size(async)
+      #=> 1048576
+  """
+  @spec max_message_size(async()) :: non_neg_integer() | nil
+  def max_message_size(async) do
+    case resolve(async) do
+      {:ok, a} -> a.max_message_size
+      _ -> nil
+    end
+  end
+
+  @doc """
+  The store written to, for reading (`Tachyon.Store.read/2`,
+  `Tachyon.Store.stream/2`) and `Tachyon.Store.sync/1`. Do not append to it
+  directly while the AsyncStore runs.
+
+  ## Example
+
+      {:ok, store} = Tachyon.AsyncStore.store(async)
+      {:ok, "first"} = Tachyon.Store.read(store, 0)
+  """
+  @spec store(async()) :: {:ok, Store.t()} | {:error, :noproc}
+  def store(async) do
+    with {:ok, a} <- resolve(async), do: {:ok, a.store}
+  end
+
+  @doc """
+  Stops accepting messages, lets the writer write everything queued, stops
+  and joins the writer thread, and closes the store if the AsyncStore opened
+  it. Returns `{:error, reason}` if the writer had failed (its queued
+  messages were not written). For a named AsyncStore, stops its process.
+
+  ## Example
+
+      :ok = Tachyon.AsyncStore.close(async)
+      {:error, :closed} = Tachyon.AsyncStore.append(async, "late")
+  """
+  @spec close(async()) :: :ok | {:error, reason()}
+  def close(%__MODULE__{} = a) do
+    result = Native.async_close(a.ref)
+    if a.owns_store, do: Store.close(a.store)
+    result
+  end
+
+  def close(name) when is_atom(name) do
+    case GenServer.whereis(name) do
+      nil -> :ok
+      _pid -> GenServer.call(name, :close, :infinity)
+    end
+  end
+
+  @doc """
+  Returns the handle of an AsyncStore started with `start_link/1`.
+
+  ## Example
+
+      {:ok, %Tachyon.AsyncStore{}} = Tachyon.AsyncStore.whereis(:events)
+  """
+  @spec whereis(atom()) :: {:ok, t()} | {:error, :noproc}
+  def whereis(name) when is_atom(name) do
+    case :persistent_term.get({__MODULE__, name}, nil) do
+      nil -> {:error, :noproc}
+      a -> {:ok, a}
+    end
+  end
+
+  defp resolve(%__MODULE__{} = a), do: {:ok, a}
+  defp resolve(name) when is_atom(name), do: whereis(name)
+
+  defp resolve(other),
+    do:
+      raise(
+        ArgumentError,
+        "expected a Tachyon.AsyncStore handle or name, got: #{inspect(other)}"
+      )
+
+  # -- reports from the writer thread ------------------------------------------
+
+  # For open/2 handles: a small process that turns the writer's reports into
+  # telemetry and logs. It holds no reference to the handle (so the handle
+  # can still be garbage-collected) and exits with the writer's last report.
+  defp spawn_reporter(meta) do
+    spawn(fn -> reporter_loop(meta) end)
+  end
+
+  defp reporter_loop(meta) do
+    receive do
+      :stop ->
+        :ok
+
+      {:tachyon_async_store, _id, kind, _, _} = msg when kind == :writer_failed ->
+        handle_report(msg, meta)
+
+      {:tachyon_async_store, _id, :stopped, _} ->
+        :ok
+
+      {:tachyon_async_store, _id, _, _} = msg ->
+        handle_report(msg, meta)
+        reporter_loop(meta)
+    end
+  end
+
+  defp handle_report({:tachyon_async_store, _id, :stats, stats}, meta) do
+    Tachyon.Telemetry.execute(
+      [:tachyon, :async_store, :stats],
+      Map.take(stats, [
+        :enqueued,
+        :written,
+        :pending,
+        :written_bytes,
+        :batches,
+        :full_events,
+        :rejected,
+        :high_water_bytes,
+        :ring_used
+      ]),
+      meta
+    )
+  end
+
+  defp handle_report({:tachyon_async_store, _id, :writer_failed, {reason, detail}, stats}, meta) do
+    Logger.error(
+      "Tachyon.AsyncStore #{meta.path}: the writer stopped: #{detail} (#{inspect(reason)}). " <>
+        "#{stats.written} messages were written, #{stats.pending} queued ones were not; " <>
+        "appends now return {:error, #{inspect(reason)}}"
+    )
+
+    Tachyon.Telemetry.execute(
+      [:tachyon, :async_store, :writer_failed],
+      %{enqueued: stats.enqueued, written: stats.written, lost: stats.pending},
+      Map.merge(meta, %{reason: reason, detail: detail})
+    )
+  end
+
+  defp handle_report({:tachyon_async_store, _id, :stopped, _stats}, _meta), do: :ok
+
+  # -- the process -------------------------------------------------------------
+
+  @impl true
+  def init({name, source, async_opts, store_opts}) do
+    Process.flag(:trap_exit, true)
+
+    # A previous incarnation that was killed (no terminate/2) left its handle
+    # here. Its resource already stopped its writer when that process died
+    # (the resource monitors its owner); close it for good.
+    case :persistent_term.get({__MODULE__, name}, nil) do
+      %__MODULE__{} = old ->
+        close(old)
+        :persistent_term.erase({__MODULE__, name})
+
+      nil ->
+        :ok
+    end
+
+    case do_open(source, async_opts, store_opts, name, self()) do
+      {:ok, a} ->
+        :persistent_term.put({__MODULE__, name}, a)
+        {:ok, %{async: a, meta: %{name: name, path: a.path}}}
+
+      {:error, reason} ->
+        {:stop, reason}
+    end
+  end
+
+  @impl true
+  def handle_call(:close, _from, state) do
+    result = shutdown(state)
+    {:stop, :normal, result, %{state | async: nil}}
+  end
+
+  @impl true
+  def handle_info({:tachyon_async_store, _, :stats, _} = msg, state) do
+    handle_report(msg, state.meta)
+    # Emit the owned store's roll events too (Tachyon.Store.stats/1 flushes
+    # them).
+    if state.async && state.async.owns_store, do: Store.stats(state.async.store)
+    {:noreply, state}
+  end
+
+  def handle_info({:tachyon_async_store, _, _, _, _} = msg, state) do
+    handle_report(msg, state.meta)
+    {:noreply, state}
+  end
+
+  def handle_info(_msg, state), do: {:noreply, state}
+
+  @impl true
+  def terminate(_reason, state), do: shutdown(state)
+
+  defp shutdown(%{async: nil}), do: :ok
+
+  defp shutdown(%{async: a}) do
+    :persistent_term.erase({__MODULE__, a.name})
+    close(a)
+  end
+end

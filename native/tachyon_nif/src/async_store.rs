@@ -1,0 +1,316 @@
+//! `Tachyon.Native.async_*`: the AsyncStore resource (a ring and a writer
+//! thread in front of a store resource).
+//!
+//! Hot call: `async_append` on a normal scheduler (a mutex, a copy into the
+//! ring; a full ring spins at most `spin_us`, capped at 1 ms). Everything that
+//! waits (`async_flush`, `async_drain`, `async_close`) runs on a dirty I/O
+//! scheduler with a bounded wait; `async_open` (ring allocation, page
+//! touching, thread spawn) too. The writer thread reports to a process with
+//! `OwnedEnv::send_and_clear`.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use rustler::env::OwnedEnv;
+use rustler::types::atom::Atom;
+use rustler::{Binary, Encoder, Env, Error, LocalPid, Monitor, NifResult, ResourceArc, Term};
+use tachyon_core::async_store::{
+    AppendError, AsyncStore, Config, Failure, OnFull, OpenError, Report, Reporter, Stats, WaitError,
+};
+use tachyon_core::store::Store;
+use tachyon_core::wait::WaitStrategy;
+
+use crate::atoms;
+use crate::hist::HistResource;
+use crate::store::{store_error, StoreResource};
+
+/// The BEAM's handle on an AsyncStore. Dropping it (GC) or `async_close`
+/// stops the writer after it has written everything queued and joins it.
+/// With an owner process (`start_link`), the owner's death does the same and
+/// closes the store if the AsyncStore opened it.
+pub struct AsyncStoreResource {
+    inner: AsyncStore,
+    /// The store was opened for this AsyncStore (closed with it by `down`).
+    owns_store: bool,
+}
+
+#[rustler::resource_impl]
+impl rustler::Resource for AsyncStoreResource {
+    fn down<'a>(&'a self, _env: Env<'a>, _pid: LocalPid, _monitor: Monitor) {
+        // The owner died without closing (e.g. killed): write what is queued,
+        // stop and join the writer, and release the store it opened. The
+        // ring is bounded, so this takes at most a few milliseconds.
+        let _ = self.inner.close();
+        if self.owns_store {
+            self.inner.store().close();
+        }
+    }
+}
+
+fn atom<'a>(env: Env<'a>, name: &str) -> Term<'a> {
+    Atom::from_str(env, name)
+        .map(|a| a.encode(env))
+        .unwrap_or_else(|_| atoms::error().encode(env))
+}
+
+fn get<'a, T: rustler::Decoder<'a>>(env: Env<'a>, opts: Term<'a>, key: &str) -> NifResult<T> {
+    let k = Atom::from_str(env, key)?;
+    opts.map_get(k)?.decode()
+}
+
+fn decode_config<'a>(env: Env<'a>, opts: Term<'a>) -> NifResult<Config> {
+    let wait: Atom = get(env, opts, "wait")?;
+    let wait = WaitStrategy::parse(&wait.to_term(env).atom_to_string()?).ok_or(Error::BadArg)?;
+    let on_full: Atom = get(env, opts, "on_full")?;
+    let spin_us: u64 = get(env, opts, "spin_timeout")?;
+    let on_full = if on_full == Atom::from_str(env, "error")? {
+        OnFull::Error
+    } else {
+        // Never keep a normal scheduler longer than a millisecond.
+        OnFull::Spin(Duration::from_micros(spin_us.min(1000)))
+    };
+    let core: Option<u64> = get(env, opts, "core")?;
+    let interval: Option<u64> = get(env, opts, "stats_interval")?;
+    let batch: u64 = get(env, opts, "batch_size")?;
+    Ok(Config {
+        ring_size: get::<u64>(env, opts, "ring_size")? as usize,
+        wait,
+        core: core.map(|c| c as usize),
+        on_full,
+        batch_count: batch.clamp(1, 1 << 20) as usize,
+        stats_interval: interval.map(Duration::from_millis),
+        ..Config::default()
+    })
+}
+
+fn opt_bool<'a>(env: Env<'a>, v: Option<bool>) -> Term<'a> {
+    match v {
+        Some(b) => b.encode(env),
+        None => atoms::nil().encode(env),
+    }
+}
+
+fn stats_term<'a>(env: Env<'a>, s: &Stats) -> NifResult<Term<'a>> {
+    let pairs: Vec<(Term<'a>, Term<'a>)> = [
+        ("enqueued", s.enqueued.encode(env)),
+        ("written", s.written.encode(env)),
+        ("pending", s.pending().encode(env)),
+        ("written_bytes", s.written_bytes.encode(env)),
+        ("batches", s.batches.encode(env)),
+        ("full_events", s.full_events.encode(env)),
+        ("rejected", s.rejected.encode(env)),
+        ("high_water_bytes", s.high_water_bytes.encode(env)),
+        ("ring_size", s.ring_size.encode(env)),
+        ("ring_used", s.ring_used.encode(env)),
+        ("base_index", s.base_index.encode(env)),
+        ("next_index", s.next_index.encode(env)),
+        ("state", atom(env, s.state)),
+        ("wait", atom(env, s.wait)),
+        ("pinned", opt_bool(env, s.pinned)),
+    ]
+    .into_iter()
+    .map(|(k, v)| (atom(env, k), v))
+    .collect();
+    Term::map_from_pairs(env, &pairs)
+}
+
+/// The reason term of a writer failure.
+fn failure_reason<'a>(env: Env<'a>, f: &Failure) -> Term<'a> {
+    match f {
+        Failure::IndexConflict { .. } => atom(env, "index_conflict"),
+        Failure::Panicked => atom(env, "writer_panicked"),
+        other => match other.to_store_error() {
+            Some(e) => {
+                let t = store_error(env, e);
+                rustler::types::tuple::get_tuple(t)
+                    .ok()
+                    .and_then(|v| v.get(1).copied())
+                    .unwrap_or_else(|| atoms::eio().encode(env))
+            }
+            None => atoms::eio().encode(env),
+        },
+    }
+}
+
+fn error<'a>(env: Env<'a>, reason: Term<'a>) -> Term<'a> {
+    (atoms::error(), reason).encode(env)
+}
+
+fn append_error<'a>(env: Env<'a>, e: &AppendError) -> Term<'a> {
+    let reason = match e {
+        AppendError::Closed => atoms::closed().encode(env),
+        AppendError::Full => atoms::full().encode(env),
+        AppendError::TooLarge => atoms::message_too_large().encode(env),
+        AppendError::Failed(f) => failure_reason(env, f),
+    };
+    error(env, reason)
+}
+
+fn wait_error<'a>(env: Env<'a>, e: &WaitError) -> Term<'a> {
+    let reason = match e {
+        WaitError::Timeout => atom(env, "timeout"),
+        WaitError::Closed => atoms::closed().encode(env),
+        WaitError::Failed(f) => failure_reason(env, f),
+    };
+    error(env, reason)
+}
+
+/// A reporter sending `{:tachyon_async_store, id, kind, ...}` to `pid`.
+fn reporter(pid: LocalPid, id: u64) -> Reporter {
+    let mut msg_env = OwnedEnv::new();
+    Box::new(move |r: Report| {
+        let _ = msg_env.send_and_clear(&pid, |env| {
+            let tag = atom(env, "tachyon_async_store");
+            let none = atoms::nil().encode(env);
+            match &r {
+                Report::Stats(s) => {
+                    let st = stats_term(env, s).unwrap_or(none);
+                    (tag, id, atom(env, "stats"), st).encode(env)
+                }
+                Report::Failed(f, s) => {
+                    let st = stats_term(env, s).unwrap_or(none);
+                    let detail = f.to_string();
+                    (
+                        tag,
+                        id,
+                        atom(env, "writer_failed"),
+                        (failure_reason(env, f), detail),
+                        st,
+                    )
+                        .encode(env)
+                }
+                Report::Stopped(s) => {
+                    let st = stats_term(env, s).unwrap_or(none);
+                    (tag, id, atom(env, "stopped"), st).encode(env)
+                }
+            }
+        });
+    })
+}
+
+/// Starts an AsyncStore in front of `store`. `report_to` gets the writer's
+/// reports tagged with `id`; `owner` (or nil) is monitored: its death closes
+/// the AsyncStore (and the store when `owns_store`). Returns
+/// `{:ok, ref, max_message_size}` or `{:error, reason}`.
+#[rustler::nif(schedule = "DirtyIo")]
+fn async_open<'a>(
+    env: Env<'a>,
+    store: ResourceArc<StoreResource>,
+    opts: Term<'a>,
+    report_to: Option<LocalPid>,
+    id: u64,
+    owner: Option<LocalPid>,
+    owns_store: bool,
+) -> NifResult<Term<'a>> {
+    let cfg = decode_config(env, opts)?;
+    let shared: Arc<Store> = store.store.clone();
+    let rep = report_to.map(|pid| reporter(pid, id));
+    match AsyncStore::open(shared, cfg, rep) {
+        Ok(inner) => {
+            let max = inner.max_message_size() as u64;
+            let res = ResourceArc::new(AsyncStoreResource { inner, owns_store });
+            if let Some(pid) = owner {
+                if env.monitor(&res, &pid).is_none() {
+                    // Already dead: behave as if it died right after.
+                    let _ = res.inner.close();
+                    return Ok(error(env, atom(env, "noproc")));
+                }
+            }
+            Ok((atoms::ok(), res, max).encode(env))
+        }
+        Err(e) => Ok(error(
+            env,
+            match e {
+                OpenError::ReadOnly => atoms::read_only().encode(env),
+                OpenError::Closed => atoms::closed().encode(env),
+                OpenError::Busy => atoms::busy().encode(env),
+                OpenError::BadRingSize => atom(env, "bad_ring_size"),
+                OpenError::NoMemory => atom(env, "enomem"),
+                OpenError::Io(e) => crate::store::errno_atom(env, &e),
+            },
+        )),
+    }
+}
+
+fn as_bytes<'a>(data: Term<'a>) -> NifResult<Binary<'a>> {
+    match data.decode::<Binary>() {
+        Ok(b) => Ok(b),
+        Err(_) => Binary::from_iolist(data).map_err(|_| Error::BadArg),
+    }
+}
+
+/// The hot path: enqueues a copy of one message (binary or iodata).
+/// `{:ok, index}` or `{:error, :full | :closed | :message_too_large | reason}`.
+#[rustler::nif]
+fn async_append<'a>(env: Env<'a>, r: &AsyncStoreResource, data: Term<'a>) -> NifResult<Term<'a>> {
+    let bin = as_bytes(data)?;
+    Ok(match r.inner.append(bin.as_slice()) {
+        Ok(i) => (atoms::ok(), i).encode(env),
+        Err(e) => append_error(env, &e),
+    })
+}
+
+/// Waits (at most `timeout_ms`) until everything enqueued before the call is
+/// in the store: `{:ok, next_index}`.
+#[rustler::nif(schedule = "DirtyIo")]
+fn async_flush<'a>(env: Env<'a>, r: ResourceArc<AsyncStoreResource>, timeout_ms: u64) -> Term<'a> {
+    match r.inner.flush(Duration::from_millis(timeout_ms)) {
+        Ok(next) => (atoms::ok(), next).encode(env),
+        Err(e) => wait_error(env, &e),
+    }
+}
+
+/// Waits (at most `timeout_ms`) until the ring is empty.
+#[rustler::nif(schedule = "DirtyIo")]
+fn async_drain<'a>(env: Env<'a>, r: ResourceArc<AsyncStoreResource>, timeout_ms: u64) -> Term<'a> {
+    match r.inner.drain(Duration::from_millis(timeout_ms)) {
+        Ok(()) => atoms::ok().encode(env),
+        Err(e) => wait_error(env, &e),
+    }
+}
+
+/// Refuses new appends, writes what is queued, joins the writer. `:ok`, or
+/// `{:error, reason}` if the writer had failed. The store stays open (the
+/// Elixir side closes a store it owns).
+#[rustler::nif(schedule = "DirtyIo")]
+fn async_close<'a>(env: Env<'a>, r: ResourceArc<AsyncStoreResource>) -> Term<'a> {
+    match r.inner.close() {
+        Ok(()) => atoms::ok().encode(env),
+        Err(f) => error(env, failure_reason(env, &f)),
+    }
+}
+
+#[rustler::nif]
+fn async_stats<'a>(env: Env<'a>, r: &AsyncStoreResource) -> NifResult<Term<'a>> {
+    stats_term(env, &r.inner.stats())
+}
+
+/// Test hook: stop (true) or resume (false) taking from the ring.
+#[rustler::nif]
+fn async_pause(r: &AsyncStoreResource, paused: bool) -> Atom {
+    r.inner.set_paused(paused);
+    atoms::ok()
+}
+
+/// The native producer benchmark (see `AsyncStore::bench_append`), on a
+/// dirty CPU scheduler: `{:ok, hist, drains}`.
+#[rustler::nif(schedule = "DirtyCpu")]
+fn async_bench_native<'a>(
+    env: Env<'a>,
+    r: ResourceArc<AsyncStoreResource>,
+    count: u64,
+    warmup: u64,
+    size: u64,
+) -> Term<'a> {
+    match r.inner.bench_append(count, warmup, size as usize) {
+        Ok((h, drains)) => (atoms::ok(), HistResource::wrap(h), drains).encode(env),
+        Err(e) => append_error(env, &e),
+    }
+}
+
+/// The writer's default wait strategy on this machine (by core count).
+#[rustler::nif]
+fn async_default_wait<'a>(env: Env<'a>) -> Term<'a> {
+    let w = WaitStrategy::default_for_cores(tachyon_core::wait::online_cores());
+    atom(env, w.name())
+}
