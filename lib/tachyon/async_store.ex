@@ -70,9 +70,12 @@ defmodule Tachyon.AsyncStore do
     * `:wait` - what the writer thread does when the ring is empty:
       `:busy_spin` (lowest latency, burns a core), `:yield`, `:backoff`
       (spin, then yield, then naps up to 1 ms) or `:park` (sleeps until a
-      producer wakes it). Default: `:busy_spin` with more than two cores,
-      `:backoff` otherwise, so that a small machine's schedulers are not
-      starved.
+      producer wakes it, which costs that producer a system call). Default:
+      `:busy_spin` with more than two cores, `:backoff` otherwise, so that a
+      small machine's schedulers are not starved. Except with `:park`,
+      `append/2` never wakes a napping writer until the ring is half full:
+      a message may wait up to one nap (`:linger`, or 1 ms after an idle
+      spell) before the writer takes it; `flush/2` wakes it at once.
     * `:core` - pin the writer thread to this core (default: not pinned).
     * `:on_full` - when the ring is full, `:spin` (default) waits up to
       `:spin_timeout` microseconds for the writer to make room, then returns
@@ -81,6 +84,11 @@ defmodule Tachyon.AsyncStore do
       the caller's scheduler, so it is capped at 1 ms.
     * `:batch_size` - at most this many messages per store batch (default
       1024).
+    * `:linger` - microseconds the writer naps after a batch smaller than
+      `:batch_size`, so that messages accumulate into larger batches and a
+      steady trickle does not keep a core busy (default 50 with `:backoff`
+      and `:park`, 0 otherwise). `flush/2`, `drain/2`, `close/1` and a ring
+      past half full wake it early.
     * `:stats_interval` - milliseconds between `[:tachyon, :async_store,
       :stats]` telemetry events (default 1000; `nil` for none).
 
@@ -154,6 +162,7 @@ defmodule Tachyon.AsyncStore do
     on_full: :spin,
     spin_timeout: 100,
     batch_size: 1024,
+    linger: nil,
     stats_interval: 1000
   ]
 
@@ -275,6 +284,11 @@ defmodule Tachyon.AsyncStore do
     opts = Keyword.merge(@async_defaults, opts)
     opts = if opts[:wait] == nil, do: Keyword.put(opts, :wait, default_wait()), else: opts
 
+    opts =
+      if opts[:linger] == nil,
+        do: Keyword.put(opts, :linger, default_linger(opts[:wait])),
+        else: opts
+
     check!(
       opts,
       :ring_size,
@@ -314,6 +328,13 @@ defmodule Tachyon.AsyncStore do
 
     check!(
       opts,
+      :linger,
+      &(is_integer(&1) and &1 >= 0 and &1 <= 1_000_000),
+      "must be an integer in 0..1000000 (microseconds)"
+    )
+
+    check!(
+      opts,
       :stats_interval,
       &(&1 == nil or (is_integer(&1) and &1 > 0)),
       "must be a positive integer (milliseconds) or nil"
@@ -341,6 +362,9 @@ defmodule Tachyon.AsyncStore do
   """
   @spec default_wait() :: :busy_spin | :backoff
   def default_wait, do: Native.async_default_wait()
+
+  defp default_linger(wait) when wait in [:backoff, :park], do: 50
+  defp default_linger(_wait), do: 0
 
   # Opens (or resolves) the store, then the AsyncStore in front of it.
   # `owner` is monitored by the resource (start_link); `report_to` gets the

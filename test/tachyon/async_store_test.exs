@@ -585,6 +585,7 @@ defmodule Tachyon.AsyncStoreTest do
       on_full: :spin,
       spin_timeout: 100,
       batch_size: 1024,
+      linger: 0,
       stats_interval: nil
     ]
   end

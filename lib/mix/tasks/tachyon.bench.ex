@@ -1,5 +1,5 @@
 defmodule Mix.Tasks.Tachyon.Bench do
-  @shortdoc "Runs Tachyon's latency benchmarks (store, ...)"
+  @shortdoc "Runs Tachyon's latency benchmarks (store, async, ...)"
   @moduledoc """
   Runs Tachyon's benchmarks and prints latency percentiles in the format of the
   systems Tachyon is modelled on, each case side by side with the BEAM's own
@@ -20,13 +20,14 @@ defmodule Mix.Tasks.Tachyon.Bench do
     * `--quick` - small CI-sized run
     * `--dir PATH` - where temporary files go (default: the system tmp dir)
 
-  Benchmarks: #{Enum.map_join(["store"], ", ", &"`#{&1}`")}. Each bench documents its
+  Benchmarks: #{Enum.map_join(["store", "async"], ", ", &"`#{&1}`")}. Each bench documents its
   own extra options in its module (`Tachyon.Bench.Store`, ...).
   """
   use Mix.Task
 
   @benches [
-    {"store", Tachyon.Bench.Store}
+    {"store", Tachyon.Bench.Store},
+    {"async", Tachyon.Bench.Async}
   ]
 
   @doc false

@@ -14,11 +14,17 @@
 //!   messages. [`AsyncStore::flush`] waits until `written` reaches the
 //!   `enqueued` it saw at the call; [`AsyncStore::drain`] until the ring is
 //!   empty.
-//! * Waiting: the writer takes a [`WaitStrategy`] when the ring is empty. When
-//!   the strategy is about to sleep it raises a `sleeping` flag, which a
-//!   producer reads after each push (a plain load of a line that is written
-//!   only at those transitions) to unpark it. A wake-up lost in the window
-//!   between the two is bounded by the strategy's longest nap (`max_park`).
+//! * Waiting: the writer takes a [`WaitStrategy`] when the ring is empty,
+//!   and may nap for `linger` after a small batch so that messages
+//!   accumulate (fewer, larger batches; a core left to the BEAM under a
+//!   steady trickle). Before it naps it publishes `sleeping` (LINGERING or
+//!   PARKED), which a producer reads after each push (a plain load of a line
+//!   written only at those transitions). A producer unparks the writer only
+//!   when the ring is past half full, or, with [`WaitStrategy::Park`], when
+//!   the writer is parked on an empty ring: the steady producer path makes
+//!   no system call. `flush`, `drain` and `close` always wake the writer.
+//!   Otherwise a message waits at most one nap (`linger`, or `max_park` after
+//!   an idle spell) before the writer takes it.
 //! * Failures: a store error (disk full, a segment that cannot be created,
 //!   the store closed under it) stops the writer. Messages already written
 //!   stay valid in the store (the store never leaves a partial record);
@@ -71,6 +77,12 @@ pub struct Config {
     pub batch_bytes: usize,
     /// How often the writer calls the reporter with [`Report::Stats`].
     pub stats_interval: Option<Duration>,
+    /// After a batch smaller than `batch_count`, the writer naps this long
+    /// before it polls again, so that messages accumulate into larger
+    /// batches and the writer does not hold a core under a steady trickle.
+    /// `flush`, `drain`, `close` and a ring past half full wake it early.
+    /// Zero: poll again at once (then wait per `wait`).
+    pub linger: Duration,
 }
 
 impl Default for Config {
@@ -84,6 +96,7 @@ impl Default for Config {
             batch_count: 1024,
             batch_bytes: 1 << 20,
             stats_interval: None,
+            linger: Duration::ZERO,
         }
     }
 }
@@ -246,6 +259,10 @@ impl State {
     }
 }
 
+const AWAKE: u8 = 0;
+const LINGERING: u8 = 1;
+const PARKED: u8 = 2;
+
 const RUNNING: u8 = 0;
 const FAILED: u8 = 1;
 const CLOSING: u8 = 2;
@@ -331,8 +348,10 @@ struct Shared {
     wr: CachePadded<WriterCounters>,
     /// RUNNING / FAILED / CLOSING / CLOSED. Read by every append.
     state: CachePadded<AtomicU8>,
-    /// Raised by the writer before it may sleep.
-    sleeping: CachePadded<AtomicBool>,
+    /// AWAKE, LINGERING (napping after a small batch) or PARKED (napping
+    /// on an empty ring). Written by the writer at those transitions only;
+    /// read by every append.
+    sleeping: CachePadded<AtomicU8>,
     /// Test hook: the writer takes nothing from the ring while set.
     paused: AtomicBool,
     /// 0: no core asked, 1: pinned, 2: refused.
@@ -404,6 +423,7 @@ pub struct AsyncStore {
     handle: Mutex<Option<JoinHandle<()>>>,
     max_message_size: usize,
     on_full: OnFull,
+    wake_on_push: bool,
     attached: AtomicBool,
 }
 
@@ -452,7 +472,7 @@ impl AsyncStore {
             prod: CachePadded::new(ProducerCounters::default()),
             wr: CachePadded::new(WriterCounters::default()),
             state: CachePadded::new(AtomicU8::new(RUNNING)),
-            sleeping: CachePadded::new(AtomicBool::new(false)),
+            sleeping: CachePadded::new(AtomicU8::new(AWAKE)),
             paused: AtomicBool::new(false),
             pinned: AtomicU8::new(0),
             failure: Mutex::new(None),
@@ -484,6 +504,7 @@ impl AsyncStore {
             handle: Mutex::new(Some(handle)),
             max_message_size,
             on_full: cfg.on_full,
+            wake_on_push: cfg.wait == WaitStrategy::Park,
             attached: AtomicBool::new(true),
         })
     }
@@ -537,8 +558,15 @@ impl AsyncStore {
             self.push_slow(&mut p, data)?;
         }
         sh.prod.enqueued.store(seq + 1, Ordering::Release);
+        // A writer parked on an empty ring is woken by the next push with
+        // `Park` (the strategy that trades producer cost for CPU). Otherwise
+        // a napping writer is only woken when the ring passes half full: no
+        // syscall on a producer's steady path; the writer's naps are short.
+        let nap = sh.sleeping.load(Ordering::Relaxed);
+        let wake = nap != AWAKE
+            && ((nap == PARKED && self.wake_on_push) || p.backlog_over(sh.ring_size as u64 / 2));
         drop(p);
-        if sh.sleeping.load(Ordering::Relaxed) {
+        if wake {
             sh.wake_writer();
         }
         Ok(sh.base + seq)
@@ -790,7 +818,7 @@ fn writer_main(
     };
     let mut idle = Idle::new(cfg.wait, cfg.max_park);
     let mut empty_polls = 0u32;
-    let mut sleeping = false;
+    let mut sleeping = AWAKE;
     let mut next_stats = cfg.stats_interval.map(|d| (Instant::now() + d, d));
     let mut stats_due = |report: &mut dyn FnMut(Report)| {
         if let Some((at, every)) = next_stats.as_mut() {
@@ -805,9 +833,9 @@ fn writer_main(
         if !sh.paused.load(Ordering::Acquire) {
             let b = cons.batch(cfg.batch_count, cfg.batch_bytes);
             if !b.is_empty() {
-                if sleeping {
-                    sh.sleeping.store(false, Ordering::Relaxed);
-                    sleeping = false;
+                if sleeping != AWAKE {
+                    sh.sleeping.store(AWAKE, Ordering::Relaxed);
+                    sleeping = AWAKE;
                 }
                 empty_polls = 0;
                 idle.reset();
@@ -822,6 +850,15 @@ fn writer_main(
                 cons.release(&b);
                 sh.notify_waiters();
                 stats_due(&mut report);
+                if !cfg.linger.is_zero()
+                    && b.len() < cfg.batch_count
+                    && sh.waiters.load(Ordering::Relaxed) == 0
+                    && sh.state.load(Ordering::Relaxed) == RUNNING
+                {
+                    sh.sleeping.store(LINGERING, Ordering::SeqCst);
+                    sleeping = LINGERING;
+                    std::thread::park_timeout(cfg.linger);
+                }
                 continue;
             }
         }
@@ -841,9 +878,9 @@ fn writer_main(
             WaitStrategy::Backoff => empty_polls >= BACKOFF_SLEEPS_AFTER,
             WaitStrategy::BusySpin | WaitStrategy::Yield => false,
         };
-        if may_sleep && !sleeping {
-            sh.sleeping.store(true, Ordering::SeqCst);
-            sleeping = true;
+        if may_sleep && sleeping != PARKED {
+            sh.sleeping.store(PARKED, Ordering::SeqCst);
+            sleeping = PARKED;
             // A push that raced with the flag may not have seen it.
             if !cons.is_empty() && !sh.paused.load(Ordering::Acquire) {
                 continue;
@@ -851,8 +888,8 @@ fn writer_main(
         }
         idle.idle();
     };
-    if sleeping {
-        sh.sleeping.store(false, Ordering::Relaxed);
+    if sleeping != AWAKE {
+        sh.sleeping.store(AWAKE, Ordering::Relaxed);
     }
     match failure {
         Some(f) => {

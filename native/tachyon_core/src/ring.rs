@@ -257,6 +257,17 @@ impl Producer {
         self.head + total - self.cached_tail <= ring.cap as u64
     }
 
+    /// Whether more than `bytes` are in use, refreshing the cached tail
+    /// only when the cached view says so (one load per `bytes` pushed).
+    #[inline]
+    pub fn backlog_over(&mut self, bytes: u64) -> bool {
+        if self.head - self.cached_tail <= bytes {
+            return false;
+        }
+        self.cached_tail = self.ring.tail.load(Ordering::Acquire);
+        self.head - self.cached_tail > bytes
+    }
+
     /// Bytes ever pushed (padding included).
     pub fn position(&self) -> u64 {
         self.head

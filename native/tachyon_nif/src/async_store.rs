@@ -72,6 +72,7 @@ fn decode_config<'a>(env: Env<'a>, opts: Term<'a>) -> NifResult<Config> {
     let core: Option<u64> = get(env, opts, "core")?;
     let interval: Option<u64> = get(env, opts, "stats_interval")?;
     let batch: u64 = get(env, opts, "batch_size")?;
+    let linger_us: u64 = get(env, opts, "linger")?;
     Ok(Config {
         ring_size: get::<u64>(env, opts, "ring_size")? as usize,
         wait,
@@ -79,6 +80,7 @@ fn decode_config<'a>(env: Env<'a>, opts: Term<'a>) -> NifResult<Config> {
         on_full,
         batch_count: batch.clamp(1, 1 << 20) as usize,
         stats_interval: interval.map(Duration::from_millis),
+        linger: Duration::from_micros(linger_us.min(1_000_000)),
         ..Config::default()
     })
 }

@@ -457,3 +457,39 @@ fn bench_loop_drains_before_the_ring_fills() {
     a.close().unwrap();
     fs::remove_dir_all(&d).unwrap();
 }
+
+/// Without any flush, the writer takes messages on its own within a nap,
+/// for every strategy that naps (producers do not wake it below half full).
+#[test]
+fn messages_reach_the_store_without_a_flush() {
+    for (wait, linger) in [
+        (WaitStrategy::Backoff, Duration::from_micros(50)),
+        (WaitStrategy::Backoff, Duration::ZERO),
+        (WaitStrategy::Park, Duration::from_micros(50)),
+    ] {
+        let d = tmp();
+        let store = Arc::new(Store::open(&d, store_cfg()).unwrap());
+        let c = Config {
+            wait,
+            linger,
+            ..cfg()
+        };
+        let a = AsyncStore::open(store.clone(), c, None).unwrap();
+        // Let the writer go idle (Backoff ends up in its longest naps).
+        std::thread::sleep(Duration::from_millis(30));
+        for i in 0..10u64 {
+            a.append(&msg(i)).unwrap();
+        }
+        let t0 = Instant::now();
+        while store.next_index().unwrap() < 10 {
+            assert!(
+                t0.elapsed() < Duration::from_secs(5),
+                "{wait:?} never wrote"
+            );
+            std::thread::sleep(Duration::from_micros(200));
+        }
+        assert_eq!(store.read(9).unwrap(), msg(9));
+        drop(a);
+        fs::remove_dir_all(&d).unwrap();
+    }
+}

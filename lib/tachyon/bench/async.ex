@@ -1,0 +1,320 @@
+defmodule Tachyon.Bench.Async do
+  @moduledoc false
+  # `mix tachyon.bench async`: append latency of Tachyon.AsyncStore (a copy
+  # into a ring drained by a writer thread) against a direct Tachyon.Store
+  # append in the same run, modelled on CoralStore's AsyncBench.
+  #
+  # Cases:
+  #   nif.noop                           an empty two-argument NIF: the floor of any Elixir call
+  #   tachyon.store.append               Tachyon.Store.append/2, timed around each call
+  #   tachyon.async_store.append         Tachyon.AsyncStore.append/2, timed around each call;
+  #                                      like AsyncBench, the ring is drained (outside the timed
+  #                                      region) before it could fill: this is latency, not
+  #                                      throughput
+  #   tachyon.async_store.append.native  the producer side in a Rust loop (Instant::now() around
+  #                                      each append, drains likewise)
+  #   tachyon.async_store.throughput     appends as fast as the producer can, never draining
+  #                                      (a full ring spins, then retries); latency columns are
+  #                                      per-message averages over chunks of 1000, ops/s is
+  #                                      messages / (time to append all + final flush)
+  #
+  # Extra options: --cases a,b   --wait busy_spin|yield|backoff|park (writer; default by cores)
+  #                --core N (pin the writer)   --ring-size BYTES (default 4 MiB)
+
+  alias Tachyon.{AsyncStore, Bench, Native, Store}
+
+  @defaults [messages: 200_000, warmup: 20_000, size: 256]
+  @quick [messages: 20_000, warmup: 2_000]
+  @all ~w(nif.noop tachyon.store.append tachyon.async_store.append tachyon.async_store.append.native tachyon.async_store.throughput)
+  @chunk 1000
+
+  def run(argv) do
+    opts =
+      Bench.parse!(
+        argv,
+        [cases: :string, wait: :string, core: :integer, ring_size: :integer],
+        @defaults,
+        @quick
+      )
+
+    n = opts[:messages]
+    warmup = opts[:warmup]
+    size = opts[:size]
+    wanted = if opts[:cases], do: String.split(opts[:cases], ","), else: @all
+    msg = :binary.copy(<<0xA5>>, size)
+
+    wait =
+      case opts[:wait] do
+        nil -> AsyncStore.default_wait()
+        w when w in ~w(busy_spin yield backoff park) -> String.to_atom(w)
+        other -> Mix.raise("--wait must be busy_spin, yield, backoff or park, got: #{other}")
+      end
+
+    async_opts = [
+      wait: wait,
+      core: opts[:core],
+      ring_size: opts[:ring_size] || 4 * 1024 * 1024,
+      stats_interval: nil
+    ]
+
+    Bench.print_machine()
+    overhead = Bench.timer_overhead()
+
+    IO.puts(
+      "AsyncStore bench: #{Bench.delimit(n)} messages of #{size} bytes after #{Bench.delimit(warmup)} warm-up; " <>
+        "writer wait #{wait}, core #{inspect(opts[:core])}, ring #{async_opts[:ring_size]} bytes. " <>
+        "Timer overhead (two :os.perf_counter/0 calls, included in the Elixir cases): " <>
+        "avg #{Bench.fmt_ns(overhead.avg_ns)}, p50 #{Bench.fmt_ns(overhead.p50_ns)}"
+    )
+
+    cases =
+      for name <- @all, name in wanted do
+        dir = Bench.tmp_dir(opts, "async")
+
+        try do
+          c = run_case(name, dir, n, warmup, size, msg, async_opts)
+          Bench.print_report(c, stdev: false)
+          c
+        after
+          File.rm_rf!(dir)
+        end
+      end
+
+    Bench.print_table(cases, "tachyon.store.append")
+    print_targets(cases)
+
+    Bench.write_json(opts[:json], "async", cases, %{
+      "timer_overhead_ns" => overhead.avg_ns,
+      "warmup" => warmup,
+      "wait" => Atom.to_string(wait),
+      "core" => opts[:core],
+      "ring_size" => async_opts[:ring_size]
+    })
+
+    cases
+  end
+
+  @store_opts [segment_size: 64 * 1024 * 1024, pretouch: true]
+
+  defp run_case("nif.noop" = name, _dir, n, warmup, size, msg, _) do
+    run_loop(warmup, fn -> Native.bench_noop(msg, msg) end, nil)
+    h = Bench.hist()
+    run_loop(n, fn -> Native.bench_noop(msg, msg) end, h)
+    Bench.from_hist(name, h, size, %{unit: :perf_counter, note: "empty NIF, the call floor"})
+  end
+
+  defp run_case("tachyon.store.append" = name, dir, n, warmup, size, msg, _) do
+    {:ok, s} = Store.open(dir, @store_opts)
+    store_loop(warmup, s, msg, nil)
+    h = Bench.hist()
+    store_loop(n, s, msg, h)
+    {:ok, st} = Store.stats(s)
+    Store.close(s)
+
+    Bench.from_hist(name, h, size, %{
+      unit: :perf_counter,
+      note: "direct, #{st.rolls} rolls (#{st.prepared_rolls} prepared)",
+      json_extra: %{rolls: st.rolls, prepared_rolls: st.prepared_rolls}
+    })
+  end
+
+  defp run_case("tachyon.async_store.append" = name, dir, n, warmup, size, msg, async_opts) do
+    {:ok, a} = AsyncStore.open(dir, @store_opts ++ async_opts)
+    per_fill = div(async_opts[:ring_size], record_size(size)) - 1
+    {0, drains0} = async_loop(warmup, a, msg, nil, per_fill, 0, 0)
+    :ok = AsyncStore.drain(a, :infinity)
+    h = Bench.hist()
+    {0, drains} = async_loop(n, a, msg, h, per_fill, 0, 0)
+    :ok = AsyncStore.drain(a, :infinity)
+    {:ok, st} = AsyncStore.stats(a)
+    :ok = AsyncStore.close(a)
+
+    Bench.from_hist(name, h, size, %{
+      unit: :perf_counter,
+      note:
+        "drained every #{per_fill} messages outside the timed region (#{drains + drains0} drains), " <>
+          "#{st.full_events} full events",
+      json_extra: async_extra(st, drains)
+    })
+  end
+
+  defp run_case("tachyon.async_store.append.native" = name, dir, n, warmup, size, _msg, opts) do
+    {:ok, a} = AsyncStore.open(dir, @store_opts ++ opts)
+    {:ok, h, drains} = Native.async_bench_native(a.ref, n, warmup, size)
+    {:ok, st} = AsyncStore.stats(a)
+    :ok = AsyncStore.close(a)
+
+    Bench.from_hist(name, h, size, %{
+      note: "Rust loop, Instant::now() around each append, #{drains} drains",
+      json_extra: async_extra(st, drains)
+    })
+  end
+
+  defp run_case("tachyon.async_store.throughput" = name, dir, n, warmup, size, msg, opts) do
+    {:ok, a} = AsyncStore.open(dir, @store_opts ++ opts)
+    {retries0, _} = async_loop(warmup, a, msg, nil, :never, 0, 0)
+    :ok = AsyncStore.drain(a, :infinity)
+    {:ok, st0} = AsyncStore.stats(a)
+    h = Bench.hist()
+    t0 = :os.perf_counter()
+    retries = chunks(n, a, msg, h, 0)
+    t_enq = :os.perf_counter()
+    {:ok, _} = AsyncStore.flush(a, :infinity)
+    t1 = :os.perf_counter()
+    {:ok, st} = AsyncStore.stats(a)
+    :ok = AsyncStore.close(a)
+    tick = Bench.ns_per_tick()
+    total_s = (t1 - t0) * tick / 1.0e9
+    enq_s = (t_enq - t0) * tick / 1.0e9
+    throughput = n / total_s
+    full = st.full_events - st0.full_events
+
+    c =
+      Bench.from_hist(name, h, size, %{
+        unit: :perf_counter,
+        throughput: throughput,
+        note:
+          "never drained; #{full} full events, #{retries} retries after :full " <>
+            "(warm-up #{retries0}); enqueue rate #{Bench.delimit(round(n / enq_s))}/s",
+        json_extra:
+          Map.merge(async_extra(st, 0), %{
+            throughput_per_sec: throughput,
+            enqueue_per_sec: n / enq_s,
+            full_events: full,
+            retries: retries,
+            chunk: @chunk
+          })
+      })
+
+    %{c | messages: n}
+  end
+
+  defp async_extra(st, drains) do
+    %{
+      drains: drains,
+      full_events: st.full_events,
+      rejected: st.rejected,
+      high_water_bytes: st.high_water_bytes,
+      batches: st.batches,
+      wait: st.wait
+    }
+  end
+
+  defp record_size(size), do: Bitwise.band(8 + size + 7, Bitwise.bnot(7))
+
+  defp run_loop(0, _fun, _h), do: :ok
+
+  defp run_loop(n, fun, nil) do
+    fun.()
+    run_loop(n - 1, fun, nil)
+  end
+
+  defp run_loop(n, fun, h) do
+    t0 = :os.perf_counter()
+    fun.()
+    t1 = :os.perf_counter()
+    Native.hist_record(h, t1 - t0)
+    run_loop(n - 1, fun, h)
+  end
+
+  defp store_loop(0, _s, _msg, _h), do: :ok
+
+  defp store_loop(n, s, msg, nil) do
+    {:ok, _} = Store.append(s, msg)
+    store_loop(n - 1, s, msg, nil)
+  end
+
+  defp store_loop(n, s, msg, h) do
+    t0 = :os.perf_counter()
+    {:ok, _} = Store.append(s, msg)
+    t1 = :os.perf_counter()
+    Native.hist_record(h, t1 - t0)
+    store_loop(n - 1, s, msg, h)
+  end
+
+  # Returns {retries, drains}. `per_fill` messages fit in the ring from any
+  # position: drain (outside the timed region) after that many. Untimed
+  # loops (warm-up) retry an append refused with :full; timed ones never see
+  # a full ring.
+  defp async_loop(0, _a, _msg, _h, _per_fill, retries, drains), do: {retries, drains}
+
+  defp async_loop(n, a, msg, h, per_fill, retries, drains) do
+    drains =
+      if per_fill != :never and rem(n, per_fill) == 0 do
+        :ok = AsyncStore.drain(a, :infinity)
+        drains + 1
+      else
+        drains
+      end
+
+    t0 = :os.perf_counter()
+    result = AsyncStore.append(a, msg)
+    t1 = :os.perf_counter()
+
+    case result do
+      {:ok, _} ->
+        if h, do: Native.hist_record(h, t1 - t0)
+        async_loop(n - 1, a, msg, h, per_fill, retries, drains)
+
+      {:error, :full} when h == nil ->
+        async_loop(n, a, msg, h, per_fill, retries + 1, drains)
+    end
+  end
+
+  # The throughput loop: chunks of @chunk appends, each chunk timed once.
+  defp chunks(n, _a, _msg, _h, retries) when n <= 0, do: retries
+
+  defp chunks(n, a, msg, h, retries) do
+    k = min(n, @chunk)
+    t0 = :os.perf_counter()
+    r = append_n(k, a, msg, 0)
+    t1 = :os.perf_counter()
+    Native.hist_record(h, div(t1 - t0, k))
+    chunks(n - k, a, msg, h, retries + r)
+  end
+
+  defp append_n(0, _a, _msg, retries), do: retries
+
+  defp append_n(k, a, msg, retries) do
+    case AsyncStore.append(a, msg) do
+      {:ok, _} -> append_n(k - 1, a, msg, retries)
+      {:error, :full} -> append_n(k, a, msg, retries + 1)
+    end
+  end
+
+  defp print_targets(cases) do
+    by = Map.new(cases, &{&1.name, &1})
+    a = by["tachyon.async_store.append"]
+    s = by["tachyon.store.append"]
+    nat = by["tachyon.async_store.append.native"]
+    IO.puts("\nTargets (issue: full run of 1,000,000 x 256 bytes):")
+
+    if a && s do
+      target(
+        "tachyon.async_store.append avg < tachyon.store.append avg (#{Bench.short_ns(a.avg_ns)} vs #{Bench.short_ns(s.avg_ns)})",
+        a.avg_ns / s.avg_ns,
+        &(&1 < 1),
+        "x"
+      )
+    end
+
+    if a do
+      target("tachyon.async_store.append p99.9 < 1 us", a.p999_ns / 1000, &(&1 < 1), " us")
+      target("tachyon.async_store.append max < 20 us", a.max_ns / 1000, &(&1 < 20), " us")
+    end
+
+    if nat do
+      target(
+        "tachyon.async_store.append.native avg <= 2 x CoralStore's 60 ns",
+        nat.avg_ns,
+        &(&1 <= 120),
+        " ns"
+      )
+    end
+  end
+
+  defp target(label, value, ok?, unit) do
+    v = :erlang.float_to_binary(value * 1.0, decimals: 2)
+    IO.puts("  #{label}: #{v}#{unit} #{if ok?.(value), do: "MET", else: "NOT MET"}")
+  end
+end
