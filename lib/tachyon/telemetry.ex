@@ -48,6 +48,34 @@ defmodule Tachyon.Telemetry do
       * Measurements: `:appended` (messages appended since open),
         `:appended_bytes`, `:segments`, `:first_index`, `:next_index`.
       * Metadata: `:path`, `:name`.
+
+  ## AsyncStore events
+
+  The writer thread of a `Tachyon.AsyncStore` counts in Rust and sends its
+  reports to a process (the AsyncStore's own process under `start_link/1`,
+  a small reporter process for `open/2`), which emits:
+
+    * `[:tachyon, :async_store, :stats]` - every `:stats_interval` ms
+      (default 1000; `nil` turns it off) while the writer runs.
+      * Measurements: `:enqueued` (messages accepted by `append/2`),
+        `:written` (messages the writer put in the store), `:pending`
+        (enqueued, not written yet), `:written_bytes`, `:batches` (store
+        batches written), `:full_events` (appends that found the ring full),
+        `:rejected` (appends that returned `{:error, :full}`),
+        `:high_water_bytes` (most ring bytes in use seen by the writer),
+        `:ring_used` (ring bytes in use now).
+      * Metadata: `:path` (the store's directory), `:name` (or `nil`).
+
+    * `[:tachyon, :async_store, :writer_failed]` - the writer thread stopped
+      on a store error; every later append and flush returns
+      `{:error, reason}`. Also logged as an error.
+      * Measurements: `:enqueued`, `:written`, `:lost` (messages enqueued
+        that will not be written).
+      * Metadata: `:path`, `:name`, `:reason` (`:enospc`, `:enoent`,
+        `:closed`, `:index_conflict`, ...), `:detail` (a readable string).
+
+  An AsyncStore that opened its own store under `start_link/1` also flushes
+  that store's `[:tachyon, :store, :roll]` events at each stats tick.
   """
 
   @key {__MODULE__, :enabled}
