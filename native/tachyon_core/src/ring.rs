@@ -23,7 +23,7 @@
 //! let (mut p, mut c) = Ring::with_capacity(4096).unwrap().split();
 //! p.try_push(b"hello").unwrap();
 //! let batch = c.batch(16, usize::MAX);
-//! assert_eq!(batch.iter().collect::<Vec<_>>(), vec![&b"hello"[..]]);
+//! assert_eq!(c.iter(&batch).collect::<Vec<_>>(), vec![&b"hello"[..]]);
 //! c.release(&batch);
 //! assert!(c.is_empty());
 //! ```
