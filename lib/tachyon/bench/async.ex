@@ -18,6 +18,12 @@ defmodule Tachyon.Bench.Async do
   #                                      per-message averages over chunks of 1000, ops/s is
   #                                      messages / (time to append all + final flush)
   #
+  # The Elixir cases run their loops in a fresh process whose heap is large
+  # enough for every {:ok, index} the loop allocates, so that no garbage
+  # collection lands in a timed region (the counterpart of the big young
+  # generation in CoralStore's JVM flags); the notes report the minor GCs
+  # that still happened.
+  #
   # Extra options: --cases a,b   --wait busy_spin|yield|backoff|park (writer; default by cores)
   #                --core N (pin the writer)   --ring-size BYTES (default 4 MiB)
 
@@ -97,34 +103,60 @@ defmodule Tachyon.Bench.Async do
   @store_opts [segment_size: 64 * 1024 * 1024, pretouch: true]
 
   defp run_case("nif.noop" = name, _dir, n, warmup, size, msg, _) do
-    run_loop(warmup, fn -> Native.bench_noop(msg, msg) end, nil)
-    h = Bench.hist()
-    run_loop(n, fn -> Native.bench_noop(msg, msg) end, h)
-    Bench.from_hist(name, h, size, %{unit: :perf_counter, note: "empty NIF, the call floor"})
+    {h, gcs} =
+      in_big_heap(n + warmup, fn ->
+        run_loop(warmup, fn -> Native.bench_noop(msg, msg) end, nil)
+        h = Bench.hist()
+        {h, measured_gcs(fn -> run_loop(n, fn -> Native.bench_noop(msg, msg) end, h) end)}
+      end)
+
+    Bench.from_hist(name, h, size, %{
+      unit: :perf_counter,
+      note: "empty NIF, the call floor; #{gcs} GCs",
+      json_extra: %{gcs: gcs}
+    })
   end
 
   defp run_case("tachyon.store.append" = name, dir, n, warmup, size, msg, _) do
     {:ok, s} = Store.open(dir, @store_opts)
-    store_loop(warmup, s, msg, nil)
-    h = Bench.hist()
-    store_loop(n, s, msg, h)
+
+    {h, gcs} =
+      in_big_heap(n + warmup, fn ->
+        store_loop(warmup, s, msg, nil)
+        h = Bench.hist()
+        {h, measured_gcs(fn -> store_loop(n, s, msg, h) end)}
+      end)
+
     {:ok, st} = Store.stats(s)
     Store.close(s)
 
     Bench.from_hist(name, h, size, %{
       unit: :perf_counter,
-      note: "direct, #{st.rolls} rolls (#{st.prepared_rolls} prepared)",
-      json_extra: %{rolls: st.rolls, prepared_rolls: st.prepared_rolls}
+      note: "direct, #{st.rolls} rolls (#{st.prepared_rolls} prepared); #{gcs} GCs",
+      json_extra: %{rolls: st.rolls, prepared_rolls: st.prepared_rolls, gcs: gcs}
     })
   end
 
   defp run_case("tachyon.async_store.append" = name, dir, n, warmup, size, msg, async_opts) do
     {:ok, a} = AsyncStore.open(dir, @store_opts ++ async_opts)
     per_fill = div(async_opts[:ring_size], record_size(size)) - 1
-    {0, drains0} = async_loop(warmup, a, msg, nil, per_fill, 0, 0)
-    :ok = AsyncStore.drain(a, :infinity)
-    h = Bench.hist()
-    {0, drains} = async_loop(n, a, msg, h, per_fill, 0, 0)
+
+    {h, drains, gcs} =
+      in_big_heap(n + warmup, fn ->
+        {0, _} = async_loop(warmup, a, msg, nil, per_fill, 0, 0)
+        :ok = AsyncStore.drain(a, :infinity)
+        h = Bench.hist()
+        parent = self()
+
+        gcs =
+          measured_gcs(fn ->
+            send(parent, {:drains, async_loop(n, a, msg, h, per_fill, 0, 0)})
+          end)
+
+        {0, drains} = receive(do: ({:drains, d} -> d))
+        {h, drains, gcs}
+      end)
+
     :ok = AsyncStore.drain(a, :infinity)
     {:ok, st} = AsyncStore.stats(a)
     :ok = AsyncStore.close(a)
@@ -132,9 +164,9 @@ defmodule Tachyon.Bench.Async do
     Bench.from_hist(name, h, size, %{
       unit: :perf_counter,
       note:
-        "drained every #{per_fill} messages outside the timed region (#{drains + drains0} drains), " <>
-          "#{st.full_events} full events",
-      json_extra: async_extra(st, drains)
+        "drained every #{per_fill} messages outside the timed region (#{drains} drains), " <>
+          "#{st.full_events} full events; #{gcs} GCs",
+      json_extra: Map.put(async_extra(st, drains), :gcs, gcs)
     })
   end
 
@@ -152,15 +184,21 @@ defmodule Tachyon.Bench.Async do
 
   defp run_case("tachyon.async_store.throughput" = name, dir, n, warmup, size, msg, opts) do
     {:ok, a} = AsyncStore.open(dir, @store_opts ++ opts)
-    {retries0, _} = async_loop(warmup, a, msg, nil, :never, 0, 0)
-    :ok = AsyncStore.drain(a, :infinity)
-    {:ok, st0} = AsyncStore.stats(a)
-    h = Bench.hist()
-    t0 = :os.perf_counter()
-    retries = chunks(n, a, msg, h, 0)
-    t_enq = :os.perf_counter()
-    {:ok, _} = AsyncStore.flush(a, :infinity)
-    t1 = :os.perf_counter()
+
+    {retries0, st0, h, retries, {t0, t_enq, t1}} =
+      in_big_heap(n + warmup, fn ->
+        {retries0, _} = async_loop(warmup, a, msg, nil, :never, 0, 0)
+        :ok = AsyncStore.drain(a, :infinity)
+        {:ok, st0} = AsyncStore.stats(a)
+        h = Bench.hist()
+        t0 = :os.perf_counter()
+        retries = chunks(n, a, msg, h, 0)
+        t_enq = :os.perf_counter()
+        {:ok, _} = AsyncStore.flush(a, :infinity)
+        t1 = :os.perf_counter()
+        {retries0, st0, h, retries, {t0, t_enq, t1}}
+      end)
+
     {:ok, st} = AsyncStore.stats(a)
     :ok = AsyncStore.close(a)
     tick = Bench.ns_per_tick()
@@ -198,6 +236,34 @@ defmodule Tachyon.Bench.Async do
       batches: st.batches,
       wait: st.wait
     }
+  end
+
+  # Runs `fun` in a fresh process with a heap of about 4 words per message
+  # (an {:ok, index} tuple is 3), and returns its result.
+  defp in_big_heap(messages, fun) do
+    words = min(4 * messages + 100_000, 64_000_000)
+    parent = self()
+    ref = make_ref()
+
+    {pid, mon} =
+      :erlang.spawn_opt(fn -> send(parent, {ref, fun.()}) end, [:monitor, min_heap_size: words])
+
+    receive do
+      {^ref, result} ->
+        Process.demonitor(mon, [:flush])
+        result
+
+      {:DOWN, ^mon, :process, ^pid, reason} ->
+        Mix.raise("benchmark loop failed: #{inspect(reason)}")
+    end
+  end
+
+  # Minor garbage collections of the calling process during `fun`.
+  defp measured_gcs(fun) do
+    {:garbage_collection, gc0} = Process.info(self(), :garbage_collection)
+    fun.()
+    {:garbage_collection, gc1} = Process.info(self(), :garbage_collection)
+    gc1[:minor_gcs] - gc0[:minor_gcs]
   end
 
   defp record_size(size), do: Bitwise.band(8 + size + 7, Bitwise.bnot(7))
