@@ -173,6 +173,28 @@ defmodule Tachyon.AsyncStore do
   # -- starting ----------------------------------------------------------------
 
   @doc """
+  The child specification: `{Tachyon.AsyncStore, opts}` in a supervisor
+  starts `start_link(opts)`. The child id is `{Tachyon.AsyncStore, name}`, so
+  several AsyncStores can live under one supervisor. `:transient`: a
+  deliberate `close/1` is not restarted.
+
+  ## Example
+
+      Supervisor.start_link([{Tachyon.AsyncStore, name: :events, path: "/tmp/events"}],
+        strategy: :one_for_one
+      )
+  """
+  @spec child_spec(keyword()) :: Supervisor.child_spec()
+  def child_spec(opts) when is_list(opts) do
+    %{
+      id: {__MODULE__, Keyword.get(opts, :name)},
+      start: {__MODULE__, :start_link, [opts]},
+      restart: :transient,
+      type: :worker
+    }
+  end
+
+  @doc """
   Starts a process that opens the AsyncStore (and its store, with `:path`),
   registers it under `:name`, emits its telemetry and closes it when it
   stops. See the moduledoc for the options.

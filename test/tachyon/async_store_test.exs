@@ -450,6 +450,21 @@ defmodule Tachyon.AsyncStoreTest do
       Supervisor.stop(sup)
     end
 
+    test "child ids follow the name; the writer can be pinned" do
+      assert AsyncStore.child_spec(name: :a, path: "/x").id == {AsyncStore, :a}
+      assert AsyncStore.child_spec(name: :b, path: "/y").id == {AsyncStore, :b}
+      assert %{restart: :transient} = AsyncStore.child_spec(name: :a, path: "/x")
+
+      a = open!(tmp_dir("async-pin"), core: 0)
+      assert {:ok, %{pinned: true}} = AsyncStore.stats(a)
+      assert {:ok, 0} = AsyncStore.append(a, "pinned")
+      assert {:ok, 0} = AsyncStore.flush(a)
+      AsyncStore.close(a)
+      b = open!(tmp_dir("async-nopin"))
+      assert {:ok, %{pinned: nil}} = AsyncStore.stats(b)
+      AsyncStore.close(b)
+    end
+
     test "start_link in front of a named store" do
       dir = tmp_dir("async-sup-store")
       store_name = :"async_store_log_#{System.unique_integer([:positive])}"
