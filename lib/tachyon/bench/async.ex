@@ -18,11 +18,13 @@ defmodule Tachyon.Bench.Async do
   #                                      per-message averages over chunks of 1000, ops/s is
   #                                      messages / (time to append all + final flush)
   #
-  # The Elixir cases run their loops in a fresh process whose heap is large
-  # enough for every {:ok, index} the loop allocates, so that no garbage
-  # collection lands in a timed region (the counterpart of the big young
-  # generation in CoralStore's JVM flags); the notes report the minor GCs
-  # that still happened.
+  # The Elixir cases run their loops in a fresh process with a 2 MiB heap
+  # (256K words): an append's {:ok, index} is 3 words, so a minor GC lands in
+  # a timed region about once per 80,000 messages instead of once per few
+  # hundred with the default heap (the counterpart of the big young
+  # generation in CoralStore's JVM flags). A heap big enough for the whole
+  # run would avoid GCs entirely but fault in fresh pages as it fills, which
+  # measured worse. The notes report the minor GCs of each timed loop.
   #
   # Extra options: --cases a,b   --wait busy_spin|yield|backoff|park (writer; default by cores)
   #                --core N (pin the writer)   --ring-size BYTES (default 4 MiB)
@@ -104,7 +106,7 @@ defmodule Tachyon.Bench.Async do
 
   defp run_case("nif.noop" = name, _dir, n, warmup, size, msg, _) do
     {h, gcs} =
-      in_big_heap(n + warmup, fn ->
+      in_big_heap(fn ->
         run_loop(warmup, fn -> Native.bench_noop(msg, msg) end, nil)
         h = Bench.hist()
         {h, measured_gcs(fn -> run_loop(n, fn -> Native.bench_noop(msg, msg) end, h) end)}
@@ -121,7 +123,7 @@ defmodule Tachyon.Bench.Async do
     {:ok, s} = Store.open(dir, @store_opts)
 
     {h, gcs} =
-      in_big_heap(n + warmup, fn ->
+      in_big_heap(fn ->
         store_loop(warmup, s, msg, nil)
         h = Bench.hist()
         {h, measured_gcs(fn -> store_loop(n, s, msg, h) end)}
@@ -142,7 +144,7 @@ defmodule Tachyon.Bench.Async do
     per_fill = div(async_opts[:ring_size], record_size(size)) - 1
 
     {h, drains, gcs} =
-      in_big_heap(n + warmup, fn ->
+      in_big_heap(fn ->
         {0, _} = async_loop(warmup, a, msg, nil, per_fill, 0, 0)
         :ok = AsyncStore.drain(a, :infinity)
         h = Bench.hist()
@@ -186,7 +188,7 @@ defmodule Tachyon.Bench.Async do
     {:ok, a} = AsyncStore.open(dir, @store_opts ++ opts)
 
     {retries0, st0, h, retries, {t0, t_enq, t1}} =
-      in_big_heap(n + warmup, fn ->
+      in_big_heap(fn ->
         {retries0, _} = async_loop(warmup, a, msg, nil, :never, 0, 0)
         :ok = AsyncStore.drain(a, :infinity)
         {:ok, st0} = AsyncStore.stats(a)
@@ -238,10 +240,9 @@ defmodule Tachyon.Bench.Async do
     }
   end
 
-  # Runs `fun` in a fresh process with a heap of about 4 words per message
-  # (an {:ok, index} tuple is 3), and returns its result.
-  defp in_big_heap(messages, fun) do
-    words = min(4 * messages + 100_000, 64_000_000)
+  # Runs `fun` in a fresh process with a 256K-word heap; returns its result.
+  defp in_big_heap(fun) do
+    words = 262_144
     parent = self()
     ref = make_ref()
 
