@@ -19,12 +19,11 @@ defmodule Tachyon.Bench.Async do
   #                                      messages / (time to append all + final flush)
   #
   # The Elixir cases run their loops in a fresh process with a 2 MiB heap
-  # (256K words): an append's {:ok, index} is 3 words, so a minor GC lands in
-  # a timed region about once per 80,000 messages instead of once per few
-  # hundred with the default heap (the counterpart of the big young
-  # generation in CoralStore's JVM flags). A heap big enough for the whole
-  # run would avoid GCs entirely but fault in fresh pages as it fills, which
-  # measured worse. The notes report the minor GCs of each timed loop.
+  # (Bench.in_big_heap/1): a minor GC lands in a timed region about once per
+  # 80,000 messages instead of once per few hundred with the default heap. A
+  # heap big enough for the whole run would avoid GCs entirely but fault in
+  # fresh pages as it fills, which measured worse. The notes report the minor
+  # GCs of each timed loop.
   #
   # Extra options: --cases a,b   --wait busy_spin|yield|backoff|park (writer; default by cores)
   #                --core N (pin the writer)   --ring-size BYTES (default 4 MiB)
@@ -106,10 +105,14 @@ defmodule Tachyon.Bench.Async do
 
   defp run_case("nif.noop" = name, _dir, n, warmup, size, msg, _) do
     {h, gcs} =
-      in_big_heap(fn ->
+      Bench.in_big_heap(fn ->
         run_loop(warmup, fn -> Native.bench_noop(msg, msg) end, nil)
         h = Bench.hist()
-        {h, measured_gcs(fn -> run_loop(n, fn -> Native.bench_noop(msg, msg) end, h) end)}
+
+        {_, gcs} =
+          Bench.minor_gcs(fn -> run_loop(n, fn -> Native.bench_noop(msg, msg) end, h) end)
+
+        {h, gcs}
       end)
 
     Bench.from_hist(name, h, size, %{
@@ -123,10 +126,11 @@ defmodule Tachyon.Bench.Async do
     {:ok, s} = Store.open(dir, @store_opts)
 
     {h, gcs} =
-      in_big_heap(fn ->
+      Bench.in_big_heap(fn ->
         store_loop(warmup, s, msg, nil)
         h = Bench.hist()
-        {h, measured_gcs(fn -> store_loop(n, s, msg, h) end)}
+        {_, gcs} = Bench.minor_gcs(fn -> store_loop(n, s, msg, h) end)
+        {h, gcs}
       end)
 
     {:ok, st} = Store.stats(s)
@@ -144,18 +148,11 @@ defmodule Tachyon.Bench.Async do
     per_fill = div(async_opts[:ring_size], record_size(size)) - 1
 
     {h, drains, gcs} =
-      in_big_heap(fn ->
+      Bench.in_big_heap(fn ->
         {0, _} = async_loop(warmup, a, msg, nil, per_fill, 0, 0)
         :ok = AsyncStore.drain(a, :infinity)
         h = Bench.hist()
-        parent = self()
-
-        gcs =
-          measured_gcs(fn ->
-            send(parent, {:drains, async_loop(n, a, msg, h, per_fill, 0, 0)})
-          end)
-
-        {0, drains} = receive(do: ({:drains, d} -> d))
+        {{0, drains}, gcs} = Bench.minor_gcs(fn -> async_loop(n, a, msg, h, per_fill, 0, 0) end)
         {h, drains, gcs}
       end)
 
@@ -188,7 +185,7 @@ defmodule Tachyon.Bench.Async do
     {:ok, a} = AsyncStore.open(dir, @store_opts ++ opts)
 
     {retries0, st0, h, retries, {t0, t_enq, t1}} =
-      in_big_heap(fn ->
+      Bench.in_big_heap(fn ->
         {retries0, _} = async_loop(warmup, a, msg, nil, :never, 0, 0)
         :ok = AsyncStore.drain(a, :infinity)
         {:ok, st0} = AsyncStore.stats(a)
@@ -238,33 +235,6 @@ defmodule Tachyon.Bench.Async do
       batches: st.batches,
       wait: st.wait
     }
-  end
-
-  # Runs `fun` in a fresh process with a 256K-word heap; returns its result.
-  defp in_big_heap(fun) do
-    words = 262_144
-    parent = self()
-    ref = make_ref()
-
-    {pid, mon} =
-      :erlang.spawn_opt(fn -> send(parent, {ref, fun.()}) end, [:monitor, min_heap_size: words])
-
-    receive do
-      {^ref, result} ->
-        Process.demonitor(mon, [:flush])
-        result
-
-      {:DOWN, ^mon, :process, ^pid, reason} ->
-        Mix.raise("benchmark loop failed: #{inspect(reason)}")
-    end
-  end
-
-  # Minor garbage collections of the calling process during `fun`.
-  defp measured_gcs(fun) do
-    {:garbage_collection, gc0} = Process.info(self(), :garbage_collection)
-    fun.()
-    {:garbage_collection, gc1} = Process.info(self(), :garbage_collection)
-    gc1[:minor_gcs] - gc0[:minor_gcs]
   end
 
   defp record_size(size), do: Bitwise.band(8 + size + 7, Bitwise.bnot(7))
