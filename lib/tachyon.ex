@@ -16,6 +16,12 @@ defmodule Tachyon do
       survives `kill -9` of the VM once `append/2` returns, and power loss
       after `sync/1`. Readers in other OS processes follow the writer.
 
+    * `Tachyon.AsyncStore` - a front for a store (after CoralStore's
+      AsyncStore): `append/2` copies the message into an SPSC ring and
+      returns the index it will have; a Rust writer thread drains the ring
+      into the store in batches, so checksums, page faults and segment rolls
+      leave the caller's path. `flush/1` waits until it is in the store.
+
   ## Supervision
 
   Every part has `child_spec/1` and `start_link/1`, so it goes in your own
@@ -27,10 +33,13 @@ defmodule Tachyon do
 
       Supervisor.start_link(children, strategy: :one_for_one)
 
-  Stores listed in the application environment are started by Tachyon's own
-  application (none by default):
+  Parts listed in the application environment are started by Tachyon's own
+  application (none by default), stores first, under a `:rest_for_one`
+  supervisor:
 
-      config :tachyon, stores: [[name: :events, path: "/var/lib/my_app/events"]]
+      config :tachyon,
+        stores: [[name: :events_log, path: "/var/lib/my_app/events"]],
+        async_stores: [[name: :events, store: :events_log]]
 
   ## Conventions
 
