@@ -4,6 +4,7 @@ defmodule Tachyon.Bench.Store do
   # BEAM's own choices and a pure-Rust floor.
   #
   # Cases:
+  #   nif.noop                          an empty two-argument NIF: the floor of any Elixir call
   #   tachyon.store.append              one Elixir call per message, timed around the call
   #   tachyon.store.append.no_pretouch  the same with the pre-touch thread off
   #   tachyon.store.append.native       the same append in a Rust loop (no BEAM): the floor
@@ -16,7 +17,7 @@ defmodule Tachyon.Bench.Store do
 
   @defaults [messages: 200_000, warmup: 20_000, size: 256]
   @quick [messages: 20_000, warmup: 2_000]
-  @all ~w(tachyon.store.append tachyon.store.append.no_pretouch tachyon.store.append.native disk_log.blog file.write.raw)
+  @all ~w(nif.noop tachyon.store.append tachyon.store.append.no_pretouch tachyon.store.append.native disk_log.blog file.write.raw)
 
   def run(argv) do
     opts = Bench.parse!(argv, [cases: :string], @defaults, @quick)
@@ -60,6 +61,23 @@ defmodule Tachyon.Bench.Store do
   end
 
   defp store_opts(pretouch), do: [pretouch: pretouch, segment_size: 64 * 1024 * 1024]
+
+  defp run_case("nif.noop" = name, _dir, n, warmup, size, msg) do
+    {h, gcs} =
+      Bench.in_big_heap(fn ->
+        noop_loop(warmup, msg, nil)
+        :erlang.garbage_collect()
+        h = Bench.hist()
+        {_ok, gcs} = Bench.minor_gcs(fn -> noop_loop(n, msg, h) end)
+        {h, gcs}
+      end)
+
+    Bench.from_hist(name, h, size, %{
+      unit: :perf_counter,
+      note: "empty NIF, same timing as the Elixir cases; #{gcs} minor GCs",
+      json_extra: %{minor_gcs: gcs}
+    })
+  end
 
   defp run_case("tachyon.store.append" = name, dir, n, warmup, size, msg),
     do: elixir_append(name, dir, n, warmup, size, msg, true)
@@ -127,6 +145,21 @@ defmodule Tachyon.Bench.Store do
         minor_gcs: gcs
       }
     })
+  end
+
+  defp noop_loop(0, _msg, _h), do: :ok
+
+  defp noop_loop(n, msg, nil) do
+    :ok = Tachyon.Native.bench_noop(msg, msg)
+    noop_loop(n - 1, msg, nil)
+  end
+
+  defp noop_loop(n, msg, h) do
+    t0 = :os.perf_counter()
+    :ok = Tachyon.Native.bench_noop(msg, msg)
+    t1 = :os.perf_counter()
+    Tachyon.Native.hist_record(h, t1 - t0)
+    noop_loop(n - 1, msg, h)
   end
 
   defp loop(0, _s, _msg, _h), do: :ok
