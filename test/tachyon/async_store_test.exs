@@ -41,21 +41,6 @@ defmodule Tachyon.AsyncStoreTest do
     end
   end
 
-  defp wait_until(fun, tries \\ 150) do
-    cond do
-      fun.() ->
-        true
-
-      tries == 0 ->
-        false
-
-      true ->
-        :erlang.garbage_collect()
-        Process.sleep(20)
-        wait_until(fun, tries - 1)
-    end
-  end
-
   # A producer that keeps trying when the ring is full (the 64 KiB rings of
   # some tests fill up while a parked writer wakes).
   defp append_retry(a, data, tries \\ 10_000) do

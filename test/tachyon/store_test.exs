@@ -516,19 +516,4 @@ defmodule Tachyon.StoreTest do
 
     assert Store.stream(s) |> Enum.count() == next
   end
-
-  defp wait_until(fun, tries \\ 100) do
-    cond do
-      fun.() ->
-        true
-
-      tries == 0 ->
-        false
-
-      true ->
-        :erlang.garbage_collect()
-        Process.sleep(20)
-        wait_until(fun, tries - 1)
-    end
-  end
 end

@@ -28,7 +28,7 @@ defmodule Tachyon.Bench.Async do
   # Extra options: --cases a,b   --wait busy_spin|yield|backoff|park (writer; default by cores)
   #                --core N (pin the writer)   --ring-size BYTES (default 4 MiB)
 
-  alias Tachyon.{AsyncStore, Bench, Native, Store}
+  alias Tachyon.{AsyncStore, Bench, Native}
 
   @defaults [messages: 200_000, warmup: 20_000, size: 256]
   @quick [messages: 20_000, warmup: 2_000]
@@ -103,45 +103,12 @@ defmodule Tachyon.Bench.Async do
 
   @store_opts [segment_size: 64 * 1024 * 1024, pretouch: true]
 
-  defp run_case("nif.noop" = name, _dir, n, warmup, size, msg, _) do
-    {h, gcs} =
-      Bench.in_big_heap(fn ->
-        run_loop(warmup, fn -> Native.bench_noop(msg, msg) end, nil)
-        h = Bench.hist()
+  defp run_case("nif.noop" = name, _dir, n, warmup, size, msg, _),
+    do: Tachyon.Bench.Store.noop_case(name, n, warmup, size, msg)
 
-        {_, gcs} =
-          Bench.minor_gcs(fn -> run_loop(n, fn -> Native.bench_noop(msg, msg) end, h) end)
-
-        {h, gcs}
-      end)
-
-    Bench.from_hist(name, h, size, %{
-      unit: :perf_counter,
-      note: "empty NIF, the call floor; #{gcs} GCs",
-      json_extra: %{gcs: gcs}
-    })
-  end
-
-  defp run_case("tachyon.store.append" = name, dir, n, warmup, size, msg, _) do
-    {:ok, s} = Store.open(dir, @store_opts)
-
-    {h, gcs} =
-      Bench.in_big_heap(fn ->
-        store_loop(warmup, s, msg, nil)
-        h = Bench.hist()
-        {_, gcs} = Bench.minor_gcs(fn -> store_loop(n, s, msg, h) end)
-        {h, gcs}
-      end)
-
-    {:ok, st} = Store.stats(s)
-    Store.close(s)
-
-    Bench.from_hist(name, h, size, %{
-      unit: :perf_counter,
-      note: "direct, #{st.rolls} rolls (#{st.prepared_rolls} prepared); #{gcs} GCs",
-      json_extra: %{rolls: st.rolls, prepared_rolls: st.prepared_rolls, gcs: gcs}
-    })
-  end
+  # The direct store, same run, same timing (64 MiB segments, pre-touch on).
+  defp run_case("tachyon.store.append" = name, dir, n, warmup, size, msg, _),
+    do: Tachyon.Bench.Store.elixir_append(name, dir, n, warmup, size, msg, true)
 
   defp run_case("tachyon.async_store.append" = name, dir, n, warmup, size, msg, async_opts) do
     {:ok, a} = AsyncStore.open(dir, @store_opts ++ async_opts)
@@ -238,36 +205,6 @@ defmodule Tachyon.Bench.Async do
   end
 
   defp record_size(size), do: Bitwise.band(8 + size + 7, Bitwise.bnot(7))
-
-  defp run_loop(0, _fun, _h), do: :ok
-
-  defp run_loop(n, fun, nil) do
-    fun.()
-    run_loop(n - 1, fun, nil)
-  end
-
-  defp run_loop(n, fun, h) do
-    t0 = :os.perf_counter()
-    fun.()
-    t1 = :os.perf_counter()
-    Native.hist_record(h, t1 - t0)
-    run_loop(n - 1, fun, h)
-  end
-
-  defp store_loop(0, _s, _msg, _h), do: :ok
-
-  defp store_loop(n, s, msg, nil) do
-    {:ok, _} = Store.append(s, msg)
-    store_loop(n - 1, s, msg, nil)
-  end
-
-  defp store_loop(n, s, msg, h) do
-    t0 = :os.perf_counter()
-    {:ok, _} = Store.append(s, msg)
-    t1 = :os.perf_counter()
-    Native.hist_record(h, t1 - t0)
-    store_loop(n - 1, s, msg, h)
-  end
 
   # Returns {retries, drains}. `per_fill` messages fit in the ring from any
   # position: drain (outside the timed region) after that many. Untimed

@@ -62,22 +62,8 @@ defmodule Tachyon.Bench.Store do
 
   defp store_opts(pretouch), do: [pretouch: pretouch, segment_size: 64 * 1024 * 1024]
 
-  defp run_case("nif.noop" = name, _dir, n, warmup, size, msg) do
-    {h, gcs} =
-      Bench.in_big_heap(fn ->
-        noop_loop(warmup, msg, nil)
-        :erlang.garbage_collect()
-        h = Bench.hist()
-        {_ok, gcs} = Bench.minor_gcs(fn -> noop_loop(n, msg, h) end)
-        {h, gcs}
-      end)
-
-    Bench.from_hist(name, h, size, %{
-      unit: :perf_counter,
-      note: "empty NIF, same timing as the Elixir cases; #{gcs} minor GCs",
-      json_extra: %{minor_gcs: gcs}
-    })
-  end
+  defp run_case("nif.noop" = name, _dir, n, warmup, size, msg),
+    do: noop_case(name, n, warmup, size, msg)
 
   defp run_case("tachyon.store.append" = name, dir, n, warmup, size, msg),
     do: elixir_append(name, dir, n, warmup, size, msg, true)
@@ -116,7 +102,30 @@ defmodule Tachyon.Bench.Store do
     Map.put(c, :note, ":raw :append fd, one write(2) per message")
   end
 
-  defp elixir_append(name, dir, n, warmup, size, msg, pretouch) do
+  @doc false
+  # The `nif.noop` case: an empty two-argument NIF timed like the Elixir
+  # cases (shared with the other benches).
+  def noop_case(name, n, warmup, size, msg) do
+    {h, gcs} =
+      Bench.in_big_heap(fn ->
+        noop_loop(warmup, msg, nil)
+        :erlang.garbage_collect()
+        h = Bench.hist()
+        {_ok, gcs} = Bench.minor_gcs(fn -> noop_loop(n, msg, h) end)
+        {h, gcs}
+      end)
+
+    Bench.from_hist(name, h, size, %{
+      unit: :perf_counter,
+      note: "empty NIF, same timing as the Elixir cases; #{gcs} minor GCs",
+      json_extra: %{minor_gcs: gcs}
+    })
+  end
+
+  @doc false
+  # `Tachyon.Store.append/2` timed around each call, in a big-heap process
+  # (shared with the other benches).
+  def elixir_append(name, dir, n, warmup, size, msg, pretouch) do
     {:ok, s} = Store.open(dir, store_opts(pretouch))
 
     {h, gcs} =
