@@ -5,6 +5,7 @@
 //!   used by every benchmark.
 //! * [`ring`]: the SPSC byte ring.
 //! * [`store`]: the append-only message log on memory-mapped segment files.
+//! * [`udp`]: UDP loops (echo server, ping client, endpoint for BEAM processes).
 //! * [`wait`]: wait strategies for every loop that polls.
 //!
 //! Every module is usable from plain Rust and tested with `cargo test`; the
@@ -15,4 +16,5 @@ pub mod async_store;
 pub mod hist;
 pub mod ring;
 pub mod store;
+pub mod udp;
 pub mod wait;

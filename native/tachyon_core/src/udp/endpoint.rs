@@ -1,0 +1,429 @@
+//! A UDP endpoint whose receive thread hands each datagram to a [`Sink`]
+//! (in Tachyon.UDP, a sink that sends it to the owner process), and whose
+//! socket any thread may send on.
+//!
+//! ## Lifetime
+//! [`Endpoint::bind`] opens the socket, [`Endpoint::start`] starts the
+//! receive thread. The receive thread closes the socket itself when it stops,
+//! so the port is free as soon as it is gone; [`Endpoint::close`] stops it and
+//! waits for that, [`Endpoint::request_stop`] only asks (for callers that must
+//! not block, such as a BEAM monitor callback). Senders hold a read lock on
+//! the socket for the duration of one `sendto`, so the descriptor is never
+//! closed under them (nor reused by another file).
+//!
+//! ## Backpressure
+//! Datagrams handed to the sink are counted (`delivered`); the consumer
+//! acknowledges what it processed with [`Endpoint::ack`]. With a
+//! `max_queue` bound, a datagram that arrives while `delivered - acked`
+//! is at the bound is dropped and counted (`dropped`): tail drop, the newest
+//! datagram goes, the kernel buffer keeps draining and stale data never
+//! queues up. Without a bound nothing is dropped by the endpoint.
+
+use std::io;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{mpsc, Arc, Mutex, RwLock};
+use std::thread::JoinHandle;
+
+use crossbeam_utils::CachePadded;
+
+use super::stats::Counter;
+use super::sys::{Batch, Socket, SocketOptions, Waker, MAX_UDP_PAYLOAD};
+use super::waiter::Waiter;
+use super::{validate_sizes, Placement};
+use crate::wait::{pin_to_core, WaitStrategy};
+
+/// How to run an [`Endpoint`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct EndpointConfig {
+    pub bind: SocketAddr,
+    /// What the receive thread does when no datagram is waiting.
+    pub wait: WaitStrategy,
+    /// Core to pin the receive thread to.
+    pub core: Option<usize>,
+    /// Datagrams taken per `recvmmsg`, at most.
+    pub batch: usize,
+    /// Largest datagram delivered whole; larger ones are dropped and counted
+    /// in `truncated`.
+    pub max_datagram: usize,
+    /// Most datagrams delivered and not yet acknowledged (`None`: no bound).
+    pub max_queue: Option<u64>,
+    pub socket: SocketOptions,
+}
+
+impl EndpointConfig {
+    /// Defaults: block in `poll` when idle, no pinning, batches of 16,
+    /// datagrams up to 65,507 bytes, no queue bound.
+    pub fn new(bind: SocketAddr) -> EndpointConfig {
+        EndpointConfig {
+            bind,
+            wait: WaitStrategy::Park,
+            core: None,
+            batch: 16,
+            max_datagram: MAX_UDP_PAYLOAD,
+            max_queue: None,
+            socket: SocketOptions::default(),
+        }
+    }
+}
+
+/// Where received datagrams go. Called on the receive thread only.
+pub trait Sink: Send + 'static {
+    /// Called before the datagrams of each received batch.
+    fn begin_batch(&mut self) {}
+    /// Takes one datagram. Returns false if it could not be delivered (it is
+    /// then counted in `undelivered`, not in `delivered`).
+    fn deliver(&mut self, from: SocketAddr, data: &[u8]) -> bool;
+}
+
+impl<F: FnMut(SocketAddr, &[u8]) -> bool + Send + 'static> Sink for F {
+    fn deliver(&mut self, from: SocketAddr, data: &[u8]) -> bool {
+        self(from, data)
+    }
+}
+
+/// Counters of the receive thread (its only writer).
+#[derive(Debug, Default)]
+struct RxCounters {
+    received: Counter,
+    received_bytes: Counter,
+    delivered: Counter,
+    dropped: Counter,
+    undelivered: Counter,
+    truncated: Counter,
+    recv_errors: Counter,
+    kernel_drops: Counter,
+    batches: Counter,
+}
+
+/// Counters of the sending threads (many writers).
+#[derive(Debug, Default)]
+struct TxCounters {
+    sent: Counter,
+    sent_bytes: Counter,
+    send_errors: Counter,
+}
+
+/// A snapshot of an endpoint's counters.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct EndpointStats {
+    /// Datagrams received from the socket.
+    pub received: u64,
+    pub received_bytes: u64,
+    /// Datagrams handed to the sink.
+    pub delivered: u64,
+    /// Datagrams acknowledged with [`Endpoint::ack`].
+    pub acked: u64,
+    /// `delivered - acked` (0 if more was acknowledged than delivered).
+    pub in_flight: u64,
+    /// Datagrams dropped because `in_flight` was at `max_queue`.
+    pub dropped: u64,
+    /// Datagrams the sink could not deliver (e.g. the owner had exited).
+    pub undelivered: u64,
+    /// Datagrams larger than `max_datagram` (dropped).
+    pub truncated: u64,
+    pub recv_errors: u64,
+    /// Datagrams the kernel dropped because the receive buffer was full.
+    pub kernel_drops: u64,
+    /// Receive calls that returned at least one datagram.
+    pub batches: u64,
+    /// Datagrams sent with [`Endpoint::send_to`].
+    pub sent: u64,
+    pub sent_bytes: u64,
+    pub send_errors: u64,
+}
+
+/// Why a send failed.
+#[derive(Debug)]
+pub enum SendError {
+    /// The endpoint is closed (or closing).
+    Closed,
+    /// The kernel refused it (`EMSGSIZE`, `EAGAIN`, `ENETUNREACH`, ...).
+    Io(io::Error),
+}
+
+struct Shared {
+    stop: CachePadded<AtomicBool>,
+    acked: CachePadded<AtomicU64>,
+    rx: CachePadded<RxCounters>,
+    tx: CachePadded<TxCounters>,
+    /// `None` once closed. Senders take it shared; the receive thread holds it
+    /// shared for its whole life; closing takes it exclusively.
+    sock: RwLock<Option<Socket>>,
+    waker: Waker,
+    placement: Mutex<Placement>,
+}
+
+impl Shared {
+    fn close_socket(&self) {
+        let mut g = self.sock.write().unwrap_or_else(|e| e.into_inner());
+        g.take();
+    }
+}
+
+/// A bound UDP socket with an optional receive thread.
+pub struct Endpoint {
+    cfg: EndpointConfig,
+    local: SocketAddr,
+    shared: Arc<Shared>,
+    thread: Mutex<Option<JoinHandle<()>>>,
+}
+
+impl Endpoint {
+    /// Opens and binds the socket. No thread yet: see [`Endpoint::start`].
+    pub fn bind(cfg: EndpointConfig) -> io::Result<Endpoint> {
+        validate_sizes(cfg.batch, cfg.max_datagram)?;
+        if cfg.max_queue == Some(0) {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "max_queue must be positive",
+            ));
+        }
+        let sock = Socket::bind(cfg.bind, &cfg.socket)?;
+        let local = sock.local_addr()?;
+        let shared = Arc::new(Shared {
+            stop: CachePadded::new(AtomicBool::new(false)),
+            acked: CachePadded::new(AtomicU64::new(0)),
+            rx: CachePadded::new(RxCounters::default()),
+            tx: CachePadded::new(TxCounters::default()),
+            sock: RwLock::new(Some(sock)),
+            waker: Waker::new()?,
+            placement: Mutex::new(Placement {
+                core: cfg.core,
+                pinned: false,
+                wait: cfg.wait,
+            }),
+        });
+        Ok(Endpoint {
+            cfg,
+            local,
+            shared,
+            thread: Mutex::new(None),
+        })
+    }
+
+    /// Starts the receive thread with `sink`; returns once it runs (and is
+    /// pinned). At most once per endpoint.
+    pub fn start<S: Sink>(&self, mut sink: S) -> io::Result<()> {
+        let mut slot = self.thread.lock().unwrap_or_else(|e| e.into_inner());
+        if slot.is_some() {
+            return Err(io::Error::new(
+                io::ErrorKind::AlreadyExists,
+                "already started",
+            ));
+        }
+        if self.is_closed() {
+            return Err(io::Error::new(io::ErrorKind::NotConnected, "closed"));
+        }
+        let shared = self.shared.clone();
+        let cfg = self.cfg;
+        let (ready_tx, ready_rx) = mpsc::sync_channel::<()>(1);
+        let handle = std::thread::Builder::new()
+            .name("tachyon-udp-rx".into())
+            .spawn(move || {
+                // Closes the socket when the thread ends, even by a panic in the
+                // sink, so an owner-death stop frees the port without a join.
+                struct CloseOnExit(Arc<Shared>);
+                impl Drop for CloseOnExit {
+                    fn drop(&mut self) {
+                        self.0.close_socket();
+                    }
+                }
+                let closer = CloseOnExit(shared.clone());
+                if let Some(core) = cfg.core {
+                    let pinned = pin_to_core(core);
+                    if let Ok(mut p) = shared.placement.lock() {
+                        p.pinned = pinned;
+                    }
+                }
+                let _ = ready_tx.send(());
+                drop(ready_tx);
+                let mut batch = Batch::new(cfg.batch, cfg.max_datagram);
+                {
+                    let guard = shared.sock.read().unwrap_or_else(|e| e.into_inner());
+                    if let Some(sock) = guard.as_ref() {
+                        receive_loop(&shared, sock, &mut batch, &cfg, &mut sink);
+                    }
+                }
+                drop(closer);
+                // The sink (which may hold the last reference to whatever owns
+                // this endpoint) goes last.
+                drop(sink);
+            })?;
+        *slot = Some(handle);
+        drop(slot);
+        let _ = ready_rx.recv();
+        Ok(())
+    }
+
+    pub fn local_addr(&self) -> SocketAddr {
+        self.local
+    }
+
+    pub fn config(&self) -> &EndpointConfig {
+        &self.cfg
+    }
+
+    pub fn placement(&self) -> Placement {
+        *self
+            .shared
+            .placement
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Whether a stop was requested (sends fail with `Closed` from then on).
+    pub fn is_closed(&self) -> bool {
+        self.shared.stop.load(Ordering::Acquire)
+    }
+
+    /// Effective (`SO_RCVBUF`, `SO_SNDBUF`), or `None` once closed.
+    pub fn buffer_sizes(&self) -> Option<(usize, usize)> {
+        let g = self.shared.sock.read().unwrap_or_else(|e| e.into_inner());
+        g.as_ref().and_then(|s| s.buffer_sizes().ok())
+    }
+
+    /// Sends one datagram from the calling thread (non-blocking).
+    pub fn send_to(&self, data: &[u8], to: &SocketAddr) -> Result<usize, SendError> {
+        if self.is_closed() {
+            return Err(SendError::Closed);
+        }
+        let g = self.shared.sock.read().unwrap_or_else(|e| e.into_inner());
+        let Some(sock) = g.as_ref() else {
+            return Err(SendError::Closed);
+        };
+        let r = sock.send_to(data, to);
+        drop(g);
+        match r {
+            Ok(n) => {
+                self.shared.tx.sent.add(1);
+                self.shared.tx.sent_bytes.add(n as u64);
+                Ok(n)
+            }
+            Err(e) => {
+                self.shared.tx.send_errors.add(1);
+                Err(SendError::Io(e))
+            }
+        }
+    }
+
+    /// Acknowledges `n` delivered datagrams (frees room under `max_queue`).
+    pub fn ack(&self, n: u64) {
+        self.shared.acked.fetch_add(n, Ordering::AcqRel);
+    }
+
+    pub fn stats(&self) -> EndpointStats {
+        let rx = &self.shared.rx;
+        let tx = &self.shared.tx;
+        let delivered = rx.delivered.get();
+        let acked = self.shared.acked.load(Ordering::Acquire);
+        EndpointStats {
+            received: rx.received.get(),
+            received_bytes: rx.received_bytes.get(),
+            delivered,
+            acked,
+            in_flight: delivered.saturating_sub(acked),
+            dropped: rx.dropped.get(),
+            undelivered: rx.undelivered.get(),
+            truncated: rx.truncated.get(),
+            recv_errors: rx.recv_errors.get(),
+            kernel_drops: rx.kernel_drops.get(),
+            batches: rx.batches.get(),
+            sent: tx.sent.get(),
+            sent_bytes: tx.sent_bytes.get(),
+            send_errors: tx.send_errors.get(),
+        }
+    }
+
+    /// Asks the receive thread to stop, without waiting. New sends fail; the
+    /// thread closes the socket as it exits (within microseconds when it is
+    /// not starved of CPU).
+    pub fn request_stop(&self) {
+        self.shared.stop.store(true, Ordering::Release);
+        self.shared.waker.wake();
+    }
+
+    /// Stops the receive thread, waits for it, and closes the socket
+    /// (idempotent). On return the port is free. Called on the receive thread
+    /// itself (by a sink dropping the last owner), it does not wait for itself.
+    pub fn close(&self) {
+        self.request_stop();
+        let handle = self.thread.lock().unwrap_or_else(|e| e.into_inner()).take();
+        if let Some(h) = handle {
+            if h.thread().id() != std::thread::current().id() {
+                let _ = h.join();
+            }
+        }
+        self.shared.close_socket();
+    }
+}
+
+impl Drop for Endpoint {
+    fn drop(&mut self) {
+        self.close();
+    }
+}
+
+fn receive_loop<S: Sink>(
+    shared: &Shared,
+    sock: &Socket,
+    batch: &mut Batch,
+    cfg: &EndpointConfig,
+    sink: &mut S,
+) {
+    let rx = &shared.rx;
+    let waker = shared.waker.fd();
+    let max_queue = cfg.max_queue.unwrap_or(u64::MAX);
+    let mut waiter = Waiter::new(cfg.wait);
+    let mut delivered = 0u64;
+    while !shared.stop.load(Ordering::Relaxed) {
+        match batch.recv(sock) {
+            Ok(n) if n > 0 => {
+                waiter.reset();
+                rx.batches.bump(1);
+                rx.received.bump(n as u64);
+                sink.begin_batch();
+                let mut bytes = 0u64;
+                for i in 0..n {
+                    let data = batch.data(i);
+                    bytes += data.len() as u64;
+                    if batch.is_truncated(i) {
+                        rx.truncated.bump(1);
+                        continue;
+                    }
+                    if max_queue != u64::MAX {
+                        let acked = shared.acked.load(Ordering::Acquire);
+                        if delivered.saturating_sub(acked) >= max_queue {
+                            rx.dropped.bump(1);
+                            continue;
+                        }
+                    }
+                    let Some(from) = batch.addr(i) else {
+                        rx.recv_errors.bump(1);
+                        continue;
+                    };
+                    // Count before handing over: a consumer may ack it
+                    // before `deliver` even returns.
+                    delivered += 1;
+                    rx.delivered.bump(1);
+                    if !sink.deliver(from, data) {
+                        delivered -= 1;
+                        rx.delivered.bump(u64::MAX); // wrapping -1
+                        rx.undelivered.bump(1);
+                    }
+                }
+                rx.received_bytes.bump(bytes);
+                rx.kernel_drops.raise_to(batch.kernel_drops() as u64);
+            }
+            Ok(_) => waiter.wait(sock.fd(), waker, None),
+            Err(e) => match e.kind() {
+                io::ErrorKind::WouldBlock => waiter.wait(sock.fd(), waker, None),
+                io::ErrorKind::Interrupted => {}
+                _ => {
+                    rx.recv_errors.bump(1);
+                    waiter.wait(sock.fd(), waker, None);
+                }
+            },
+        }
+    }
+}
