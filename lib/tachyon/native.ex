@@ -51,4 +51,18 @@ defmodule Tachyon.Native do
   def async_pause(_a, _paused), do: err()
   def async_bench_native(_a, _count, _warmup, _size), do: err()
   def async_default_wait, do: err()
+
+  # Tachyon.Echo, Tachyon.UDP and the UDP ping client (native/tachyon_nif/src/udp.rs)
+  def echo_start(_opts), do: err()
+  def echo_stop(_echo), do: err()
+  def echo_stats(_echo), do: err()
+  def udp_ping(_opts), do: err()
+  def udp_open(_opts, _owner), do: err()
+  def udp_send(_socket, _ip, _port, _data), do: err()
+  def udp_controlling_process(_socket, _pid), do: err()
+  def udp_close(_socket), do: err()
+  def udp_stats(_socket), do: err()
+  def udp_sockname(_socket), do: err()
+  def udp_ack(_socket, _n), do: err()
+  def udp_owner(_socket), do: err()
 end

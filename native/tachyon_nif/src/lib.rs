@@ -6,11 +6,13 @@
 //! * `async_store`: `Tachyon.AsyncStore` (ring + writer thread before a store).
 //! * `hist`: HDR histogram resources for the benchmarks.
 //! * `store`: `Tachyon.Store` (message log).
+//! * `udp`: `Tachyon.Echo`, `Tachyon.UDP` and the UDP ping client.
 #![deny(unsafe_op_in_unsafe_fn)]
 
 mod async_store;
 mod atoms;
 mod hist;
 mod store;
+mod udp;
 
 rustler::init!("Elixir.Tachyon.Native");

@@ -1,0 +1,313 @@
+defmodule Tachyon.UDP do
+  @moduledoc """
+  A UDP endpoint for BEAM processes: gen_udp's faster sibling.
+
+      {:ok, sock} = Tachyon.UDP.open(0)
+      {:ok, {ip, port}} = Tachyon.UDP.sockname(sock)
+      :ok = Tachyon.UDP.send(sock, {ip, port}, "hello")
+
+      receive do
+        {:tachyon_udp, ^sock, {_ip, _port}, data} -> data
+      after
+        1000 -> :timeout
+      end
+      #=> "hello"
+
+  A Rust receive thread polls the non-blocking socket, takes every waiting
+  datagram in one `recvmmsg` and sends each to the owner process as
+
+      {:tachyon_udp, socket, {ip, port}, data}
+
+  straight from the thread (no port, no driver queue, no intermediate
+  process). `send/3` is a plain NIF call that sends from the calling process:
+  any process may send on a socket, not only its owner.
+
+  ## How it differs from gen_udp
+
+    * **No active or passive modes.** Every datagram becomes a message to
+      the owner, as with `active: true`; there is no `recv/2`. Flow control
+      is `:max_queue` plus `ack/2` (below), not `{:active, n}`.
+    * **Backpressure.** A NIF thread cannot see the owner's mailbox, so by
+      default (`max_queue: :infinity`) nothing bounds it: if the owner is
+      slower than the senders, its mailbox grows (as with gen_udp's
+      `active: true`), and the kernel only drops once the receive thread
+      itself cannot keep up. With `max_queue: n`, the receive thread counts
+      the datagrams it delivered and the owner acknowledges the ones it
+      processed with `ack/2`; while `n` are delivered and not acknowledged,
+      new datagrams are dropped (tail drop: the newest go) and counted in
+      the `:dropped` stat. The kernel buffer keeps draining, so nothing stale
+      piles up anywhere, and the owner's mailbox never holds more than `n`
+      of this socket's messages. `docs/BENCHMARKS.md` has the measurements
+      (`tachyon.udp.flood` in `mix tachyon.bench echo`).
+    * **Oversized datagrams** (over `:max_datagram`) are dropped and counted
+      in `:truncated`, never delivered cut short.
+    * **Messages carry the socket** as returned by `open/2` (a reference), so
+      match on it with `^sock`.
+    * **Closing** (`close/1`) stops and joins the receive thread: the port is
+      free when it returns. The owner's death closes the socket too, as
+      with gen_udp. A socket is not garbage-collected while open: it lives
+      until it is closed or its owner exits.
+    * **Errors** are `{:error, posix}` atoms from the kernel (`:emsgsize`,
+      `:eaddrinuse`, `:econnrefused`, `:eagain` when the send buffer is
+      full: sends never block), or `{:error, :closed}`.
+    * Options are a keyword list validated up front (no gen_udp option
+      list); bad options and bad arguments raise `ArgumentError`.
+
+  ## Options
+
+    * `:ip` - address to bind: a tuple, `:loopback`, `:any` (default) or
+      a string such as `"::1"`. An IPv6 address opens an IPv6 socket.
+    * `:owner` - the process that receives the datagrams (default: the
+      caller). Its exit closes the socket.
+    * `:wait` - what the receive thread does when no datagram is waiting:
+      `:block` (default: blocks in `poll`, no CPU while idle; the kernel
+      wakes it for each datagram, which costs a few microseconds),
+      `:backoff` (spins and yields for a while after each datagram, then
+      blocks), `:yield`, or `:busy_spin` (lowest latency; burns a core, so
+      only with a core to spare, see `:core`).
+    * `:core` - pin the receive thread to this core (default `nil`).
+    * `:max_queue` - `:infinity` (default) or the most datagrams delivered
+      and not yet acknowledged with `ack/2` (see "Backpressure").
+    * `:batch` - datagrams per `recvmmsg`, 1..1024 (default 16).
+    * `:max_datagram` - largest datagram delivered, 1..65507 (default 65507).
+      Receive buffers are `batch * max_datagram` bytes of virtual memory;
+      only the pages datagrams touch are ever resident.
+    * `:recbuf`, `:sndbuf` - `SO_RCVBUF` / `SO_SNDBUF` in bytes.
+    * `:reuseaddr` - set `SO_REUSEADDR` (default `false`).
+
+  ## Stats
+
+  `stats/1` returns counters: `:received`, `:received_bytes`, `:delivered`
+  (messages sent to the owner), `:acked`, `:in_flight` (`delivered - acked`),
+  `:dropped` (over `:max_queue`), `:undelivered` (the owner was gone),
+  `:truncated`, `:recv_errors`, `:kernel_drops` (dropped by the kernel on a
+  full receive buffer), `:batches`, `:sent`, `:sent_bytes`, `:send_errors`.
+
+  ## Telemetry
+
+  `[:tachyon, :udp, :open]` and `[:tachyon, :udp, :close]`; see
+  `Tachyon.Telemetry` ("Echo and UDP events").
+  """
+
+  alias Tachyon.Native
+  alias Tachyon.UDP.Options
+
+  @typedoc "An open socket (a reference to the NIF resource)."
+  @opaque socket :: reference()
+
+  @type address :: {:inet.ip_address(), :inet.port_number()}
+
+  @type reason :: :closed | :not_owner | :badarg | atom()
+
+  @type stats :: %{
+          received: non_neg_integer(),
+          received_bytes: non_neg_integer(),
+          delivered: non_neg_integer(),
+          acked: non_neg_integer(),
+          in_flight: non_neg_integer(),
+          dropped: non_neg_integer(),
+          undelivered: non_neg_integer(),
+          truncated: non_neg_integer(),
+          recv_errors: non_neg_integer(),
+          kernel_drops: non_neg_integer(),
+          batches: non_neg_integer(),
+          sent: non_neg_integer(),
+          sent_bytes: non_neg_integer(),
+          send_errors: non_neg_integer()
+        }
+
+  @defaults [
+    ip: :any,
+    owner: nil,
+    wait: :block,
+    core: nil,
+    max_queue: :infinity,
+    batch: 16,
+    max_datagram: 65_507,
+    recbuf: nil,
+    sndbuf: nil,
+    reuseaddr: false
+  ]
+
+  @doc """
+  Opens a socket on `port` (`0`: the kernel picks one; see `sockname/1`)
+  and starts its receive thread. See the moduledoc for the options.
+
+  Returns `{:error, posix}` if the socket cannot be bound (`:eaddrinuse`,
+  `:eaddrnotavail`, `:eacces`), or `{:error, :badarg}` if the owner is not
+  alive.
+
+  ## Example
+
+      {:ok, sock} = Tachyon.UDP.open(0, ip: :loopback, max_queue: 10_000)
+  """
+  @spec open(:inet.port_number(), keyword()) :: {:ok, socket()} | {:error, reason()}
+  def open(port, opts \\ []) do
+    opts = Options.validate!([{:port, port} | opts], [{:port, 0} | @defaults], "Tachyon.UDP")
+    owner = opts.owner || self()
+    nif_opts = Map.delete(opts, :owner)
+    t0 = System.monotonic_time()
+
+    case Native.udp_open(nif_opts, owner) do
+      {:ok, sock, info} ->
+        Tachyon.Telemetry.execute(
+          [:tachyon, :udp, :open],
+          %{duration: System.monotonic_time() - t0},
+          %{
+            socket: sock,
+            address: info.address,
+            owner: owner,
+            core: info.core,
+            pinned: info.pinned,
+            wait: Options.public_wait(info.wait),
+            max_queue: opts.max_queue || :infinity
+          }
+        )
+
+        {:ok, sock}
+
+      {:error, _} = error ->
+        error
+    end
+  end
+
+  @doc """
+  Like `open/2` but raises on error.
+
+  ## Example
+
+      sock = Tachyon.UDP.open!(0)
+  """
+  @spec open!(:inet.port_number(), keyword()) :: socket()
+  def open!(port, opts \\ []) do
+    case open(port, opts) do
+      {:ok, sock} -> sock
+      {:error, reason} -> raise ArgumentError, "cannot open UDP port #{port}: #{inspect(reason)}"
+    end
+  end
+
+  @doc """
+  Sends one datagram (a binary or iodata, at most 65,507 bytes over IPv4)
+  to `{ip, port}` from the calling process. Never blocks: a full send buffer
+  is `{:error, :eagain}`.
+
+  ## Example
+
+      {:ok, sock} = Tachyon.UDP.open(0)
+      :ok = Tachyon.UDP.send(sock, {{127, 0, 0, 1}, 9}, ["hel", "lo"])
+  """
+  @spec send(socket(), address(), iodata()) :: :ok | {:error, reason()}
+  def send(sock, {ip, port}, data) do
+    Native.udp_send(sock, ip, port, data)
+  end
+
+  @doc """
+  Makes `pid` the owner: it receives the datagrams from now on, and its exit
+  closes the socket. Only the current owner may call it
+  (`{:error, :not_owner}`); `{:error, :badarg}` if `pid` is not alive.
+
+  ## Example
+
+      {:ok, sock} = Tachyon.UDP.open(0)
+      pid = spawn(fn -> Process.sleep(:infinity) end)
+      :ok = Tachyon.UDP.controlling_process(sock, pid)
+  """
+  @spec controlling_process(socket(), pid()) :: :ok | {:error, reason()}
+  def controlling_process(sock, pid) when is_pid(pid) do
+    Native.udp_controlling_process(sock, pid)
+  end
+
+  @doc """
+  Closes the socket: the receive thread is stopped and joined and the port
+  is free on return. Datagrams already delivered stay in the owner's
+  mailbox. Idempotent.
+
+  ## Example
+
+      {:ok, sock} = Tachyon.UDP.open(0)
+      :ok = Tachyon.UDP.close(sock)
+      {:error, :closed} = Tachyon.UDP.send(sock, {{127, 0, 0, 1}, 9}, "x")
+  """
+  @spec close(socket()) :: :ok
+  def close(sock) do
+    stats =
+      case Native.udp_stats(sock) do
+        {:ok, stats} -> stats
+        {:error, :closed} -> nil
+      end
+
+    :ok = Native.udp_close(sock)
+
+    if stats do
+      Tachyon.Telemetry.execute([:tachyon, :udp, :close], stats, %{socket: sock})
+    end
+
+    :ok
+  end
+
+  @doc """
+  The bound address.
+
+  ## Example
+
+      {:ok, sock} = Tachyon.UDP.open(0, ip: :loopback)
+      {:ok, {{127, 0, 0, 1}, port}} = Tachyon.UDP.sockname(sock)
+  """
+  @spec sockname(socket()) :: {:ok, address()} | {:error, :closed}
+  def sockname(sock), do: Native.udp_sockname(sock)
+
+  @doc """
+  The bound port.
+
+  ## Example
+
+      {:ok, sock} = Tachyon.UDP.open(0)
+      {:ok, port} = Tachyon.UDP.port(sock)
+  """
+  @spec port(socket()) :: {:ok, :inet.port_number()} | {:error, :closed}
+  def port(sock) do
+    with {:ok, {_ip, port}} <- sockname(sock), do: {:ok, port}
+  end
+
+  @doc """
+  The owner process, or `nil` once the socket is closed.
+
+  ## Example
+
+      {:ok, sock} = Tachyon.UDP.open(0)
+      true = Tachyon.UDP.owner(sock) == self()
+  """
+  @spec owner(socket()) :: pid() | nil
+  def owner(sock), do: Native.udp_owner(sock)
+
+  @doc """
+  The socket's counters (see the moduledoc).
+
+  ## Example
+
+      {:ok, sock} = Tachyon.UDP.open(0)
+      {:ok, %{received: 0, dropped: 0}} = Tachyon.UDP.stats(sock)
+  """
+  @spec stats(socket()) :: {:ok, stats()} | {:error, :closed}
+  def stats(sock), do: Native.udp_stats(sock)
+
+  @doc """
+  Acknowledges `count` processed datagrams, making room under `:max_queue`.
+  A cheap NIF call (one atomic add); ack in batches if you like. Without
+  `:max_queue` it only moves the `:acked` counter.
+
+  ## Example
+
+      {:ok, sock} = Tachyon.UDP.open(0, max_queue: 1000)
+
+      receive do
+        {:tachyon_udp, ^sock, _from, _data} -> Tachyon.UDP.ack(sock)
+      after
+        0 -> :ok
+      end
+  """
+  @spec ack(socket(), pos_integer()) :: :ok
+  def ack(sock, count \\ 1) when is_integer(count) and count > 0 do
+    Native.udp_ack(sock, count)
+  end
+end
