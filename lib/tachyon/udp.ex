@@ -197,8 +197,12 @@ defmodule Tachyon.UDP do
       :ok = Tachyon.UDP.send(sock, {{127, 0, 0, 1}, 9}, ["hel", "lo"])
   """
   @spec send(socket(), address(), iodata()) :: :ok | {:error, reason()}
-  def send(sock, {ip, port}, data) do
+  def send(sock, {ip, port}, data) when is_tuple(ip) and is_integer(port) do
     Native.udp_send(sock, ip, port, data)
+  end
+
+  def send(_sock, dest, _data) do
+    raise ArgumentError, "the destination must be {ip_tuple, port}, got: #{inspect(dest)}"
   end
 
   @doc """

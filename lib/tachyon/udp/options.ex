@@ -55,6 +55,9 @@ defmodule Tachyon.UDP.Options do
     value
   end
 
+  # nil: the caller's default
+  defp check!(:wait, nil), do: nil
+
   defp check!(:wait, value) do
     case value do
       w when w in @waits -> w

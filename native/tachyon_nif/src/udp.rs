@@ -67,14 +67,15 @@ fn decode_ip(term: Term) -> NifResult<IpAddr> {
         4 => {
             let mut o = [0u8; 4];
             for (i, p) in parts.iter().enumerate() {
-                o[i] = p.decode()?;
+                // Decode wide and check: a narrow decode would wrap 300 to 44.
+                o[i] = u8::try_from(p.decode::<u64>()?).map_err(|_| Error::BadArg)?;
             }
             Ok(IpAddr::V4(Ipv4Addr::from(o)))
         }
         8 => {
             let mut s = [0u16; 8];
             for (i, p) in parts.iter().enumerate() {
-                s[i] = p.decode()?;
+                s[i] = u16::try_from(p.decode::<u64>()?).map_err(|_| Error::BadArg)?;
             }
             Ok(IpAddr::V6(Ipv6Addr::from(s)))
         }
@@ -106,9 +107,13 @@ fn decode_wait(env: Env, term: Term) -> NifResult<WaitStrategy> {
     WaitStrategy::parse(&name).ok_or(Error::BadArg)
 }
 
+fn decode_port(term: Term) -> NifResult<u16> {
+    u16::try_from(term.decode::<u64>()?).map_err(|_| Error::BadArg)
+}
+
 fn decode_addr<'a>(env: Env<'a>, opts: Term<'a>) -> NifResult<SocketAddr> {
     let ip = decode_ip(get::<Term>(env, opts, "ip")?)?;
-    let port: u16 = get(env, opts, "port")?;
+    let port = decode_port(get::<Term>(env, opts, "port")?)?;
     Ok(SocketAddr::new(ip, port))
 }
 
@@ -375,10 +380,10 @@ fn udp_send<'a>(
     env: Env<'a>,
     res: ResourceArc<UdpResource>,
     ip: Term<'a>,
-    port: u16,
+    port: Term<'a>,
     data: Term<'a>,
 ) -> NifResult<Term<'a>> {
-    let to = SocketAddr::new(decode_ip(ip)?, port);
+    let to = SocketAddr::new(decode_ip(ip)?, decode_port(port)?);
     let bin = match Binary::from_term(data) {
         Ok(b) => b,
         Err(_) => Binary::from_iolist(data)?,
