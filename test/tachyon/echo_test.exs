@@ -130,6 +130,8 @@ defmodule Tachyon.EchoTest do
         assert {:ok, ^data} = echo_of(sock, addr, data), "size #{size}"
       end
 
+      # The thread counts an echo after sending it.
+      wait_until(fn -> Echo.stats(echo).packets_out == 15 end)
       stats = Echo.stats(echo)
       assert stats.packets_in == 15 and stats.packets_out == 15
       assert stats.bytes_in == stats.bytes_out
@@ -163,6 +165,7 @@ defmodule Tachyon.EchoTest do
       end)
       |> Task.await_many(30_000)
 
+      wait_until(fn -> Echo.stats(echo).packets_out == 800 end)
       stats = Echo.stats(echo)
       assert stats.packets_in == 800 and stats.packets_out == 800
       assert stats.batches in 1..800
@@ -181,7 +184,8 @@ defmodule Tachyon.EchoTest do
         end
 
       assert Enum.sort(got) == Enum.to_list(1..200)
-      assert %{packets_out: 200, kernel_drops: 0} = Echo.stats(echo)
+      wait_until(fn -> Echo.stats(echo).packets_out == 200 end)
+      assert %{kernel_drops: 0} = Echo.stats(echo)
     end
   end
 
@@ -197,6 +201,7 @@ defmodule Tachyon.EchoTest do
       exactly = :binary.copy("y", 100)
       assert {:ok, ^exactly} = echo_of(sock, addr, exactly)
 
+      wait_until(fn -> Echo.stats(echo).packets_out == 2 end)
       assert %{packets_in: 3, packets_out: 2, truncated: 1, errors: 1} = Echo.stats(echo)
     end
 
@@ -215,7 +220,7 @@ defmodule Tachyon.EchoTest do
         assert {:ok, ^garbage} = echo_of(sock, {ip, port}, garbage)
       end
 
-      assert Echo.stats(echo).packets_in == 21
+      wait_until(fn -> Echo.stats(echo).packets_out == 21 end)
     end
 
     test "a datagram over 65,507 bytes cannot even be sent: the kernel refuses it" do

@@ -172,10 +172,13 @@ impl EchoServer {
 
     pub fn stats(&self) -> EchoStats {
         let c = &self.shared.counters;
+        // Packet counts first (each is bumped after its companions).
+        let packets_out = c.packets_out.get();
+        let packets_in = c.packets_in.get();
         EchoStats {
-            packets_in: c.packets_in.get(),
+            packets_in,
             bytes_in: c.bytes_in.get(),
-            packets_out: c.packets_out.get(),
+            packets_out,
             bytes_out: c.bytes_out.get(),
             batches: c.batches.get(),
             truncated: c.truncated.get(),
@@ -208,25 +211,26 @@ fn echo_loop(sock: &Socket, shared: &Shared, batch: &mut Batch, mut waiter: Wait
         match batch.recv(sock) {
             Ok(n) if n > 0 => {
                 waiter.reset();
-                let out = batch.echo(sock);
                 let mut bytes_in = 0u64;
                 let mut truncated = 0u64;
                 for i in 0..n {
                     bytes_in += batch.data(i).len() as u64;
                     truncated += batch.is_truncated(i) as u64;
                 }
+                // Receive-side counters first: whoever got an echo sees them.
                 c.batches.bump(1);
-                c.packets_in.bump(n as u64);
                 c.bytes_in.bump(bytes_in);
-                c.packets_out.bump(out.sent);
-                c.bytes_out.bump(out.bytes);
                 if truncated > 0 {
                     c.truncated.bump(truncated);
                 }
+                c.kernel_drops.raise_to(batch.kernel_drops() as u64);
+                c.packets_in.bump(n as u64);
+                let out = batch.echo(sock);
                 if out.errors > 0 {
                     c.send_errors.bump(out.errors);
                 }
-                c.kernel_drops.raise_to(batch.kernel_drops() as u64);
+                c.bytes_out.bump(out.bytes);
+                c.packets_out.bump(out.sent);
             }
             Ok(_) => waiter.wait(sock.fd(), waker, None),
             Err(e) => match e.kind() {

@@ -315,10 +315,11 @@ impl Endpoint {
     pub fn stats(&self) -> EndpointStats {
         let rx = &self.shared.rx;
         let tx = &self.shared.tx;
+        let received = rx.received.get();
         let delivered = rx.delivered.get();
         let acked = self.shared.acked.load(Ordering::Acquire);
         EndpointStats {
-            received: rx.received.get(),
+            received,
             received_bytes: rx.received_bytes.get(),
             delivered,
             acked,
@@ -380,8 +381,6 @@ fn receive_loop<S: Sink>(
         match batch.recv(sock) {
             Ok(n) if n > 0 => {
                 waiter.reset();
-                rx.batches.bump(1);
-                rx.received.bump(n as u64);
                 sink.begin_batch();
                 let mut bytes = 0u64;
                 for i in 0..n {
@@ -414,6 +413,10 @@ fn receive_loop<S: Sink>(
                 }
                 rx.received_bytes.bump(bytes);
                 rx.kernel_drops.raise_to(batch.kernel_drops() as u64);
+                rx.batches.bump(1);
+                // Last: a reader that sees `received` sees every other
+                // counter of these datagrams.
+                rx.received.bump(n as u64);
             }
             Ok(_) => waiter.wait(sock.fd(), waker, None),
             Err(e) => match e.kind() {

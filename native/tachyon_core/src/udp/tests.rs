@@ -62,6 +62,10 @@ fn echo_returns_every_size_byte_for_byte() {
         assert_eq!(n, size);
         assert_eq!(&buf[..n], &data[..], "size {size}");
     }
+    // The echo thread counts what it sent after sending it.
+    wait_until("packets_out", || {
+        server.stats().packets_out == sizes.len() as u64
+    });
     let s = server.stats();
     assert_eq!(s.packets_in, sizes.len() as u64);
     assert_eq!(s.packets_out, sizes.len() as u64);
@@ -93,6 +97,7 @@ fn echo_serves_many_clients_at_once() {
     for t in threads {
         t.join().unwrap();
     }
+    wait_until("packets_out", || server.stats().packets_out == 1_600);
     let s = server.stats();
     assert_eq!(s.packets_in, 1_600);
     assert_eq!(s.packets_out, 1_600);
@@ -138,6 +143,7 @@ fn oversized_datagrams_are_counted_and_the_loop_keeps_running() {
     c.send_to(&[9u8; 100], server.local_addr()).unwrap();
     assert_eq!(c.recv_from(&mut buf).unwrap().0, 0);
     assert_eq!(c.recv_from(&mut buf).unwrap().0, 100);
+    wait_until("packets_out", || server.stats().packets_out == 2);
     let s = server.stats();
     assert_eq!((s.packets_in, s.packets_out, s.truncated), (3, 2, 1));
 }
@@ -228,7 +234,7 @@ fn ping_measures_round_trips_with_every_non_spinning_strategy() {
             (330, 330, 0, 0)
         );
         assert!(out.hist.value_at(50.0) > 0);
-        assert_eq!(server.stats().packets_out, 330);
+        wait_until("packets_out", || server.stats().packets_out == 330);
     }
 }
 
