@@ -235,6 +235,7 @@ defmodule Tachyon.Bench.Echo do
         rx = place(cfg.udp_core, cfg.udp_wait)
 
         Bench.from_hist(name, h, cfg.size, %{
+          unit: :perf_counter,
           note:
             "client: Elixir process + Tachyon.UDP receive thread #{rx}; pong: Tachyon.Echo #{pong}",
           json_extra: %{ping: "Elixir process, receive thread #{rx}", pong: pong, lost: lost}
@@ -257,6 +258,7 @@ defmodule Tachyon.Bench.Echo do
       lost = gen_udp_loop(cfg.peer_n, send_fun, sock, h, lost)
 
       Bench.from_hist(name, h, cfg.size, %{
+        unit: :perf_counter,
         note: "client and pong: gen_udp processes (active: true) on BEAM schedulers; peer count",
         json_extra: %{ping: "gen_udp process", pong: "gen_udp process", lost: lost}
       })
@@ -279,6 +281,7 @@ defmodule Tachyon.Bench.Echo do
       lost = socket_loop(cfg.peer_n, sock, dest, payload, h, lost)
 
       Bench.from_hist(name, h, cfg.size, %{
+        unit: :perf_counter,
         note:
           "client and pong: :socket processes (sendto/recvfrom) on BEAM schedulers; peer count",
         json_extra: %{ping: ":socket process", pong: ":socket process", lost: lost}
@@ -327,12 +330,12 @@ defmodule Tachyon.Bench.Echo do
   defp udp_loop(0, _send, _sock, _h, lost), do: lost
 
   defp udp_loop(n, send_fun, sock, h, lost) do
-    t0 = :erlang.monotonic_time()
+    t0 = :os.perf_counter()
     :ok = send_fun.()
 
     receive do
       {:tachyon_udp, ^sock, _from, _data} ->
-        t1 = :erlang.monotonic_time()
+        t1 = :os.perf_counter()
         if h, do: Native.hist_record(h, t1 - t0)
         udp_loop(n - 1, send_fun, sock, h, lost)
     after
@@ -343,12 +346,12 @@ defmodule Tachyon.Bench.Echo do
   defp gen_udp_loop(0, _send, _sock, _h, lost), do: lost
 
   defp gen_udp_loop(n, send_fun, sock, h, lost) do
-    t0 = :erlang.monotonic_time()
+    t0 = :os.perf_counter()
     :ok = send_fun.()
 
     receive do
       {:udp, ^sock, _ip, _port, _data} ->
-        t1 = :erlang.monotonic_time()
+        t1 = :os.perf_counter()
         if h, do: Native.hist_record(h, t1 - t0)
         gen_udp_loop(n - 1, send_fun, sock, h, lost)
     after
@@ -359,12 +362,12 @@ defmodule Tachyon.Bench.Echo do
   defp socket_loop(0, _sock, _dest, _payload, _h, lost), do: lost
 
   defp socket_loop(n, sock, dest, payload, h, lost) do
-    t0 = :erlang.monotonic_time()
+    t0 = :os.perf_counter()
     :ok = :socket.sendto(sock, payload, dest)
 
     case :socket.recvfrom(sock, 0, [], @rt_timeout) do
       {:ok, {_src, _data}} ->
-        t1 = :erlang.monotonic_time()
+        t1 = :os.perf_counter()
         if h, do: Native.hist_record(h, t1 - t0)
         socket_loop(n - 1, sock, dest, payload, h, lost)
 

@@ -201,7 +201,7 @@ fn echo_stop(res: ResourceArc<EchoResource>) -> Atom {
 }
 
 #[rustler::nif]
-fn echo_stats<'a>(env: Env<'a>, res: ResourceArc<EchoResource>) -> NifResult<Term<'a>> {
+fn echo_stats<'a>(env: Env<'a>, res: &EchoResource) -> NifResult<Term<'a>> {
     let s = res.server.lock().unwrap_or_else(|e| e.into_inner()).stats();
     echo_stats_map(env, &s)
 }
@@ -378,7 +378,7 @@ fn udp_open<'a>(env: Env<'a>, opts: Term<'a>, owner: LocalPid) -> NifResult<Term
 #[rustler::nif]
 fn udp_send<'a>(
     env: Env<'a>,
-    res: ResourceArc<UdpResource>,
+    res: &UdpResource,
     ip: Term<'a>,
     port: Term<'a>,
     data: Term<'a>,
@@ -442,7 +442,7 @@ fn udp_close(env: Env, res: ResourceArc<UdpResource>) -> Atom {
 }
 
 #[rustler::nif]
-fn udp_stats<'a>(env: Env<'a>, res: ResourceArc<UdpResource>) -> NifResult<Term<'a>> {
+fn udp_stats<'a>(env: Env<'a>, res: &UdpResource) -> NifResult<Term<'a>> {
     if res.ep.is_closed() {
         return Ok((atoms::error(), atoms::closed()).encode(env));
     }
@@ -451,7 +451,7 @@ fn udp_stats<'a>(env: Env<'a>, res: ResourceArc<UdpResource>) -> NifResult<Term<
 }
 
 #[rustler::nif]
-fn udp_sockname<'a>(env: Env<'a>, res: ResourceArc<UdpResource>) -> Term<'a> {
+fn udp_sockname<'a>(env: Env<'a>, res: &UdpResource) -> Term<'a> {
     if res.ep.is_closed() {
         return (atoms::error(), atoms::closed()).encode(env);
     }
@@ -460,14 +460,14 @@ fn udp_sockname<'a>(env: Env<'a>, res: ResourceArc<UdpResource>) -> Term<'a> {
 
 /// Acknowledges `n` delivered datagrams (room under `:max_queue`).
 #[rustler::nif]
-fn udp_ack(res: ResourceArc<UdpResource>, n: u64) -> Atom {
+fn udp_ack(res: &UdpResource, n: u64) -> Atom {
     res.ep.ack(n);
     atoms::ok()
 }
 
 /// The owner pid, or `nil` once closed.
 #[rustler::nif]
-fn udp_owner<'a>(env: Env<'a>, res: ResourceArc<UdpResource>) -> Term<'a> {
+fn udp_owner<'a>(env: Env<'a>, res: &UdpResource) -> Term<'a> {
     if res.ep.is_closed() {
         return atoms::nil().encode(env);
     }
