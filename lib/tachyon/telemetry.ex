@@ -76,6 +76,41 @@ defmodule Tachyon.Telemetry do
 
   An AsyncStore that opened its own store under `start_link/1` also flushes
   that store's `[:tachyon, :store, :roll]` events at each stats tick.
+
+  ## Echo and UDP events
+
+    * `[:tachyon, :echo, :start]` - a `Tachyon.Echo` server started (its
+      socket is bound and its thread runs).
+      * Measurements: `:duration` (bind, thread start and pinning).
+      * Metadata: `:name` (or `nil`), `:address` (`{ip, port}`), `:core`
+        (or `nil`), `:pinned`, `:wait`.
+
+    * `[:tachyon, :echo, :stats]` - periodic, every `:stats_interval` ms
+      (default 1000; `nil` turns it off), from the server's process.
+      * Measurements: the thread's counters since start: `:packets_in`,
+        `:bytes_in`, `:packets_out`, `:bytes_out`, `:batches`, `:truncated`,
+        `:recv_errors`, `:send_errors`, `:kernel_drops`, `:errors`.
+      * Metadata: as for `:start`.
+
+    * `[:tachyon, :echo, :stop]` - the server stopped; its thread is joined and
+      its port is free.
+      * Measurements: the final counters (as for `:stats`).
+      * Metadata: as for `:start`.
+
+    * `[:tachyon, :udp, :open]` - `Tachyon.UDP.open/2` opened a socket.
+      * Measurements: `:duration` (bind and receive-thread start).
+      * Metadata: `:socket`, `:address` (`{ip, port}`), `:owner` (pid),
+        `:core` (or `nil`), `:pinned`, `:wait`, `:max_queue` (integer or
+        `:infinity`).
+
+    * `[:tachyon, :udp, :close]` - `Tachyon.UDP.close/1` closed an open socket
+      (not emitted when the owner's exit closes it: no process is left to
+      emit it; its counters are gone with it).
+      * Measurements: the socket's final counters: `:received`,
+        `:received_bytes`, `:delivered`, `:acked`, `:in_flight`, `:dropped`,
+        `:undelivered`, `:truncated`, `:recv_errors`, `:kernel_drops`,
+        `:batches`, `:sent`, `:sent_bytes`, `:send_errors`.
+      * Metadata: `:socket`.
   """
 
   @key {__MODULE__, :enabled}

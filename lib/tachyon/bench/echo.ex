@@ -12,6 +12,8 @@ defmodule Tachyon.Bench.Echo do
   #   tachyon.udp.roundtrip  an Elixir process with Tachyon.UDP <-> Tachyon.Echo
   #   socket.roundtrip       an Elixir process with :socket <-> a :socket echo process
   #   gen_udp.roundtrip      an Elixir process with gen_udp <-> a gen_udp echo process
+  #                          (both active: true, gen_udp's fastest mode here)
+  #   gen_udp.roundtrip.passive  the same with active: false and :gen_udp.recv/3 on both sides
   #   tachyon.udp.flood      backpressure: a burst into a Tachyon.UDP socket whose owner
   #                          is not reading, with max_queue :infinity and bounded, and
   #                          gen_udp (active: true) for comparison. Not a latency case.
@@ -37,7 +39,7 @@ defmodule Tachyon.Bench.Echo do
 
   @defaults [messages: 200_000, warmup: 50_000, size: 256, flood: 100_000, max_queue: 1000]
   @quick [messages: 20_000, warmup: 5_000, flood: 10_000]
-  @all ~w(raw.rust tachyon.echo gen_udp.echo tachyon.udp.roundtrip socket.roundtrip gen_udp.roundtrip tachyon.udp.flood)
+  @all ~w(raw.rust tachyon.echo gen_udp.echo tachyon.udp.roundtrip socket.roundtrip gen_udp.roundtrip gen_udp.roundtrip.passive tachyon.udp.flood)
   @extra [
     cases: :string,
     peer_messages: :integer,
@@ -268,6 +270,27 @@ defmodule Tachyon.Bench.Echo do
     end
   end
 
+  defp run_case("gen_udp.roundtrip.passive" = name, cfg) do
+    {pid, port} = gen_udp_echo(:passive)
+    {:ok, sock} = :gen_udp.open(0, [:binary, ip: @loopback, active: false])
+
+    try do
+      payload = :binary.copy(<<0xA5>>, cfg.size)
+      lost = passive_loop(cfg.peer_warmup, sock, port, payload, nil, 0)
+      h = Bench.hist()
+      lost = passive_loop(cfg.peer_n, sock, port, payload, h, lost)
+
+      Bench.from_hist(name, h, cfg.size, %{
+        unit: :perf_counter,
+        note: "client and pong: gen_udp processes (active: false, recv/3); peer count",
+        json_extra: %{ping: "gen_udp process (recv)", pong: "gen_udp process (recv)", lost: lost}
+      })
+    after
+      :gen_udp.close(sock)
+      stop_proc(pid)
+    end
+  end
+
   defp run_case("socket.roundtrip" = name, cfg) do
     {pid, port} = socket_echo()
     {:ok, sock} = :socket.open(:inet, :dgram, :udp)
@@ -359,6 +382,23 @@ defmodule Tachyon.Bench.Echo do
     end
   end
 
+  defp passive_loop(0, _sock, _port, _payload, _h, lost), do: lost
+
+  defp passive_loop(n, sock, port, payload, h, lost) do
+    t0 = :os.perf_counter()
+    :ok = :gen_udp.send(sock, @loopback, port, payload)
+
+    case :gen_udp.recv(sock, 0, @rt_timeout) do
+      {:ok, {_ip, _port, _data}} ->
+        t1 = :os.perf_counter()
+        if h, do: Native.hist_record(h, t1 - t0)
+        passive_loop(n - 1, sock, port, payload, h, lost)
+
+      {:error, :timeout} ->
+        passive_loop(n - 1, sock, port, payload, h, lost!(lost))
+    end
+  end
+
   defp socket_loop(0, _sock, _dest, _payload, _h, lost), do: lost
 
   defp socket_loop(n, sock, dest, payload, h, lost) do
@@ -383,15 +423,15 @@ defmodule Tachyon.Bench.Echo do
 
   # -- BEAM echo servers ---------------------------------------------------------
 
-  defp gen_udp_echo do
+  defp gen_udp_echo(mode \\ :active) do
     parent = self()
 
     pid =
       spawn_link(fn ->
-        {:ok, s} = :gen_udp.open(0, [:binary, ip: @loopback, active: true])
+        {:ok, s} = :gen_udp.open(0, [:binary, ip: @loopback, active: mode == :active])
         {:ok, port} = :inet.port(s)
         send(parent, {:echo_port, self(), port})
-        gen_udp_echo_loop(s)
+        if mode == :active, do: gen_udp_echo_loop(s), else: gen_udp_passive_echo_loop(s)
       end)
 
     receive do
@@ -409,6 +449,21 @@ defmodule Tachyon.Bench.Echo do
 
       :stop ->
         :gen_udp.close(s)
+    end
+  end
+
+  defp gen_udp_passive_echo_loop(s) do
+    case :gen_udp.recv(s, 0, 200) do
+      {:ok, {ip, port, data}} ->
+        :gen_udp.send(s, ip, port, data)
+        gen_udp_passive_echo_loop(s)
+
+      {:error, :timeout} ->
+        receive do
+          :stop -> :gen_udp.close(s)
+        after
+          0 -> gen_udp_passive_echo_loop(s)
+        end
     end
   end
 
