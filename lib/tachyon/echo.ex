@@ -36,10 +36,12 @@ defmodule Tachyon.Echo do
     * `:ip` - address to bind: a tuple, `:loopback` (default), `:any` or a
       string such as `"::1"`.
     * `:wait` - what the thread does when no datagram is waiting:
-      `:busy_spin` (lowest latency; burns its core), `:yield`, `:backoff`
-      (spin, then yield, then block in `poll` until the next datagram), or
-      `:block` (block in `poll` at once; no CPU while idle). Default:
-      `:busy_spin` on machines with more than two cores, `:backoff` otherwise.
+      `:busy_spin` (lowest latency; burns its core), `:yield` (polls and
+      yields the core between polls, forever), `:backoff` (polls and yields
+      for a few hundred microseconds after each datagram, then blocks in
+      `poll` until the next one), or `:block` (blocks in `poll` at once; no
+      CPU while idle). Default: `:busy_spin` on machines with more than two
+      cores, `:backoff` otherwise.
     * `:core` - pin the thread to this core (default `nil`: not pinned).
     * `:batch` - datagrams per `recvmmsg`/`sendmmsg`, 1..1024 (default 32).
     * `:max_datagram` - largest datagram echoed, 1..65507 (default 65507).

@@ -60,11 +60,14 @@ defmodule Tachyon.UDP do
     * `:owner` - the process that receives the datagrams (default: the
       caller). Its exit closes the socket.
     * `:wait` - what the receive thread does when no datagram is waiting:
-      `:block` (default: blocks in `poll`, no CPU while idle; the kernel
-      wakes it for each datagram, which costs a few microseconds),
-      `:backoff` (spins and yields for a while after each datagram, then
-      blocks), `:yield`, or `:busy_spin` (lowest latency; burns a core, so
-      only with a core to spare, see `:core`).
+      `:backoff` (default: after each datagram it keeps polling, yielding the
+      core between polls, for a few hundred microseconds, then blocks in
+      `poll` until the next one: fast for request/response traffic, no CPU
+      when idle), `:block` (blocks in `poll` at once: the least CPU, but the
+      kernel must wake the thread for each datagram, which costs a few
+      microseconds), `:yield` (never blocks: polls and yields forever), or
+      `:busy_spin` (lowest latency; burns a whole core, so only with a core
+      to spare, see `:core`).
     * `:core` - pin the receive thread to this core (default `nil`).
     * `:max_queue` - `:infinity` (default) or the most datagrams delivered
       and not yet acknowledged with `ack/2` (see "Backpressure").
@@ -119,7 +122,7 @@ defmodule Tachyon.UDP do
   @defaults [
     ip: :any,
     owner: nil,
-    wait: :block,
+    wait: :backoff,
     core: nil,
     max_queue: :infinity,
     batch: 16,

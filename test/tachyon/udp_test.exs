@@ -450,9 +450,29 @@ defmodule Tachyon.UDPThreadsTest do
     end
   end
 
+  # Threads of earlier (async) tests may still be on their way out: sockets
+  # whose owners just exited, servers whose links are being torn down,
+  # resources not yet collected. Wait for a count that holds for 200 ms.
+  defp stable_count do
+    Enum.each(Process.list(), &:erlang.garbage_collect/1)
+    stable_count(os_threads(), System.monotonic_time(:millisecond), 50)
+  end
+
+  defp stable_count(_n, _since, 0), do: os_threads()
+
+  defp stable_count(n, since, tries) do
+    Process.sleep(20)
+    now = System.monotonic_time(:millisecond)
+
+    case os_threads() do
+      ^n when now - since >= 200 -> n
+      ^n -> stable_count(n, since, tries - 1)
+      m -> stable_count(m, now, tries - 1)
+    end
+  end
+
   test "no thread is left behind by echo servers, sockets, pings or dead owners" do
-    :erlang.garbage_collect()
-    before = os_threads()
+    before = stable_count()
 
     echoes = for _ <- 1..3, do: elem(Echo.start_link(wait: :block), 1)
     socks = for _ <- 1..4, do: elem(UDP.open(0, ip: :loopback), 1)

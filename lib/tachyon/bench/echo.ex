@@ -10,6 +10,7 @@ defmodule Tachyon.Bench.Echo do
   #   tachyon.echo           Rust ping thread (NIF) <-> Tachyon.Echo: the same loops in the BEAM
   #   gen_udp.echo           Rust ping thread <-> a gen_udp echo process (isolates the server side)
   #   tachyon.udp.roundtrip  an Elixir process with Tachyon.UDP <-> Tachyon.Echo
+  #   tachyon.udp.roundtrip.block  the same with the receive thread at wait: :block
   #   socket.roundtrip       an Elixir process with :socket <-> a :socket echo process
   #   gen_udp.roundtrip      an Elixir process with gen_udp <-> a gen_udp echo process
   #                          (both active: true, gen_udp's fastest mode here)
@@ -30,7 +31,7 @@ defmodule Tachyon.Bench.Echo do
   #   --pong-core N|none     core of the echo thread (default 1 with 2+ cores)
   #   --wait S               wait strategy of the Rust ping and pong threads (default busy_spin)
   #   --udp-wait S           wait of the Tachyon.UDP receive thread in tachyon.udp.roundtrip
-  #                          (default: Tachyon.UDP's default, block)
+  #                          (default: Tachyon.UDP's default, backoff)
   #   --udp-core N|none      its core (default none)
   #   --flood N              datagrams per tachyon.udp.flood run (default 100000)
   #   --max-queue N          the bound in the flood's bounded run (default 1000)
@@ -39,7 +40,7 @@ defmodule Tachyon.Bench.Echo do
 
   @defaults [messages: 200_000, warmup: 50_000, size: 256, flood: 100_000, max_queue: 1000]
   @quick [messages: 20_000, warmup: 5_000, flood: 10_000]
-  @all ~w(raw.rust tachyon.echo gen_udp.echo tachyon.udp.roundtrip socket.roundtrip gen_udp.roundtrip gen_udp.roundtrip.passive tachyon.udp.flood)
+  @all ~w(raw.rust tachyon.echo gen_udp.echo tachyon.udp.roundtrip tachyon.udp.roundtrip.block socket.roundtrip gen_udp.roundtrip gen_udp.roundtrip.passive tachyon.udp.flood)
   @extra [
     cases: :string,
     peer_messages: :integer,
@@ -54,6 +55,10 @@ defmodule Tachyon.Bench.Echo do
   ]
   @loopback {127, 0, 0, 1}
   @rt_timeout 1000
+  # Receive buffers of the flood sockets (capped by net.core.rmem_max): big
+  # enough that a burst waits in the kernel rather than being dropped while
+  # the receiving side catches up.
+  @flood_recbuf 4 * 1024 * 1024
   @max_lost 10
 
   def run(argv) do
@@ -76,7 +81,7 @@ defmodule Tachyon.Bench.Echo do
       ping_core: core!(opts[:ping_core], if(two, do: 0), cores, "--ping-core"),
       pong_core: core!(opts[:pong_core], if(two, do: 1), cores, "--pong-core"),
       wait: wait!(opts[:wait] || "busy_spin", "--wait"),
-      udp_wait: wait!(opts[:udp_wait] || "block", "--udp-wait"),
+      udp_wait: wait!(opts[:udp_wait] || "backoff", "--udp-wait"),
       udp_core: core!(opts[:udp_core], nil, cores, "--udp-core"),
       flood: opts[:flood],
       max_queue: opts[:max_queue]
@@ -223,30 +228,10 @@ defmodule Tachyon.Bench.Echo do
     end
   end
 
-  defp run_case("tachyon.udp.roundtrip" = name, cfg) do
-    with_echo(cfg.pong_core, cfg.wait, fn echo, addr ->
-      {:ok, sock} = Tachyon.UDP.open(0, ip: :loopback, wait: cfg.udp_wait, core: cfg.udp_core)
+  defp run_case("tachyon.udp.roundtrip.block" = name, cfg),
+    do: tachyon_udp_roundtrip(name, %{cfg | udp_wait: :block})
 
-      try do
-        payload = :binary.copy(<<0xA5>>, cfg.size)
-        send_fun = fn -> Tachyon.UDP.send(sock, addr, payload) end
-        lost = udp_loop(cfg.warmup, send_fun, sock, nil, 0)
-        h = Bench.hist()
-        lost = udp_loop(cfg.n, send_fun, sock, h, lost)
-        pong = placement(Tachyon.Echo.info(echo))
-        rx = place(cfg.udp_core, cfg.udp_wait)
-
-        Bench.from_hist(name, h, cfg.size, %{
-          unit: :perf_counter,
-          note:
-            "client: Elixir process + Tachyon.UDP receive thread #{rx}; pong: Tachyon.Echo #{pong}",
-          json_extra: %{ping: "Elixir process, receive thread #{rx}", pong: pong, lost: lost}
-        })
-      after
-        Tachyon.UDP.close(sock)
-      end
-    end)
-  end
+  defp run_case("tachyon.udp.roundtrip" = name, cfg), do: tachyon_udp_roundtrip(name, cfg)
 
   defp run_case("gen_udp.roundtrip" = name, cfg) do
     {pid, port} = gen_udp_echo()
@@ -313,6 +298,31 @@ defmodule Tachyon.Bench.Echo do
       :socket.close(sock)
       stop_proc(pid)
     end
+  end
+
+  defp tachyon_udp_roundtrip(name, cfg) do
+    with_echo(cfg.pong_core, cfg.wait, fn echo, addr ->
+      {:ok, sock} = Tachyon.UDP.open(0, ip: :loopback, wait: cfg.udp_wait, core: cfg.udp_core)
+
+      try do
+        payload = :binary.copy(<<0xA5>>, cfg.size)
+        send_fun = fn -> Tachyon.UDP.send(sock, addr, payload) end
+        lost = udp_loop(cfg.warmup, send_fun, sock, nil, 0)
+        h = Bench.hist()
+        lost = udp_loop(cfg.n, send_fun, sock, h, lost)
+        pong = placement(Tachyon.Echo.info(echo))
+        rx = place(cfg.udp_core, cfg.udp_wait)
+
+        Bench.from_hist(name, h, cfg.size, %{
+          unit: :perf_counter,
+          note:
+            "client: Elixir process + Tachyon.UDP receive thread #{rx}; pong: Tachyon.Echo #{pong}",
+          json_extra: %{ping: "Elixir process, receive thread #{rx}", pong: pong, lost: lost}
+        })
+      after
+        Tachyon.UDP.close(sock)
+      end
+    end)
   end
 
   defp wait_arg(:block), do: "block"
@@ -622,8 +632,9 @@ defmodule Tachyon.Bench.Echo do
   defp run_flood(cfg) do
     IO.puts(
       "\n== tachyon.udp.flood: #{Bench.delimit(cfg.flood)} datagrams of #{cfg.size} bytes sent as fast as " <>
-        "one process can (Tachyon.UDP.send) to a socket whose owner is not reading; then the owner drains " <>
-        "its mailbox (acking each message)."
+        "one process can (Tachyon.UDP.send) to a socket (recbuf #{div(@flood_recbuf, 1_048_576)} MiB) whose " <>
+        "owner is suspended (not scheduled, not reading); then the owner is resumed and drains its mailbox " <>
+        "(acking each message)."
     )
 
     runs = [
@@ -690,11 +701,20 @@ defmodule Tachyon.Bench.Echo do
 
   defp flood_tachyon(label, max_queue, cfg) do
     owner = spawn_owner()
-    {:ok, rx} = Tachyon.UDP.open(0, ip: :loopback, owner: owner, max_queue: max_queue)
+
+    {:ok, rx} =
+      Tachyon.UDP.open(0,
+        ip: :loopback,
+        owner: owner,
+        max_queue: max_queue,
+        recbuf: @flood_recbuf
+      )
+
     {:ok, tx} = Tachyon.UDP.open(0, ip: :loopback)
     {:ok, dest} = Tachyon.UDP.sockname(rx)
     payload = :binary.copy(<<0x5A>>, cfg.size)
     bin0 = :erlang.memory(:binary)
+    :erlang.suspend_process(owner)
     t0 = System.monotonic_time()
     sent = flood_send(cfg.flood, fn -> Tachyon.UDP.send(tx, dest, payload) end, 0)
     send_ns = System.convert_time_unit(System.monotonic_time() - t0, :native, :nanosecond)
@@ -729,12 +749,14 @@ defmodule Tachyon.Bench.Echo do
 
   defp flood_gen_udp(label, cfg) do
     owner = spawn_owner()
-    {:ok, rx} = :gen_udp.open(0, [:binary, ip: @loopback, active: true])
+    {:ok, rx} = :gen_udp.open(0, [:binary, ip: @loopback, active: true, recbuf: @flood_recbuf])
+
     :ok = :gen_udp.controlling_process(rx, owner)
     {:ok, port} = :inet.port(rx)
     {:ok, tx} = Tachyon.UDP.open(0, ip: :loopback)
     payload = :binary.copy(<<0x5A>>, cfg.size)
     bin0 = :erlang.memory(:binary)
+    :erlang.suspend_process(owner)
     t0 = System.monotonic_time()
     sent = flood_send(cfg.flood, fn -> Tachyon.UDP.send(tx, {@loopback, port}, payload) end, 0)
     send_ns = System.convert_time_unit(System.monotonic_time() - t0, :native, :nanosecond)
@@ -785,8 +807,9 @@ defmodule Tachyon.Bench.Echo do
     end
   end
 
-  # The owner does not read until told to drain; it then receives every
-  # message (acking Tachyon.UDP ones) and reports the time it took.
+  # The owner is suspended during the flood (a consumer that does not get to
+  # run: its mailbox grows, and no message reschedules it); once resumed it
+  # receives every message (acking Tachyon.UDP ones) and reports the time.
   defp spawn_owner do
     spawn(fn ->
       receive do
@@ -821,6 +844,7 @@ defmodule Tachyon.Bench.Echo do
   defp drain(owner, kind, count) do
     # The :drain message queues behind the datagrams: selective receive
     # finds it after scanning them once, so the scan is in the time too.
+    :erlang.resume_process(owner)
     send(owner, {:drain, self(), kind, count})
 
     receive do

@@ -52,12 +52,12 @@ pub struct EndpointConfig {
 }
 
 impl EndpointConfig {
-    /// Defaults: block in `poll` when idle, no pinning, batches of 16,
-    /// datagrams up to 65,507 bytes, no queue bound.
+    /// Defaults: back off (yield, then block in `poll`) when idle, no
+    /// pinning, batches of 16, datagrams up to 65,507 bytes, no queue bound.
     pub fn new(bind: SocketAddr) -> EndpointConfig {
         EndpointConfig {
             bind,
-            wait: WaitStrategy::Park,
+            wait: WaitStrategy::Backoff,
             core: None,
             batch: 16,
             max_datagram: MAX_UDP_PAYLOAD,

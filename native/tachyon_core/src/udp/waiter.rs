@@ -1,11 +1,20 @@
 //! How a UDP loop waits when a non-blocking receive found nothing.
 //!
 //! Built on [`crate::wait`]: `BusySpin` and `Yield` call [`Idle::idle`]
-//! between receives; `Backoff` spins and yields like `Idle` does, then blocks
-//! in `poll(2)` on the socket (so the next datagram wakes it at once, rather
-//! than a timer); `Park` (`:block`) blocks in `poll(2)` right away. Every
-//! blocking wait also watches an eventfd ([`super::sys::Waker`]) so that a
-//! stop request wakes the thread immediately.
+//! between receives; `Park` (`:block`) blocks in `poll(2)` on the socket right
+//! away, so the next datagram wakes it (rather than a timer). `Backoff` yields
+//! between receives for a while after the last datagram, then blocks in
+//! `poll(2)`.
+//!
+//! Unlike [`Idle`]'s back-off, the UDP back-off has no pure-spin phase: every
+//! poll of a socket is already a system call (a `recvmmsg` that finds nothing
+//! costs a few hundred nanoseconds), so a `sched_yield` between polls costs
+//! little on an idle core, and on a busy one it lets the thread that must
+//! handle the datagram (often a BEAM scheduler) run. Measured on 2 cores, a
+//! spinning phase there made Tachyon.UDP round trips several times slower.
+//!
+//! Every blocking wait also watches an eventfd ([`super::sys::Waker`]) so that
+//! a stop request wakes the thread immediately.
 
 use std::os::fd::RawFd;
 use std::time::Duration;
@@ -13,8 +22,8 @@ use std::time::Duration;
 use super::sys::poll_fds;
 use crate::wait::{Idle, WaitStrategy};
 
-/// Rounds `Backoff` spends spinning and yielding (as `Idle` does: 200 spins,
-/// 300 yields) before it blocks in `poll`.
+/// Polls `Backoff` makes, yielding between them, before it blocks in `poll`
+/// (a few hundred microseconds).
 const BACKOFF_ROUNDS: u32 = 500;
 
 /// Upper bound of one blocking `poll`: only a safety net, since datagrams and
@@ -45,10 +54,7 @@ impl Waiter {
     /// Work was found: the next wait starts from the cheapest phase again.
     #[inline]
     pub fn reset(&mut self) {
-        if self.rounds != 0 {
-            self.rounds = 0;
-            self.idle.reset();
-        }
+        self.rounds = 0;
     }
 
     /// Waits once. `sock` is the socket to block on, `waker` the stop eventfd
@@ -59,7 +65,7 @@ impl Waiter {
             WaitStrategy::BusySpin | WaitStrategy::Yield => self.idle.idle(),
             WaitStrategy::Backoff if self.rounds < BACKOFF_ROUNDS => {
                 self.rounds += 1;
-                self.idle.idle();
+                std::thread::yield_now();
             }
             WaitStrategy::Backoff | WaitStrategy::Park => {
                 let timeout = limit.map_or(BLOCK_TIMEOUT, |l| l.min(BLOCK_TIMEOUT));
