@@ -9,6 +9,8 @@ defmodule Tachyon.Bench.Echo do
   #                          process): the floor. Built with cargo and run by the bench.
   #   tachyon.echo           Rust ping thread (NIF) <-> Tachyon.Echo: the same loops in the BEAM
   #   gen_udp.echo           Rust ping thread <-> a gen_udp echo process (isolates the server side)
+  #   tachyon.udp.echo       Rust ping thread <-> an echo process on Tachyon.UDP (the same, for
+  #                          Tachyon.UDP: receive thread -> process -> Tachyon.UDP.send)
   #   tachyon.udp.roundtrip  an Elixir process with Tachyon.UDP <-> Tachyon.Echo
   #   tachyon.udp.roundtrip.block  the same with the receive thread at wait: :block
   #   socket.roundtrip       an Elixir process with :socket <-> a :socket echo process
@@ -40,7 +42,7 @@ defmodule Tachyon.Bench.Echo do
 
   @defaults [messages: 200_000, warmup: 50_000, size: 256, flood: 100_000, max_queue: 1000]
   @quick [messages: 20_000, warmup: 5_000, flood: 10_000]
-  @all ~w(raw.rust tachyon.echo gen_udp.echo tachyon.udp.roundtrip tachyon.udp.roundtrip.block socket.roundtrip gen_udp.roundtrip gen_udp.roundtrip.passive tachyon.udp.flood)
+  @all ~w(raw.rust tachyon.echo gen_udp.echo tachyon.udp.echo tachyon.udp.roundtrip tachyon.udp.roundtrip.block socket.roundtrip gen_udp.roundtrip gen_udp.roundtrip.passive tachyon.udp.flood)
   @extra [
     cases: :string,
     peer_messages: :integer,
@@ -122,6 +124,7 @@ defmodule Tachyon.Bench.Echo do
       "warmup" => cfg.warmup,
       "peer_warmup" => cfg.peer_warmup,
       "targets" => targets(cases),
+      "ratios" => ratios(cases),
       "backpressure" => flood
     })
 
@@ -222,6 +225,24 @@ defmodule Tachyon.Bench.Echo do
           "ping: Rust thread #{placement(info)}; pong: gen_udp process (active: true) on a BEAM scheduler; " <>
             "peer count",
         json_extra: %{ping: placement(info), pong: "gen_udp process", lost: info.lost}
+      })
+    after
+      stop_proc(pid)
+    end
+  end
+
+  defp run_case("tachyon.udp.echo" = name, cfg) do
+    {pid, addr} = tachyon_udp_echo(cfg)
+
+    try do
+      {h, info} = rust_ping!(addr, cfg.n, cfg.warmup, cfg)
+      rx = place(cfg.udp_core, cfg.udp_wait)
+
+      Bench.from_hist(name, h, cfg.size, %{
+        note:
+          "ping: Rust thread #{placement(info)}; pong: an Elixir process on Tachyon.UDP, " <>
+            "receive thread #{rx}",
+        json_extra: %{ping: placement(info), pong: "Tachyon.UDP process, receive thread #{rx}"}
       })
     after
       stop_proc(pid)
@@ -433,6 +454,36 @@ defmodule Tachyon.Bench.Echo do
 
   # -- BEAM echo servers ---------------------------------------------------------
 
+  defp tachyon_udp_echo(cfg) do
+    parent = self()
+
+    pid =
+      spawn_link(fn ->
+        {:ok, s} = Tachyon.UDP.open(0, ip: :loopback, wait: cfg.udp_wait, core: cfg.udp_core)
+
+        {:ok, addr} = Tachyon.UDP.sockname(s)
+        send(parent, {:echo_addr, self(), addr})
+        tachyon_udp_echo_loop(s)
+      end)
+
+    receive do
+      {:echo_addr, ^pid, addr} -> {pid, addr}
+    after
+      5000 -> Mix.raise("Tachyon.UDP echo did not start")
+    end
+  end
+
+  defp tachyon_udp_echo_loop(s) do
+    receive do
+      {:tachyon_udp, ^s, from, data} ->
+        Tachyon.UDP.send(s, from, data)
+        tachyon_udp_echo_loop(s)
+
+      :stop ->
+        Tachyon.UDP.close(s)
+    end
+  end
+
   defp gen_udp_echo(mode \\ :active) do
     parent = self()
 
@@ -612,6 +663,23 @@ defmodule Tachyon.Bench.Echo do
     end
   end
 
+  # Ratios printed for information (no target in the issue).
+  @ratios [
+    {"gen_udp.echo", "tachyon.udp.echo"},
+    {"gen_udp.echo", "tachyon.echo"},
+    {"gen_udp.roundtrip.passive", "tachyon.udp.roundtrip"},
+    {"socket.roundtrip", "tachyon.udp.roundtrip"},
+    {"tachyon.udp.roundtrip.block", "tachyon.udp.roundtrip"}
+  ]
+
+  defp ratios(cases) do
+    by = Map.new(cases, &{&1.name, &1})
+
+    for {a, b} <- @ratios, by[a] && by[b], by[b].p50_ns > 0 do
+      %{"ratio" => "#{a} p50 / #{b} p50", "value" => Float.round(by[a].p50_ns / by[b].p50_ns, 3)}
+    end
+  end
+
   defp print_targets(cases) do
     case targets(cases) do
       [] ->
@@ -624,6 +692,20 @@ defmodule Tachyon.Bench.Echo do
           r = :erlang.float_to_binary(t["ratio"] * 1.0, decimals: 2)
           IO.puts("  #{t["target"]}: #{r}x #{if t["met"], do: "MET", else: "NOT MET"}")
         end
+    end
+
+    case ratios(cases) do
+      [] ->
+        :ok
+
+      rs ->
+        IO.puts("Other ratios:")
+
+        for r <- rs,
+            do:
+              IO.puts(
+                "  #{r["ratio"]}: #{:erlang.float_to_binary(r["value"] * 1.0, decimals: 2)}x"
+              )
     end
   end
 
