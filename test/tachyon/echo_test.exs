@@ -3,6 +3,8 @@ defmodule Tachyon.EchoTest do
   # machine's cores are shared with other test suites.
   use ExUnit.Case, async: true
 
+  import Tachyon.TestHelpers, only: [wait_until: 1]
+
   alias Tachyon.Echo
 
   @lo {127, 0, 0, 1}
@@ -26,25 +28,6 @@ defmodule Tachyon.EchoTest do
     case :gen_udp.recv(sock, 0, timeout) do
       {:ok, {^ip, ^port, reply}} -> {:ok, reply}
       {:error, _} = error -> error
-    end
-  end
-
-  defp wait_until(fun, timeout \\ 2000) do
-    deadline = System.monotonic_time(:millisecond) + timeout
-    do_wait_until(fun, deadline)
-  end
-
-  defp do_wait_until(fun, deadline) do
-    cond do
-      fun.() ->
-        true
-
-      System.monotonic_time(:millisecond) > deadline ->
-        flunk("condition not met in time")
-
-      true ->
-        Process.sleep(2)
-        do_wait_until(fun, deadline)
     end
   end
 
@@ -131,7 +114,7 @@ defmodule Tachyon.EchoTest do
       end
 
       # The thread counts an echo after sending it.
-      wait_until(fn -> Echo.stats(echo).packets_out == 15 end)
+      assert wait_until(fn -> Echo.stats(echo).packets_out == 15 end)
       stats = Echo.stats(echo)
       assert stats.packets_in == 15 and stats.packets_out == 15
       assert stats.bytes_in == stats.bytes_out
@@ -165,7 +148,7 @@ defmodule Tachyon.EchoTest do
       end)
       |> Task.await_many(30_000)
 
-      wait_until(fn -> Echo.stats(echo).packets_out == 800 end)
+      assert wait_until(fn -> Echo.stats(echo).packets_out == 800 end)
       stats = Echo.stats(echo)
       assert stats.packets_in == 800 and stats.packets_out == 800
       assert stats.batches in 1..800
@@ -184,7 +167,7 @@ defmodule Tachyon.EchoTest do
         end
 
       assert Enum.sort(got) == Enum.to_list(1..200)
-      wait_until(fn -> Echo.stats(echo).packets_out == 200 end)
+      assert wait_until(fn -> Echo.stats(echo).packets_out == 200 end)
       assert %{kernel_drops: 0} = Echo.stats(echo)
     end
   end
@@ -196,12 +179,12 @@ defmodule Tachyon.EchoTest do
       sock = client!()
 
       assert {:error, :timeout} = echo_of(sock, addr, :binary.copy("x", 101), 100)
-      wait_until(fn -> Echo.stats(echo).truncated == 1 end)
+      assert wait_until(fn -> Echo.stats(echo).truncated == 1 end)
       assert {:ok, ""} = echo_of(sock, addr, "")
       exactly = :binary.copy("y", 100)
       assert {:ok, ^exactly} = echo_of(sock, addr, exactly)
 
-      wait_until(fn -> Echo.stats(echo).packets_out == 2 end)
+      assert wait_until(fn -> Echo.stats(echo).packets_out == 2 end)
       assert %{packets_in: 3, packets_out: 2, truncated: 1, errors: 1} = Echo.stats(echo)
     end
 
@@ -220,7 +203,7 @@ defmodule Tachyon.EchoTest do
         assert {:ok, ^garbage} = echo_of(sock, {ip, port}, garbage)
       end
 
-      wait_until(fn -> Echo.stats(echo).packets_out == 21 end)
+      assert wait_until(fn -> Echo.stats(echo).packets_out == 21 end)
     end
 
     test "a datagram over 65,507 bytes cannot even be sent: the kernel refuses it" do

@@ -2,6 +2,8 @@ defmodule Tachyon.UDPTest do
   # Loopback only, ephemeral ports, and no busy-spinning receive threads.
   use ExUnit.Case, async: true
 
+  import Tachyon.TestHelpers, only: [wait_until: 1]
+
   alias Tachyon.{Echo, UDP}
 
   @lo {127, 0, 0, 1}
@@ -14,25 +16,6 @@ defmodule Tachyon.UDPTest do
   defp addr!(sock) do
     {:ok, addr} = UDP.sockname(sock)
     addr
-  end
-
-  defp wait_until(fun, timeout \\ 2000) do
-    deadline = System.monotonic_time(:millisecond) + timeout
-    do_wait_until(fun, deadline)
-  end
-
-  defp do_wait_until(fun, deadline) do
-    cond do
-      fun.() ->
-        true
-
-      System.monotonic_time(:millisecond) > deadline ->
-        flunk("condition not met in time")
-
-      true ->
-        Process.sleep(2)
-        do_wait_until(fun, deadline)
-    end
   end
 
   defp port_free?(port) do
@@ -139,7 +122,7 @@ defmodule Tachyon.UDPTest do
       assert_receive {:tachyon_udp, ^sock, ^me, "iodata"}, 2000
       assert_receive {:tachyon_udp, ^sock, ^me, "from a task"}, 2000
       # `received` is counted once the whole batch is handed over.
-      wait_until(fn -> stats!(sock).received == 3 end)
+      assert wait_until(fn -> stats!(sock).received == 3 end)
       assert %{sent: 3, delivered: 3, send_errors: 0} = stats!(sock)
     end
 
@@ -192,7 +175,7 @@ defmodule Tachyon.UDPTest do
       :ok = UDP.send(sock, me, :binary.copy("b", 64))
       assert_receive {:tachyon_udp, ^sock, ^me, data}, 2000
       assert data == :binary.copy("b", 64)
-      wait_until(fn -> stats!(sock).received == 2 end)
+      assert wait_until(fn -> stats!(sock).received == 2 end)
       assert %{delivered: 1, truncated: 1} = stats!(sock)
     end
 
@@ -244,7 +227,7 @@ defmodule Tachyon.UDPTest do
       sock = open!(recbuf: 1_048_576)
       me = addr!(sock)
       for i <- 1..300, do: :ok = UDP.send(sock, me, <<i::16>>)
-      wait_until(fn -> stats!(sock).received == 300 end)
+      assert wait_until(fn -> stats!(sock).received == 300 end)
       assert %{delivered: 300, dropped: 0, in_flight: 300} = stats!(sock)
       assert drain(sock) == for(i <- 1..300, do: <<i::16>>)
     end
@@ -253,7 +236,7 @@ defmodule Tachyon.UDPTest do
       sock = open!(max_queue: 5)
       me = addr!(sock)
       for i <- 1..20, do: :ok = UDP.send(sock, me, <<i>>)
-      wait_until(fn -> stats!(sock).received == 20 end)
+      assert wait_until(fn -> stats!(sock).received == 20 end)
 
       assert %{delivered: 5, dropped: 15, in_flight: 5, acked: 0} = stats!(sock)
       # Tail drop: the first five arrived, in order, and nothing else.
@@ -261,7 +244,7 @@ defmodule Tachyon.UDPTest do
 
       :ok = UDP.ack(sock, 3)
       for i <- 21..25, do: :ok = UDP.send(sock, me, <<i>>)
-      wait_until(fn -> stats!(sock).received == 25 end)
+      assert wait_until(fn -> stats!(sock).received == 25 end)
       assert %{delivered: 8, dropped: 17, in_flight: 5, acked: 3} = stats!(sock)
       assert drain(sock) == for(i <- 21..23, do: <<i>>)
 
@@ -292,8 +275,8 @@ defmodule Tachyon.UDPTest do
       refute port_free?(port)
 
       Process.exit(owner, :kill)
-      wait_until(fn -> UDP.send(sock, {@lo, port}, "x") == {:error, :closed} end)
-      wait_until(fn -> port_free?(port) end)
+      assert wait_until(fn -> UDP.send(sock, {@lo, port}, "x") == {:error, :closed} end)
+      assert wait_until(fn -> port_free?(port) end)
       assert UDP.owner(sock) == nil
       assert {:error, :closed} = UDP.stats(sock)
       assert {:error, :closed} = UDP.sockname(sock)
@@ -305,11 +288,15 @@ defmodule Tachyon.UDPTest do
       {:ok, sock} = UDP.open(0, ip: :loopback, owner: owner)
       assert UDP.owner(sock) == owner
       :ok = UDP.send(sock, addr!(sock), "to the owner, not to me")
-      wait_until(fn -> Process.info(owner, :message_queue_len) == {:message_queue_len, 1} end)
+
+      assert wait_until(fn ->
+               Process.info(owner, :message_queue_len) == {:message_queue_len, 1}
+             end)
+
       refute_received {:tachyon_udp, _, _, _}
       assert {:error, :not_owner} = UDP.controlling_process(sock, self())
       Process.exit(owner, :kill)
-      wait_until(fn -> UDP.owner(sock) == nil end)
+      assert wait_until(fn -> UDP.owner(sock) == nil end)
     end
 
     test "controlling_process/2 hands the datagrams and the lifetime to the new owner" do
@@ -347,7 +334,7 @@ defmodule Tachyon.UDPTest do
       # The old owner's exit no longer matters, the new one's does.
       {_, port} = me
       Process.exit(new_owner, :kill)
-      wait_until(fn -> port_free?(port) end)
+      assert wait_until(fn -> port_free?(port) end)
       assert {:error, :closed} = UDP.controlling_process(sock, self())
     end
 
@@ -399,7 +386,7 @@ defmodule Tachyon.UDPTest do
       sock = open!()
       me = addr!(sock)
       :ok = UDP.send(sock, me, "before close")
-      wait_until(fn -> stats!(sock).delivered == 1 end)
+      assert wait_until(fn -> stats!(sock).delivered == 1 end)
       :ok = UDP.close(sock)
       assert_receive {:tachyon_udp, ^sock, ^me, "before close"}, 1000
     end

@@ -256,94 +256,152 @@ defmodule Tachyon.Bench.Echo do
 
   defp run_case("gen_udp.roundtrip" = name, cfg) do
     {pid, port} = gen_udp_echo()
-    {:ok, sock} = :gen_udp.open(0, [:binary, ip: @loopback, active: true])
+    payload = :binary.copy(<<0xA5>>, cfg.size)
 
     try do
-      payload = :binary.copy(<<0xA5>>, cfg.size)
-      send_fun = fn -> :gen_udp.send(sock, @loopback, port, payload) end
-      lost = gen_udp_loop(cfg.peer_warmup, send_fun, sock, nil, 0)
-      h = Bench.hist()
-      lost = gen_udp_loop(cfg.peer_n, send_fun, sock, h, lost)
+      {h, lost, gcs} =
+        client(fn ->
+          {:ok, sock} = :gen_udp.open(0, [:binary, ip: @loopback, active: true])
+          send_fun = fn -> :gen_udp.send(sock, @loopback, port, payload) end
+
+          try do
+            timed(cfg.peer_warmup, cfg.peer_n, &gen_udp_loop(&1, send_fun, sock, &2, &3))
+          after
+            :gen_udp.close(sock)
+          end
+        end)
 
       Bench.from_hist(name, h, cfg.size, %{
         unit: :perf_counter,
-        note: "client and pong: gen_udp processes (active: true) on BEAM schedulers; peer count",
-        json_extra: %{ping: "gen_udp process", pong: "gen_udp process", lost: lost}
+        note:
+          "client and pong: gen_udp processes (active: true) on BEAM schedulers; peer count; " <>
+            "#{gcs} minor GCs",
+        json_extra: %{
+          ping: "gen_udp process",
+          pong: "gen_udp process",
+          lost: lost,
+          minor_gcs: gcs
+        }
       })
     after
-      :gen_udp.close(sock)
       stop_proc(pid)
     end
   end
 
   defp run_case("gen_udp.roundtrip.passive" = name, cfg) do
     {pid, port} = gen_udp_echo(:passive)
-    {:ok, sock} = :gen_udp.open(0, [:binary, ip: @loopback, active: false])
+    payload = :binary.copy(<<0xA5>>, cfg.size)
 
     try do
-      payload = :binary.copy(<<0xA5>>, cfg.size)
-      lost = passive_loop(cfg.peer_warmup, sock, port, payload, nil, 0)
-      h = Bench.hist()
-      lost = passive_loop(cfg.peer_n, sock, port, payload, h, lost)
+      {h, lost, gcs} =
+        client(fn ->
+          {:ok, sock} = :gen_udp.open(0, [:binary, ip: @loopback, active: false])
+
+          try do
+            timed(cfg.peer_warmup, cfg.peer_n, &passive_loop(&1, sock, port, payload, &2, &3))
+          after
+            :gen_udp.close(sock)
+          end
+        end)
 
       Bench.from_hist(name, h, cfg.size, %{
         unit: :perf_counter,
-        note: "client and pong: gen_udp processes (active: false, recv/3); peer count",
-        json_extra: %{ping: "gen_udp process (recv)", pong: "gen_udp process (recv)", lost: lost}
+        note:
+          "client and pong: gen_udp processes (active: false, recv/3); peer count; #{gcs} minor GCs",
+        json_extra: %{
+          ping: "gen_udp process (recv)",
+          pong: "gen_udp process (recv)",
+          lost: lost,
+          minor_gcs: gcs
+        }
       })
     after
-      :gen_udp.close(sock)
       stop_proc(pid)
     end
   end
 
   defp run_case("socket.roundtrip" = name, cfg) do
     {pid, port} = socket_echo()
-    {:ok, sock} = :socket.open(:inet, :dgram, :udp)
-    :ok = :socket.bind(sock, %{family: :inet, addr: @loopback, port: 0})
     dest = %{family: :inet, addr: @loopback, port: port}
+    payload = :binary.copy(<<0xA5>>, cfg.size)
 
     try do
-      payload = :binary.copy(<<0xA5>>, cfg.size)
-      lost = socket_loop(cfg.peer_warmup, sock, dest, payload, nil, 0)
-      h = Bench.hist()
-      lost = socket_loop(cfg.peer_n, sock, dest, payload, h, lost)
+      {h, lost, gcs} =
+        client(fn ->
+          {:ok, sock} = :socket.open(:inet, :dgram, :udp)
+          :ok = :socket.bind(sock, %{family: :inet, addr: @loopback, port: 0})
+
+          try do
+            timed(cfg.peer_warmup, cfg.peer_n, &socket_loop(&1, sock, dest, payload, &2, &3))
+          after
+            :socket.close(sock)
+          end
+        end)
 
       Bench.from_hist(name, h, cfg.size, %{
         unit: :perf_counter,
         note:
-          "client and pong: :socket processes (sendto/recvfrom) on BEAM schedulers; peer count",
-        json_extra: %{ping: ":socket process", pong: ":socket process", lost: lost}
+          "client and pong: :socket processes (sendto/recvfrom) on BEAM schedulers; peer count; " <>
+            "#{gcs} minor GCs",
+        json_extra: %{
+          ping: ":socket process",
+          pong: ":socket process",
+          lost: lost,
+          minor_gcs: gcs
+        }
       })
     after
-      :socket.close(sock)
       stop_proc(pid)
     end
   end
 
   defp tachyon_udp_roundtrip(name, cfg) do
     with_echo(cfg.pong_core, cfg.wait, fn echo, addr ->
-      {:ok, sock} = Tachyon.UDP.open(0, ip: :loopback, wait: cfg.udp_wait, core: cfg.udp_core)
+      payload = :binary.copy(<<0xA5>>, cfg.size)
 
-      try do
-        payload = :binary.copy(<<0xA5>>, cfg.size)
-        send_fun = fn -> Tachyon.UDP.send(sock, addr, payload) end
-        lost = udp_loop(cfg.warmup, send_fun, sock, nil, 0)
-        h = Bench.hist()
-        lost = udp_loop(cfg.n, send_fun, sock, h, lost)
-        pong = placement(Tachyon.Echo.info(echo))
-        rx = place(cfg.udp_core, cfg.udp_wait)
+      {h, lost, gcs} =
+        client(fn ->
+          {:ok, sock} = Tachyon.UDP.open(0, ip: :loopback, wait: cfg.udp_wait, core: cfg.udp_core)
 
-        Bench.from_hist(name, h, cfg.size, %{
-          unit: :perf_counter,
-          note:
-            "client: Elixir process + Tachyon.UDP receive thread #{rx}; pong: Tachyon.Echo #{pong}",
-          json_extra: %{ping: "Elixir process, receive thread #{rx}", pong: pong, lost: lost}
-        })
-      after
-        Tachyon.UDP.close(sock)
-      end
+          send_fun = fn -> Tachyon.UDP.send(sock, addr, payload) end
+
+          try do
+            timed(cfg.warmup, cfg.n, &udp_loop(&1, send_fun, sock, &2, &3))
+          after
+            Tachyon.UDP.close(sock)
+          end
+        end)
+
+      pong = placement(Tachyon.Echo.info(echo))
+      rx = place(cfg.udp_core, cfg.udp_wait)
+
+      Bench.from_hist(name, h, cfg.size, %{
+        unit: :perf_counter,
+        note:
+          "client: Elixir process + Tachyon.UDP receive thread #{rx}; pong: Tachyon.Echo #{pong}; " <>
+            "#{gcs} minor GCs",
+        json_extra: %{
+          ping: "Elixir process, receive thread #{rx}",
+          pong: pong,
+          lost: lost,
+          minor_gcs: gcs
+        }
+      })
     end)
+  end
+
+  # The Elixir client of a round-trip case runs in a process with a big heap
+  # (Bench.in_big_heap/1: no minor GC every few hundred round trips) and
+  # reports the minor GCs of its measured loop.
+  defp client(fun), do: Bench.in_big_heap(fun)
+
+  # Runs `loop.(count, hist, lost)` for the warm-up (no histogram), then for
+  # the measured round trips. Returns {hist, lost, minor_gcs}.
+  defp timed(warmup, n, loop) do
+    lost = loop.(warmup, nil, 0)
+    h = Bench.hist()
+    {lost, gcs} = Bench.minor_gcs(fn -> loop.(n, h, lost) end)
+    {h, lost, gcs}
   end
 
   defp wait_arg(:block), do: "block"

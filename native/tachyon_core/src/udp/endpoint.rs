@@ -74,6 +74,8 @@ pub trait Sink: Send + 'static {
     /// Takes one datagram. Returns false if it could not be delivered (it is
     /// then counted in `undelivered`, not in `delivered`).
     fn deliver(&mut self, from: SocketAddr, data: &[u8]) -> bool;
+    /// Called after the datagrams of each received batch.
+    fn end_batch(&mut self) {}
 }
 
 impl<F: FnMut(SocketAddr, &[u8]) -> bool + Send + 'static> Sink for F {
@@ -411,6 +413,7 @@ fn receive_loop<S: Sink>(
                         rx.undelivered.bump(1);
                     }
                 }
+                sink.end_batch();
                 rx.received_bytes.bump(bytes);
                 rx.kernel_drops.raise_to(batch.kernel_drops() as u64);
                 rx.batches.bump(1);
