@@ -29,7 +29,7 @@ defmodule Tachyon.UDP do
   echo`): a round trip from an Elixir process to `Tachyon.Echo` and back is on
   par with gen_udp's (about 14.5 us against 13.5 us at p50; the floor of two
   busy-polling Rust threads is 7.7 us there), an echo server process on
-  `Tachyon.UDP` answers 1.15x faster than one on gen_udp, and a burst of
+  `Tachyon.UDP` answers 1.15x to 1.4x faster than one on gen_udp, and a burst of
   100,000 datagrams into a socket whose owner is not running reaches the
   mailbox whole where gen_udp's port lost 2 to 23% of it (varying between
   runs). Each datagram costs the owner more to receive than a gen_udp message
