@@ -28,6 +28,25 @@ defmodule Tachyon.TestHelpers do
     end
   end
 
+  @doc """
+  Number of this VM's OS threads whose name starts with `prefix` (Linux
+  truncates thread names to 15 bytes: "tachyon-pretouch" reads "tachyon-pretouc").
+  """
+  def threads_named(prefix) do
+    case File.ls("/proc/self/task") do
+      {:ok, tasks} ->
+        Enum.count(tasks, fn t ->
+          case File.read("/proc/self/task/#{t}/comm") do
+            {:ok, name} -> String.starts_with?(name, prefix)
+            _ -> false
+          end
+        end)
+
+      _ ->
+        0
+    end
+  end
+
   @doc "Number of OS threads of this VM."
   def os_threads do
     case File.ls("/proc/self/task") do

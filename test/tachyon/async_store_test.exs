@@ -29,17 +29,7 @@ defmodule Tachyon.AsyncStoreTest do
     store |> Store.stream() |> Enum.map(fn {_i, m} -> m end)
   end
 
-  defp writer_threads do
-    case File.ls("/proc/self/task") do
-      {:ok, tasks} ->
-        Enum.count(tasks, fn t ->
-          File.read("/proc/self/task/#{t}/comm") == {:ok, "tachyon-async\n"}
-        end)
-
-      _ ->
-        0
-    end
-  end
+  defp writer_threads, do: threads_named("tachyon-async")
 
   # A producer that keeps trying when the ring is full (the 64 KiB rings of
   # some tests fill up while a parked writer wakes).
