@@ -228,6 +228,11 @@ defmodule Tachyon.Bench do
         ] ++ if(base, do: [ratio(c.avg_ns, base.avg_ns)], else: [])
       end
 
+    print_rows(header, rows)
+  end
+
+  @doc "Prints a table: the first column left-aligned, the others right-aligned."
+  def print_rows(header, rows) do
     widths =
       Enum.reduce([header | rows], List.duplicate(0, length(header)), fn row, acc ->
         Enum.zip_with(row, acc, fn cell, w -> max(String.length(cell), w) end)

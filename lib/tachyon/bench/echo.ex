@@ -800,23 +800,7 @@ defmodule Tachyon.Bench.Echo do
         ]
       end
 
-    widths =
-      Enum.reduce([header | rows], List.duplicate(0, length(header)), fn row, acc ->
-        Enum.zip_with(row, acc, fn cell, w -> max(String.length(cell), w) end)
-      end)
-
-    line = fn row ->
-      row
-      |> Enum.zip(widths)
-      |> Enum.with_index()
-      |> Enum.map_join("  ", fn {{cell, w}, i} ->
-        if i == 0, do: String.pad_trailing(cell, w), else: String.pad_leading(cell, w)
-      end)
-    end
-
-    IO.puts(line.(header))
-    IO.puts(String.duplicate("-", Enum.sum(widths) + 2 * (length(widths) - 1)))
-    Enum.each(rows, &IO.puts(line.(&1)))
+    Bench.print_rows(header, rows)
 
     IO.puts(
       "(delivered: messages put in the owner's mailbox; dropped: over max_queue; kernel drops: " <>
