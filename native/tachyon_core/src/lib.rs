@@ -5,6 +5,8 @@
 //!   used by every benchmark.
 //! * [`ring`]: the SPSC byte ring.
 //! * [`store`]: the append-only message log on memory-mapped segment files.
+//! * [`table`]: the persistent key-value table (hash index over an
+//!   append-only log).
 //! * [`udp`]: UDP loops (echo server, ping client, endpoint for BEAM processes).
 //! * [`wait`]: wait strategies for every loop that polls.
 //!
@@ -16,5 +18,6 @@ pub mod async_store;
 pub mod hist;
 pub mod ring;
 pub mod store;
+pub mod table;
 pub mod udp;
 pub mod wait;

@@ -1,0 +1,1634 @@
+//! A persistent key-value table in the Krati / Bitcask family: an in-memory
+//! hash index over values kept in an append-only log of segment files.
+//!
+//! * **One writer, many readers.** Writes (`put`, `delete`, `put_many`) are
+//!   serialised by one mutex; each is copied into the log (the page cache:
+//!   it survives a crash of the process) before the index changes and before
+//!   the call returns. Reads take one shard's read lock of the [`index`], so
+//!   readers never wait for each other and wait for the writer only for the
+//!   duration of one hash-table insert into their shard.
+//! * **Three value modes**, after Krati's segment kinds: [`ValueMode::Memory`]
+//!   keeps every value in RAM as well (reads never touch the log),
+//!   [`ValueMode::Mapped`] reads values from the memory-mapped segments,
+//!   [`ValueMode::File`] neither maps nor caches: `pwrite` and `pread`.
+//! * **Recovery.** Every sealed segment gets a hint file (its keys, sequence
+//!   numbers and value offsets, CRC-checked) once it is durable; `open`
+//!   rebuilds the index from the hints and scans only segments without one
+//!   (the tail), checking every record's CRC. A torn tail is cut and
+//!   reported. Replay keeps, per key, the entry with the highest sequence
+//!   number, so the order of files does not matter.
+//! * **Compaction** runs in a background thread: a sealed segment whose live
+//!   bytes fall under a ratio is rewritten (its live entries copied to a new
+//!   segment, with their sequence numbers) and deleted. A delete's tombstone
+//!   is only dropped when no older record of any key can remain on disk, so
+//!   a deleted key never comes back after compaction and a restart.
+//! * **Disk full.** Segments are preallocated with `fallocate` before they
+//!   are written: a full disk is an `ENOSPC` error from `put`, and the table
+//!   stays as it was.
+//!
+//! See `docs/FORMAT.md` for the bytes and `docs/ARCHITECTURE.md` for the
+//! threads.
+
+pub mod format;
+pub mod index;
+pub mod segment;
+
+use std::collections::{BTreeMap, VecDeque};
+use std::fs::{self, File, OpenOptions};
+use std::io;
+use std::os::unix::io::AsRawFd;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use format::*;
+use index::{Entry, Index};
+pub use segment::Segment;
+
+/// How values are stored and read (Krati's Memory / Mapped / Channel
+/// segments).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ValueMode {
+    /// Values in RAM too; reads never touch the log.
+    Memory,
+    /// Values read from memory-mapped segment files.
+    Mapped,
+    /// No mapping: `pwrite` to append, `pread` to read.
+    File,
+}
+
+impl ValueMode {
+    pub fn parse(s: &str) -> Option<ValueMode> {
+        match s {
+            "memory" => Some(ValueMode::Memory),
+            "mapped" => Some(ValueMode::Mapped),
+            "file" => Some(ValueMode::File),
+            _ => None,
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            ValueMode::Memory => "memory",
+            ValueMode::Mapped => "mapped",
+            ValueMode::File => "file",
+        }
+    }
+
+    fn maps(self) -> bool {
+        self != ValueMode::File
+    }
+}
+
+/// Errors of table operations.
+#[derive(Debug)]
+pub enum TableError {
+    Closed,
+    /// A key or value (or a batch) over the configured limits.
+    TooLarge,
+    /// The disk is full (ENOSPC / EDQUOT); the table is unchanged.
+    NoSpace,
+    /// Another handle (in this or another process) has the table open.
+    Locked,
+    /// A damaged segment header (a damaged record tail is cut, not an error).
+    Corrupt {
+        segment: u64,
+        offset: u64,
+    },
+    BadConfig(&'static str),
+    Io(io::Error),
+}
+
+impl From<io::Error> for TableError {
+    fn from(e: io::Error) -> Self {
+        match e.raw_os_error() {
+            Some(libc::ENOSPC) | Some(libc::EDQUOT) => TableError::NoSpace,
+            _ => TableError::Io(e),
+        }
+    }
+}
+
+impl std::fmt::Display for TableError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            TableError::Corrupt { segment, offset } => {
+                write!(f, "corrupt segment {segment} at offset {offset}")
+            }
+            TableError::BadConfig(s) => write!(f, "bad config: {s}"),
+            TableError::Io(e) => write!(f, "{e}"),
+            other => write!(f, "{other:?}"),
+        }
+    }
+}
+
+impl std::error::Error for TableError {}
+
+pub type Result<T> = std::result::Result<T, TableError>;
+
+/// Table options.
+#[derive(Debug, Clone)]
+pub struct Config {
+    pub mode: ValueMode,
+    /// Bytes per segment file (preallocated for the active one).
+    pub segment_size: usize,
+    pub max_key_size: usize,
+    pub max_value_size: usize,
+    /// Periodic `sync` by the background thread.
+    pub sync_interval: Option<Duration>,
+    /// A sealed segment whose live bytes / total bytes fall under this is
+    /// compacted.
+    pub compaction_threshold: f64,
+    /// How often the background thread looks for segments to compact
+    /// (`None`: only on `compact`).
+    pub compaction_interval: Option<Duration>,
+    /// Index shards (rounded up to a power of two).
+    pub shards: usize,
+    /// Expected number of keys (index preallocation).
+    pub capacity: usize,
+    /// Fault pages of the active segment in ahead of the writer.
+    pub pretouch: bool,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            mode: ValueMode::Mapped,
+            segment_size: 64 << 20,
+            max_key_size: 64 * 1024,
+            max_value_size: 1 << 20,
+            sync_interval: None,
+            compaction_threshold: 0.5,
+            compaction_interval: Some(Duration::from_secs(5)),
+            shards: 256,
+            capacity: 0,
+            pretouch: true,
+        }
+    }
+}
+
+pub const MIN_SEGMENT: usize = 64 * 1024;
+pub const MAX_SEGMENT: usize = 1 << 30;
+
+impl Config {
+    fn validate(&self) -> Result<()> {
+        if !(MIN_SEGMENT..=MAX_SEGMENT).contains(&self.segment_size) {
+            return Err(TableError::BadConfig(
+                "segment_size must be between 64 KiB and 1 GiB",
+            ));
+        }
+        if self.max_key_size == 0 || self.max_key_size > u32::MAX as usize {
+            return Err(TableError::BadConfig("max_key_size must be positive"));
+        }
+        if SEG_HEADER + REC_HEADER + ENTRY_HEADER + self.max_key_size + self.max_value_size
+            > self.segment_size
+        {
+            return Err(TableError::BadConfig(
+                "max_key_size + max_value_size must fit in a segment",
+            ));
+        }
+        if !(self.compaction_threshold >= 0.0 && self.compaction_threshold <= 1.0) {
+            return Err(TableError::BadConfig(
+                "compaction_threshold must be between 0.0 and 1.0",
+            ));
+        }
+        if self.shards == 0 || self.shards > 65536 {
+            return Err(TableError::BadConfig("shards must be between 1 and 65536"));
+        }
+        Ok(())
+    }
+}
+
+/// What `open` found and did.
+#[derive(Debug, Clone, Default)]
+pub struct Recovery {
+    pub segments: u64,
+    /// Segments loaded from their hint file.
+    pub hinted_segments: u64,
+    /// Segments scanned record by record (CRC checked).
+    pub scanned_segments: u64,
+    /// Entries replayed (puts and deletes, live or not).
+    pub records: u64,
+    /// Live keys after recovery.
+    pub keys: u64,
+    /// Bytes of torn records cut off.
+    pub truncated_bytes: u64,
+    /// Segment and offset of the (last) cut, if any.
+    pub cut: Option<(u64, u64)>,
+    /// Unfinished files removed (temporary hints, segments never written).
+    pub removed_files: u64,
+    pub duration: Duration,
+}
+
+/// What one compaction round did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Compaction {
+    pub segments_in: u64,
+    pub segments_out: u64,
+    /// Bytes of the input segment files.
+    pub bytes_in: u64,
+    /// Bytes of the output segment files.
+    pub bytes_out: u64,
+    pub entries_copied: u64,
+    pub tombstones_dropped: u64,
+    pub duration: Duration,
+}
+
+/// Something telemetry should hear about, queued in Rust and taken by the
+/// owning process (`take_events`).
+#[derive(Debug, Clone)]
+pub enum Event {
+    Compacted(Compaction),
+}
+
+/// Counters, read with [`Table::stats`].
+#[derive(Debug, Clone, Default)]
+pub struct Stats {
+    pub keys: u64,
+    pub puts: u64,
+    pub deletes: u64,
+    pub batches: u64,
+    pub segments: u64,
+    /// Blocks in use by segment files.
+    pub disk_bytes: u64,
+    pub live_bytes: u64,
+    pub total_bytes: u64,
+    pub compactions: u64,
+    pub compacted_bytes_in: u64,
+    pub compacted_bytes_out: u64,
+    pub syncs: u64,
+    pub next_seq: u64,
+}
+
+/// A value found by [`Table::get_with`]: bytes in memory, or a place in a
+/// segment file to `pread` from.
+pub enum Value<'a> {
+    Bytes(&'a [u8]),
+    File {
+        seg: &'a Segment,
+        off: usize,
+        len: usize,
+    },
+}
+
+impl Value<'_> {
+    #[inline]
+    pub fn len(&self) -> usize {
+        match self {
+            Value::Bytes(b) => b.len(),
+            Value::File { len, .. } => *len,
+        }
+    }
+
+    #[inline]
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Copies the value into `dst` (`dst.len() == self.len()`).
+    #[inline]
+    pub fn copy_to(&self, dst: &mut [u8]) -> io::Result<()> {
+        match self {
+            Value::Bytes(b) => {
+                dst.copy_from_slice(b);
+                Ok(())
+            }
+            Value::File { seg, off, .. } => seg.read_into(*off, dst),
+        }
+    }
+
+    pub fn to_vec(&self) -> io::Result<Vec<u8>> {
+        let mut v = vec![0u8; self.len()];
+        self.copy_to(&mut v)?;
+        Ok(v)
+    }
+}
+
+/// Most segments a table may have at once.
+const MAX_SLOTS: usize = 1 << 16;
+/// How far ahead of the writer the active segment is faulted in.
+const PRETOUCH_AHEAD: usize = 4 << 20;
+const PRETOUCH_STEP: usize = 1 << 20;
+const MAX_EVENTS: usize = 1024;
+
+struct Writer {
+    /// `None` once closed (its map and descriptor released).
+    active: Option<Arc<Segment>>,
+    pos: usize,
+    seq: u64,
+    /// Encoding buffer for the `File` mode.
+    buf: Vec<u8>,
+    touched_to: usize,
+    puts: u64,
+    deletes: u64,
+    batches: u64,
+}
+
+/// Segments by id, plus free slots.
+struct Registry {
+    by_id: BTreeMap<u64, Arc<Segment>>,
+    free_slots: Vec<u32>,
+    next_slot: u32,
+}
+
+#[derive(Default)]
+struct Maint {
+    stop: bool,
+    /// Compaction requests made / served.
+    requested: u64,
+    served: u64,
+    last: Option<std::result::Result<Compaction, String>>,
+    wake: bool,
+}
+
+struct Inner {
+    dir: PathBuf,
+    cfg: Config,
+    closed: AtomicBool,
+    index: Index,
+    writer: Mutex<Writer>,
+    segs: Mutex<Registry>,
+    /// Segment pointers by slot, for readers: valid while an index entry
+    /// points at the slot (see `remove_segment`).
+    slots: Box<[AtomicPtr<Segment>]>,
+    next_id: AtomicU64,
+    keys: AtomicU64,
+    dir_dirty: AtomicBool,
+    maint: Mutex<Maint>,
+    maint_cv: Condvar,
+    events: Mutex<VecDeque<Event>>,
+    compactions: AtomicU64,
+    compacted_in: AtomicU64,
+    compacted_out: AtomicU64,
+    syncs: AtomicU64,
+    /// Serialises compaction and hint writing against `close`.
+    bg: Mutex<()>,
+    lock_file: Mutex<Option<File>>,
+}
+
+/// An open table. Dropping it closes it.
+pub struct Table {
+    inner: Arc<Inner>,
+    thread: Mutex<Option<JoinHandle<()>>>,
+    recovery: Recovery,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+fn fsync_dir(dir: &Path) -> io::Result<()> {
+    File::open(dir)?.sync_all()
+}
+
+fn write_file_durably(path: &Path, bytes: &[u8]) -> io::Result<()> {
+    let tmp = path.with_extension("tmp");
+    {
+        let mut f = OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(&tmp)?;
+        io::Write::write_all(&mut f, bytes)?;
+        f.sync_data()?;
+    }
+    fs::rename(&tmp, path)
+}
+
+/// A point-in-time copy of the index (keys and value locations) with the
+/// segments it needs kept open, for `stream`.
+pub struct Snapshot {
+    items: Vec<(Box<[u8]>, u32, u32, u32)>,
+    segs: Vec<Option<Arc<Segment>>>,
+    pos: usize,
+}
+
+impl Snapshot {
+    pub fn len(&self) -> usize {
+        self.items.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.items.is_empty()
+    }
+
+    /// Up to `n` more `(key, value)` pairs; empty at the end.
+    pub fn next_batch(&mut self, n: usize) -> io::Result<Vec<(Vec<u8>, Vec<u8>)>> {
+        let end = (self.pos + n).min(self.items.len());
+        let mut out = Vec::with_capacity(end - self.pos);
+        for (key, slot, off, len) in &self.items[self.pos..end] {
+            let seg = self.segs[*slot as usize].as_ref().expect("pinned segment");
+            let mut v = vec![0u8; *len as usize];
+            seg.read_into(*off as usize, &mut v)?;
+            out.push((key.to_vec(), v));
+        }
+        self.pos = end;
+        Ok(out)
+    }
+}
+
+impl Table {
+    /// Opens (creating if needed) the table in `dir`, recovering its index.
+    pub fn open(dir: impl AsRef<Path>, cfg: Config) -> Result<Table> {
+        cfg.validate()?;
+        let t0 = Instant::now();
+        let dir = dir.as_ref().to_path_buf();
+        fs::create_dir_all(&dir)?;
+        let lock_file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(dir.join(".lock"))?;
+        // SAFETY: flock on an fd we own.
+        if unsafe { libc::flock(lock_file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
+            let e = io::Error::last_os_error();
+            return Err(if e.raw_os_error() == Some(libc::EWOULDBLOCK) {
+                TableError::Locked
+            } else {
+                e.into()
+            });
+        }
+
+        let slots: Box<[AtomicPtr<Segment>]> = (0..MAX_SLOTS)
+            .map(|_| AtomicPtr::new(std::ptr::null_mut()))
+            .collect();
+        let mut inner = Inner {
+            dir: dir.clone(),
+            index: Index::new(cfg.shards, cfg.capacity),
+            cfg: cfg.clone(),
+            closed: AtomicBool::new(false),
+            writer: Mutex::new(Writer {
+                active: None,
+                pos: 0,
+                seq: 1,
+                buf: Vec::new(),
+                touched_to: 0,
+                puts: 0,
+                deletes: 0,
+                batches: 0,
+            }),
+            segs: Mutex::new(Registry {
+                by_id: BTreeMap::new(),
+                free_slots: Vec::new(),
+                next_slot: 0,
+            }),
+            slots,
+            next_id: AtomicU64::new(1),
+            keys: AtomicU64::new(0),
+            dir_dirty: AtomicBool::new(false),
+            maint: Mutex::new(Maint::default()),
+            maint_cv: Condvar::new(),
+            events: Mutex::new(VecDeque::new()),
+            compactions: AtomicU64::new(0),
+            compacted_in: AtomicU64::new(0),
+            compacted_out: AtomicU64::new(0),
+            syncs: AtomicU64::new(0),
+            bg: Mutex::new(()),
+            lock_file: Mutex::new(None),
+        };
+        let mut recovery = inner.recover()?;
+        recovery.duration = t0.elapsed();
+        *lock(&inner.lock_file) = Some(lock_file);
+        inner.keys.store(recovery.keys, Ordering::Relaxed);
+        let inner = Arc::new(inner);
+        let bg = inner.clone();
+        let thread = std::thread::Builder::new()
+            .name("tachyon-table".into())
+            .spawn(move || bg.maintenance_loop())
+            .map_err(TableError::Io)?;
+        Ok(Table {
+            inner,
+            thread: Mutex::new(Some(thread)),
+            recovery,
+        })
+    }
+
+    pub fn recovery(&self) -> &Recovery {
+        &self.recovery
+    }
+
+    pub fn config(&self) -> &Config {
+        &self.inner.cfg
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.inner.dir
+    }
+
+    fn check_sizes(&self, key: &[u8], val: &[u8]) -> Result<()> {
+        let c = &self.inner.cfg;
+        if key.len() > c.max_key_size || val.len() > c.max_value_size {
+            return Err(TableError::TooLarge);
+        }
+        Ok(())
+    }
+
+    /// Writes `key => val`. In the log (the page cache) when it returns.
+    pub fn put(&self, key: &[u8], val: &[u8]) -> Result<()> {
+        self.check_sizes(key, val)?;
+        self.inner.write_batch(&[(KIND_PUT, key, val)])
+    }
+
+    /// Removes `key`. `Ok(false)` if it was not there (nothing is written).
+    pub fn delete(&self, key: &[u8]) -> Result<bool> {
+        if key.len() > self.inner.cfg.max_key_size {
+            return Err(TableError::TooLarge);
+        }
+        self.inner.delete(key)
+    }
+
+    /// Writes every pair as one record: after a crash, all or none of them.
+    pub fn put_many(&self, pairs: &[(&[u8], &[u8])]) -> Result<()> {
+        let mut total = SEG_HEADER + REC_HEADER;
+        for (k, v) in pairs {
+            self.check_sizes(k, v)?;
+            total += ENTRY_HEADER + k.len() + v.len();
+        }
+        if total > self.inner.cfg.segment_size {
+            return Err(TableError::TooLarge);
+        }
+        if pairs.is_empty() {
+            return if self.inner.closed.load(Ordering::Acquire) {
+                Err(TableError::Closed)
+            } else {
+                Ok(())
+            };
+        }
+        let batch: Vec<(u8, &[u8], &[u8])> =
+            pairs.iter().map(|(k, v)| (KIND_PUT, *k, *v)).collect();
+        self.inner.write_batch(&batch)
+    }
+
+    /// Calls `f` with the value of `key` (under the key's shard read lock:
+    /// keep `f` short). `Ok(None)` if absent.
+    #[inline]
+    pub fn get_with<R>(&self, key: &[u8], f: impl FnOnce(Value<'_>) -> R) -> Result<Option<R>> {
+        let inner = &*self.inner;
+        let h = inner.index.hash(key);
+        let shard = inner.index.read(h);
+        if inner.closed.load(Ordering::Relaxed) {
+            return Err(TableError::Closed);
+        }
+        let Some(e) = index::find(&shard, h, key) else {
+            return Ok(None);
+        };
+        let v = match inner.cfg.mode {
+            ValueMode::Memory => Value::Bytes(e.mem_value()),
+            ValueMode::Mapped => {
+                let seg = inner.seg_at(e.slot);
+                Value::Bytes(seg.map_slice(e.off as usize, e.vlen as usize))
+            }
+            ValueMode::File => {
+                let seg = inner.seg_at(e.slot);
+                Value::File {
+                    seg,
+                    off: e.off as usize,
+                    len: e.vlen as usize,
+                }
+            }
+        };
+        Ok(Some(f(v)))
+    }
+
+    /// The value of `key`, copied.
+    pub fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>> {
+        match self.get_with(key, |v| v.to_vec())? {
+            Some(Ok(v)) => Ok(Some(v)),
+            Some(Err(e)) => Err(e.into()),
+            None => Ok(None),
+        }
+    }
+
+    pub fn contains(&self, key: &[u8]) -> Result<bool> {
+        Ok(self.get_with(key, |_| ())?.is_some())
+    }
+
+    /// Live keys.
+    pub fn count(&self) -> Result<u64> {
+        if self.inner.closed.load(Ordering::Acquire) {
+            return Err(TableError::Closed);
+        }
+        Ok(self.inner.keys.load(Ordering::Acquire))
+    }
+
+    /// Makes every write so far durable (fdatasync of the segments written
+    /// since the last sync, and of the directory if files were added).
+    pub fn sync(&self) -> Result<()> {
+        self.inner.sync()
+    }
+
+    /// Seals the active segment if it holds garbage and compacts every
+    /// sealed segment with any garbage, in the background thread; returns
+    /// when that round is done.
+    pub fn compact(&self) -> Result<Compaction> {
+        let inner = &*self.inner;
+        let mut m = lock(&inner.maint);
+        if inner.closed.load(Ordering::Acquire) || m.stop {
+            return Err(TableError::Closed);
+        }
+        m.requested += 1;
+        let want = m.requested;
+        m.wake = true;
+        inner.maint_cv.notify_all();
+        while m.served < want && !m.stop {
+            m = inner.maint_cv.wait(m).unwrap_or_else(|p| p.into_inner());
+        }
+        if m.served < want {
+            return Err(TableError::Closed);
+        }
+        match m.last.clone() {
+            Some(Ok(c)) => Ok(c),
+            Some(Err(e)) if e == "enospc" => Err(TableError::NoSpace),
+            Some(Err(e)) => Err(TableError::Io(io::Error::other(e))),
+            None => Ok(Compaction::default()),
+        }
+    }
+
+    /// A consistent copy of the index (taken with writes held off) that
+    /// reads values lazily from the segments it keeps open.
+    pub fn snapshot(&self) -> Result<Snapshot> {
+        let inner = &*self.inner;
+        let w = lock(&inner.writer);
+        if inner.closed.load(Ordering::Acquire) {
+            return Err(TableError::Closed);
+        }
+        let mut segs: Vec<Option<Arc<Segment>>> = Vec::new();
+        for s in lock(&inner.segs).by_id.values() {
+            let i = s.slot as usize;
+            if segs.len() <= i {
+                segs.resize(i + 1, None);
+            }
+            segs[i] = Some(s.clone());
+        }
+        let mut items = Vec::with_capacity(inner.keys.load(Ordering::Relaxed) as usize);
+        for i in 0..inner.index.shard_count() {
+            // Compaction may move values meanwhile; the copy it makes is
+            // identical, and the old segment stays open through `segs`.
+            let shard = inner.index.read_shard(i);
+            for e in shard.iter() {
+                items.push((e.key().to_vec().into_boxed_slice(), e.slot, e.off, e.vlen));
+            }
+        }
+        drop(w);
+        Ok(Snapshot {
+            items,
+            segs,
+            pos: 0,
+        })
+    }
+
+    pub fn stats(&self) -> Result<Stats> {
+        let inner = &*self.inner;
+        if inner.closed.load(Ordering::Acquire) {
+            return Err(TableError::Closed);
+        }
+        let (puts, deletes, batches, seq) = {
+            let w = lock(&inner.writer);
+            (w.puts, w.deletes, w.batches, w.seq)
+        };
+        let mut st = Stats {
+            keys: inner.keys.load(Ordering::Relaxed),
+            puts,
+            deletes,
+            batches,
+            next_seq: seq,
+            compactions: inner.compactions.load(Ordering::Relaxed),
+            compacted_bytes_in: inner.compacted_in.load(Ordering::Relaxed),
+            compacted_bytes_out: inner.compacted_out.load(Ordering::Relaxed),
+            syncs: inner.syncs.load(Ordering::Relaxed),
+            ..Stats::default()
+        };
+        for s in lock(&inner.segs).by_id.values() {
+            st.segments += 1;
+            st.disk_bytes += s.disk_bytes();
+            st.live_bytes += s.live.load(Ordering::Relaxed);
+            st.total_bytes += s.total.load(Ordering::Relaxed);
+        }
+        Ok(st)
+    }
+
+    /// Takes the queued events (compactions).
+    pub fn take_events(&self) -> Vec<Event> {
+        lock(&self.inner.events).drain(..).collect()
+    }
+
+    pub fn is_closed(&self) -> bool {
+        self.inner.closed.load(Ordering::Acquire)
+    }
+
+    /// Stops the background thread, syncs, and releases memory, maps, file
+    /// descriptors and the directory lock. Idempotent.
+    pub fn close(&self) -> Result<()> {
+        let inner = &*self.inner;
+        {
+            let mut m = lock(&inner.maint);
+            m.stop = true;
+            inner.maint_cv.notify_all();
+        }
+        if let Some(t) = lock(&self.thread).take() {
+            let _ = t.join();
+        }
+        let _bg = lock(&inner.bg);
+        let mut w = lock(&inner.writer);
+        if inner.closed.swap(true, Ordering::AcqRel) {
+            return Ok(());
+        }
+        let res = inner.sync_segments(inner.unsynced(&w));
+        // Give back the preallocated tail of the active segment.
+        if let Some(a) = w.active.take() {
+            let _ = a.truncate(w.pos as u64);
+        }
+        // Barrier: a reader that saw `closed == false` holds its shard's read
+        // lock; taking every write lock waits for all of them.
+        for i in 0..inner.index.shard_count() {
+            let mut s = inner.index.write_shard(i);
+            *s = index::Shard::new();
+        }
+        {
+            let mut reg = lock(&inner.segs);
+            for s in reg.by_id.values() {
+                inner.slots[s.slot as usize].store(std::ptr::null_mut(), Ordering::Release);
+            }
+            reg.by_id.clear();
+        }
+        drop(w);
+        *lock(&inner.lock_file) = None;
+        res
+    }
+}
+
+impl Drop for Table {
+    fn drop(&mut self) {
+        let _ = self.close();
+    }
+}
+
+impl Inner {
+    #[inline]
+    fn seg_at(&self, slot: u32) -> &Segment {
+        let p = self.slots[slot as usize].load(Ordering::Acquire);
+        assert!(!p.is_null(), "index entry points at an empty segment slot");
+        // SAFETY: an index entry points at this slot, and the caller holds
+        // the entry's shard lock (or the writer lock, or is the background
+        // thread that alone removes segments): `remove_segment` clears the
+        // slot only after every entry pointing into it has been moved under
+        // its shard's write lock, so the segment outlives this borrow.
+        unsafe { &*p }
+    }
+
+    fn alloc_slot(reg: &mut Registry) -> Result<u32> {
+        if let Some(s) = reg.free_slots.pop() {
+            return Ok(s);
+        }
+        if reg.next_slot as usize >= MAX_SLOTS {
+            return Err(TableError::BadConfig(
+                "too many segments: raise segment_size",
+            ));
+        }
+        reg.next_slot += 1;
+        Ok(reg.next_slot - 1)
+    }
+
+    fn register(&self, seg: Segment) -> Arc<Segment> {
+        let seg = Arc::new(seg);
+        self.slots[seg.slot as usize].store(Arc::as_ptr(&seg) as *mut Segment, Ordering::Release);
+        lock(&self.segs).by_id.insert(seg.id, seg.clone());
+        seg
+    }
+
+    /// Creates and registers a new writable segment.
+    fn new_segment(&self) -> Result<Arc<Segment>> {
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let slot = Self::alloc_slot(&mut lock(&self.segs))?;
+        match Segment::create(
+            &self.dir,
+            id,
+            slot,
+            self.cfg.segment_size,
+            self.cfg.mode.maps(),
+        ) {
+            Ok(s) => {
+                self.dir_dirty.store(true, Ordering::Release);
+                Ok(self.register(s))
+            }
+            Err(e) => {
+                lock(&self.segs).free_slots.push(slot);
+                Err(e.into())
+            }
+        }
+    }
+
+    /// Unregisters a segment whose entries have all been moved, and deletes
+    /// its files (the map and descriptor go when the last `Arc` does).
+    fn remove_segment(&self, seg: &Arc<Segment>) {
+        let mut reg = lock(&self.segs);
+        self.slots[seg.slot as usize].store(std::ptr::null_mut(), Ordering::Release);
+        reg.by_id.remove(&seg.id);
+        reg.free_slots.push(seg.slot);
+        drop(reg);
+        seg.remove_files();
+        self.dir_dirty.store(true, Ordering::Release);
+    }
+
+    // ---------------------------------------------------------------- write
+
+    /// Appends one record holding `batch` and applies it to the index.
+    fn write_batch(&self, batch: &[(u8, &[u8], &[u8])]) -> Result<()> {
+        let payload: usize = batch
+            .iter()
+            .map(|(_, k, v)| ENTRY_HEADER + k.len() + v.len())
+            .sum();
+        let rec_len = REC_HEADER + payload;
+        // Memory mode: build the in-memory copies before taking any lock.
+        let mut bufs: Vec<Box<[u8]>> = Vec::new();
+        if self.cfg.mode == ValueMode::Memory {
+            bufs.reserve(batch.len());
+            for (kind, k, v) in batch {
+                if *kind == KIND_PUT {
+                    let mut b = Vec::with_capacity(k.len() + v.len());
+                    b.extend_from_slice(k);
+                    b.extend_from_slice(v);
+                    bufs.push(b.into_boxed_slice());
+                }
+            }
+        }
+        let mut w = lock(&self.writer);
+        let Some(active) = &w.active else {
+            return Err(TableError::Closed);
+        };
+        if w.pos + rec_len > active.cap {
+            self.roll(&mut w)?;
+        }
+        let seq = w.seq;
+        let pos = w.pos;
+        let Some(seg) = w.active.clone() else {
+            return Err(TableError::Closed);
+        };
+        self.encode_and_write(&mut w, &seg, pos, seq, batch, payload)?;
+        w.pos += rec_len;
+        w.seq += batch.len() as u64;
+        seg.end.store(w.pos as u64, Ordering::Release);
+        seg.min_seq.fetch_min(seq, Ordering::Relaxed);
+        seg.max_seq
+            .store(seq + batch.len() as u64 - 1, Ordering::Relaxed);
+        if batch.len() > 1 {
+            w.batches += 1;
+        }
+        // Apply to the index, in order.
+        let mut off = pos + REC_HEADER;
+        let mut bufs = bufs.into_iter();
+        for (i, (kind, k, v)) in batch.iter().enumerate() {
+            let cost = entry_cost(k.len(), v.len());
+            seg.total.fetch_add(cost, Ordering::Relaxed);
+            let val_off = (off + ENTRY_HEADER + k.len()) as u32;
+            if *kind == KIND_PUT {
+                seg.live.fetch_add(cost, Ordering::Relaxed);
+                let buf = bufs.next();
+                self.index_put(k, v.len() as u32, seg.slot, val_off, seq + i as u64, buf);
+                w.puts += 1;
+            } else {
+                seg.tombs.fetch_add(cost, Ordering::Relaxed);
+                self.index_remove(k);
+                w.deletes += 1;
+            }
+            off += ENTRY_HEADER + k.len() + v.len();
+        }
+        if self.cfg.pretouch && w.pos + PRETOUCH_AHEAD / 2 > w.touched_to && seg.is_mapped() {
+            let from = w.touched_to.max(w.pos);
+            let to = (from + PRETOUCH_STEP).min(seg.cap);
+            seg.populate(from, to);
+            w.touched_to = to;
+        }
+        Ok(())
+    }
+
+    fn encode_and_write(
+        &self,
+        w: &mut Writer,
+        seg: &Segment,
+        pos: usize,
+        seq: u64,
+        batch: &[(u8, &[u8], &[u8])],
+        payload: usize,
+    ) -> Result<()> {
+        let rec_len = REC_HEADER + payload;
+        if seg.is_mapped() {
+            // SAFETY: we hold the writer lock (the only writer of the active
+            // segment) and [pos, pos + rec_len) is past `end` and inside
+            // `cap` (checked by the caller's roll). The slice is dropped
+            // before `end` moves.
+            let rec = unsafe { seg.map_slice_mut(pos, rec_len) };
+            let mut p = REC_HEADER;
+            for (kind, k, v) in batch {
+                p += write_entry(&mut rec[p..], *kind, k, v);
+            }
+            let crc = finish_record_header(rec, payload, seq);
+            std::sync::atomic::compiler_fence(Ordering::Release);
+            rec[0..4].copy_from_slice(&crc.to_le_bytes());
+            Ok(())
+        } else {
+            w.buf.clear();
+            w.buf.resize(rec_len, 0);
+            let mut p = REC_HEADER;
+            for (kind, k, v) in batch {
+                p += write_entry(&mut w.buf[p..], *kind, k, v);
+            }
+            let crc = finish_record_header(&mut w.buf, payload, seq);
+            w.buf[0..4].copy_from_slice(&crc.to_le_bytes());
+            seg.write_record(pos, &w.buf)?;
+            if w.buf.capacity() > 1 << 20 {
+                w.buf = Vec::new();
+            }
+            Ok(())
+        }
+    }
+
+    /// Points `key` at a new value (the writer lock is held).
+    fn index_put(
+        &self,
+        key: &[u8],
+        vlen: u32,
+        slot: u32,
+        off: u32,
+        seq: u64,
+        mem: Option<Box<[u8]>>,
+    ) {
+        let h = self.index.hash(key);
+        let mut old_buf = None;
+        {
+            let mut shard = self.index.write(h);
+            if let Some(e) = shard.find_mut(h, |e| e.key() == key) {
+                self.seg_at(e.slot)
+                    .live
+                    .fetch_sub(entry_cost(key.len(), e.vlen as usize), Ordering::Relaxed);
+                e.slot = slot;
+                e.off = off;
+                e.vlen = vlen;
+                e.seq = seq;
+                if let Some(b) = mem {
+                    old_buf = Some(std::mem::replace(&mut e.buf, b));
+                }
+            } else {
+                let buf = mem.unwrap_or_else(|| key.to_vec().into_boxed_slice());
+                let e = Entry {
+                    buf,
+                    klen: key.len() as u32,
+                    slot,
+                    off,
+                    vlen,
+                    seq,
+                };
+                shard.insert_unique(h, e, self.index.rehasher());
+                self.keys.fetch_add(1, Ordering::Release);
+            }
+        }
+        drop(old_buf);
+    }
+
+    /// Removes `key` from the index (the writer lock is held).
+    fn index_remove(&self, key: &[u8]) -> bool {
+        let h = self.index.hash(key);
+        let removed = {
+            let mut shard = self.index.write(h);
+            match shard.find_entry(h, |e| e.key() == key) {
+                Ok(o) => {
+                    let (e, _) = o.remove();
+                    self.seg_at(e.slot)
+                        .live
+                        .fetch_sub(entry_cost(key.len(), e.vlen as usize), Ordering::Relaxed);
+                    Some(e)
+                }
+                Err(_) => None,
+            }
+        };
+        if removed.is_some() {
+            self.keys.fetch_sub(1, Ordering::Release);
+        }
+        removed.is_some()
+    }
+
+    fn delete(&self, key: &[u8]) -> Result<bool> {
+        // Only the writer changes which keys exist, so the check below
+        // stays true until we write.
+        let w = lock(&self.writer);
+        if self.closed.load(Ordering::Acquire) {
+            return Err(TableError::Closed);
+        }
+        let h = self.index.hash(key);
+        let present = index::find(&self.index.read(h), h, key).is_some();
+        drop(w);
+        if !present {
+            return Ok(false);
+        }
+        // Another delete of the same key may slip in between: harmless (a
+        // second tombstone).
+        self.write_batch(&[(KIND_DEL, key, &[])])?;
+        Ok(true)
+    }
+
+    /// Seals the active segment and starts a new one. On error (disk full)
+    /// the old segment stays active.
+    fn roll(&self, w: &mut Writer) -> Result<()> {
+        let new = self.new_segment()?;
+        if self.cfg.pretouch {
+            new.populate(0, PRETOUCH_STEP);
+        }
+        if let Some(old) = w.active.replace(new) {
+            old.end.store(w.pos as u64, Ordering::Release);
+            old.sealed.store(true, Ordering::Release);
+        }
+        w.pos = SEG_HEADER;
+        w.touched_to = if self.cfg.pretouch { PRETOUCH_STEP } else { 0 };
+        self.wake();
+        Ok(())
+    }
+
+    fn wake(&self) {
+        let mut m = lock(&self.maint);
+        m.wake = true;
+        self.maint_cv.notify_all();
+    }
+
+    /// Syncs what was written before the call. The writer lock is held only
+    /// to read the positions: writers go on during the fdatasyncs.
+    fn sync(&self) -> Result<()> {
+        let todo = {
+            let w = lock(&self.writer);
+            if self.closed.load(Ordering::Acquire) {
+                return Err(TableError::Closed);
+            }
+            self.unsynced(&w)
+        };
+        self.sync_segments(todo)
+    }
+
+    fn unsynced(&self, w: &Writer) -> Vec<(Arc<Segment>, u64)> {
+        let segs: Vec<Arc<Segment>> = lock(&self.segs).by_id.values().cloned().collect();
+        segs.into_iter()
+            .filter_map(|s| {
+                let active = w.active.as_ref().is_some_and(|a| Arc::ptr_eq(a, &s));
+                let end = if active {
+                    w.pos as u64
+                } else {
+                    s.end.load(Ordering::Acquire)
+                };
+                (s.synced.load(Ordering::Acquire) < end).then_some((s, end))
+            })
+            .collect()
+    }
+
+    fn sync_segments(&self, todo: Vec<(Arc<Segment>, u64)>) -> Result<()> {
+        for (s, end) in todo {
+            s.datasync()?;
+            s.synced.fetch_max(end, Ordering::AcqRel);
+        }
+        if self.dir_dirty.swap(false, Ordering::AcqRel) {
+            if let Err(e) = fsync_dir(&self.dir) {
+                self.dir_dirty.store(true, Ordering::Release);
+                return Err(e.into());
+            }
+        }
+        self.syncs.fetch_add(1, Ordering::Relaxed);
+        Ok(())
+    }
+
+    // ------------------------------------------------------------- recovery
+
+    fn recover(&mut self) -> Result<Recovery> {
+        let mut rec = Recovery::default();
+        let mut seg_ids = Vec::new();
+        let mut hint_ids = std::collections::HashSet::new();
+        for e in fs::read_dir(&self.dir)? {
+            let e = e?;
+            let name = e.file_name();
+            let Some(name) = name.to_str() else { continue };
+            if name.ends_with(".tmp") {
+                let _ = fs::remove_file(e.path());
+                rec.removed_files += 1;
+                continue;
+            }
+            match parse_file_name(name) {
+                Some((id, "seg")) => seg_ids.push(id),
+                Some((id, _)) => {
+                    hint_ids.insert(id);
+                }
+                None => {}
+            }
+        }
+        seg_ids.sort_unstable();
+        for id in &hint_ids {
+            if seg_ids.binary_search(id).is_err() {
+                let _ = fs::remove_file(self.dir.join(hint_file_name(*id)));
+                rec.removed_files += 1;
+            }
+        }
+
+        let mut tombstones: hashbrown::HashMap<Box<[u8]>, u64> = hashbrown::HashMap::new();
+        let mut max_seq = 0u64;
+        let mut last: Option<Arc<Segment>> = None;
+        let maps = self.cfg.mode.maps();
+        for &id in &seg_ids {
+            let path = self.dir.join(segment_file_name(id));
+            let hint_path = self.dir.join(hint_file_name(id));
+            match Segment::read_header(&path, id) {
+                Ok(Some(_)) => {}
+                Ok(None) => {
+                    // Created, never written: a leftover of a crash.
+                    let _ = fs::remove_file(&path);
+                    let _ = fs::remove_file(&hint_path);
+                    rec.removed_files += 1;
+                    continue;
+                }
+                Err(e) if e.kind() == io::ErrorKind::InvalidData => {
+                    return Err(TableError::Corrupt {
+                        segment: id,
+                        offset: 0,
+                    });
+                }
+                Err(e) => return Err(e.into()),
+            }
+            let slot = Self::alloc_slot(&mut lock(&self.segs))?;
+            let seg = self.register(Segment::open(&path, id, slot, maps, None)?);
+            let file_len = seg.cap as u64;
+            rec.segments += 1;
+
+            let mut hinted = false;
+            if hint_ids.contains(&id) {
+                if let Ok(bytes) = fs::read(&hint_path) {
+                    // Validate the whole file first, then apply it.
+                    if decode_hints(&bytes, id, |_| {}).ok() == Some(file_len) {
+                        let _ = decode_hints(&bytes, id, |e| {
+                            self.replay(&seg, e, &mut tombstones);
+                            max_seq = max_seq.max(e.seq);
+                            rec.records += 1;
+                        });
+                        seg.end.store(file_len, Ordering::Release);
+                        hinted = true;
+                    }
+                }
+                if !hinted {
+                    let _ = fs::remove_file(&hint_path);
+                }
+            }
+            if hinted {
+                rec.hinted_segments += 1;
+                seg.hinted.store(true, Ordering::Release);
+                seg.synced.store(file_len, Ordering::Release);
+            } else {
+                rec.scanned_segments += 1;
+                let data = seg.data(file_len as usize)?;
+                let mut n = 0u64;
+                let (end, how) = scan_records(&data, |e| {
+                    self.replay(&seg, e, &mut tombstones);
+                    max_seq = max_seq.max(e.seq);
+                    n += 1;
+                });
+                rec.records += n;
+                if how == ScanEnd::Torn {
+                    let bad_end = segment::nonzero_end(&data, end);
+                    rec.truncated_bytes += (bad_end - end) as u64;
+                    rec.cut = Some((id, end as u64));
+                }
+                drop(data);
+                if how == ScanEnd::Torn || (end as u64) < file_len {
+                    // Cut a torn tail, or give back preallocated zeroes.
+                    let w = OpenOptions::new().write(true).open(&path)?;
+                    w.set_len(end as u64)?;
+                    w.sync_all()?;
+                }
+                seg.end.store(end as u64, Ordering::Release);
+            }
+            seg.sealed.store(true, Ordering::Release);
+            last = Some(seg);
+        }
+        drop(tombstones);
+        self.next_id
+            .store(seg_ids.last().map_or(1, |m| m + 1), Ordering::Relaxed);
+
+        // The active segment: the last one again if it is less than half
+        // full (its hint goes: it will grow), else a new one.
+        // On a full disk, the last segment as it is (puts then get NoSpace
+        // but the table opens).
+        let cap = self.cfg.segment_size;
+        let reuse = last
+            .as_ref()
+            .filter(|s| (s.end.load(Ordering::Acquire) as usize) < cap / 2);
+        let active = match reuse {
+            Some(old) => self.reopen_for_append(old, cap),
+            None => self.new_segment(),
+        };
+        let active = match (active, &last) {
+            (Err(TableError::NoSpace), Some(old)) => self.reopen_for_append(old, 0)?,
+            (r, _) => r?,
+        };
+        drop(last);
+        let pos = active.end.load(Ordering::Acquire) as usize;
+        {
+            let w = self.writer.get_mut().unwrap_or_else(|p| p.into_inner());
+            w.active = Some(active.clone());
+            w.pos = pos;
+            w.seq = max_seq + 1;
+            w.touched_to = pos;
+        }
+        if self.cfg.pretouch {
+            active.populate(pos, pos + PRETOUCH_STEP);
+            self.writer
+                .get_mut()
+                .unwrap_or_else(|p| p.into_inner())
+                .touched_to = pos + PRETOUCH_STEP;
+        }
+        fsync_dir(&self.dir)?;
+        self.dir_dirty.store(false, Ordering::Release);
+        rec.keys = self.keys.load(Ordering::Relaxed);
+        Ok(rec)
+    }
+
+    /// Makes the recovered segment `old` the active one, preallocated to
+    /// `cap` bytes (at least its current length).
+    fn reopen_for_append(&self, old: &Arc<Segment>, cap: usize) -> Result<Arc<Segment>> {
+        let seg = Segment::open(&old.path, old.id, old.slot, self.cfg.mode.maps(), Some(cap))?;
+        let _ = fs::remove_file(self.dir.join(hint_file_name(old.id)));
+        let (total, live, tombs) = old.counters();
+        seg.end
+            .store(old.end.load(Ordering::Acquire), Ordering::Release);
+        seg.live.store(live, Ordering::Release);
+        seg.total.store(total, Ordering::Release);
+        seg.tombs.store(tombs, Ordering::Release);
+        seg.min_seq
+            .store(old.min_seq.load(Ordering::Acquire), Ordering::Release);
+        seg.max_seq
+            .store(old.max_seq.load(Ordering::Acquire), Ordering::Release);
+        // No reader exists yet: swapping the segment behind the slot is safe.
+        Ok(self.register(seg))
+    }
+
+    /// Applies one entry found on disk during recovery: the highest sequence
+    /// number per key wins, whatever the order of files.
+    fn replay(
+        &self,
+        seg: &Segment,
+        e: EntryRef<'_>,
+        tombstones: &mut hashbrown::HashMap<Box<[u8]>, u64>,
+    ) {
+        let cost = entry_cost(e.key.len(), e.vlen as usize);
+        seg.total.fetch_add(cost, Ordering::Relaxed);
+        if e.kind == KIND_DEL {
+            seg.tombs.fetch_add(cost, Ordering::Relaxed);
+        }
+        seg.min_seq.fetch_min(e.seq, Ordering::Relaxed);
+        seg.max_seq.fetch_max(e.seq, Ordering::Relaxed);
+        let h = self.index.hash(e.key);
+        let mut shard = self.index.write(h);
+        let existing = shard.find_mut(h, |x| x.key() == e.key);
+        if e.kind == KIND_DEL {
+            if let Some(x) = existing {
+                if x.seq > e.seq {
+                    return;
+                }
+            }
+            if let Ok(o) = shard.find_entry(h, |x| x.key() == e.key) {
+                let (x, _) = o.remove();
+                self.seg_at(x.slot)
+                    .live
+                    .fetch_sub(entry_cost(e.key.len(), x.vlen as usize), Ordering::Relaxed);
+                self.keys.fetch_sub(1, Ordering::Relaxed);
+            }
+            let t = tombstones.entry(e.key.into()).or_insert(0);
+            *t = (*t).max(e.seq);
+            return;
+        }
+        if let Some(&t) = tombstones.get(e.key) {
+            if t > e.seq {
+                return;
+            }
+        }
+        let mem = || -> Box<[u8]> {
+            let mut b = Vec::with_capacity(e.key.len() + e.vlen as usize);
+            b.extend_from_slice(e.key);
+            b.extend_from_slice(seg.map_slice(e.val_off as usize, e.vlen as usize));
+            b.into_boxed_slice()
+        };
+        match existing {
+            Some(x) if x.seq > e.seq => {}
+            Some(x) => {
+                self.seg_at(x.slot)
+                    .live
+                    .fetch_sub(entry_cost(e.key.len(), x.vlen as usize), Ordering::Relaxed);
+                x.slot = seg.slot;
+                x.off = e.val_off;
+                x.vlen = e.vlen;
+                x.seq = e.seq;
+                if self.cfg.mode == ValueMode::Memory {
+                    x.buf = mem();
+                }
+                seg.live.fetch_add(cost, Ordering::Relaxed);
+            }
+            None => {
+                let buf = if self.cfg.mode == ValueMode::Memory {
+                    mem()
+                } else {
+                    e.key.into()
+                };
+                let x = Entry {
+                    buf,
+                    klen: e.key.len() as u32,
+                    slot: seg.slot,
+                    off: e.val_off,
+                    vlen: e.vlen,
+                    seq: e.seq,
+                };
+                shard.insert_unique(h, x, self.index.rehasher());
+                self.keys.fetch_add(1, Ordering::Relaxed);
+                seg.live.fetch_add(cost, Ordering::Relaxed);
+            }
+        }
+    }
+
+    // ---------------------------------------------------- background thread
+
+    fn maintenance_loop(self: Arc<Self>) {
+        let tick = [self.cfg.sync_interval, self.cfg.compaction_interval]
+            .into_iter()
+            .flatten()
+            .min()
+            .unwrap_or(Duration::from_secs(1))
+            .clamp(Duration::from_millis(1), Duration::from_secs(1));
+        let mut last_sync = Instant::now();
+        let mut last_compact = Instant::now();
+        loop {
+            let (forced, stop) = {
+                let mut m = lock(&self.maint);
+                if !m.wake && !m.stop && m.requested == m.served {
+                    m = self
+                        .maint_cv
+                        .wait_timeout(m, tick)
+                        .unwrap_or_else(|p| p.into_inner())
+                        .0;
+                }
+                m.wake = false;
+                (m.requested > m.served, m.stop)
+            };
+            if stop {
+                break;
+            }
+            let _bg = lock(&self.bg);
+            if self.closed.load(Ordering::Acquire) {
+                break;
+            }
+            if let Some(iv) = self.cfg.sync_interval {
+                if last_sync.elapsed() >= iv {
+                    let _ = self.sync();
+                    last_sync = Instant::now();
+                }
+            }
+            let _ = self.write_hints();
+            let due = self
+                .cfg
+                .compaction_interval
+                .is_some_and(|iv| last_compact.elapsed() >= iv);
+            if forced || due {
+                let want = lock(&self.maint).requested;
+                let res = self.compact_round(forced);
+                last_compact = Instant::now();
+                if let Ok(c) = &res {
+                    if c.segments_in > 0 {
+                        let mut ev = lock(&self.events);
+                        if ev.len() >= MAX_EVENTS {
+                            ev.pop_front();
+                        }
+                        ev.push_back(Event::Compacted(c.clone()));
+                    }
+                }
+                if forced {
+                    let mut m = lock(&self.maint);
+                    m.last = Some(res.map_err(|e| match e {
+                        TableError::NoSpace => "enospc".to_string(),
+                        e => e.to_string(),
+                    }));
+                    m.served = want;
+                    self.maint_cv.notify_all();
+                }
+            }
+        }
+        // Wake anyone waiting for a compaction that will not run.
+        let mut m = lock(&self.maint);
+        m.stop = true;
+        self.maint_cv.notify_all();
+    }
+
+    /// Makes every sealed segment without a hint durable, cuts its
+    /// preallocated tail and writes its hint file.
+    fn write_hints(&self) -> Result<()> {
+        let todo: Vec<Arc<Segment>> = lock(&self.segs)
+            .by_id
+            .values()
+            .filter(|s| s.sealed.load(Ordering::Acquire) && !s.hinted.load(Ordering::Acquire))
+            .cloned()
+            .collect();
+        for s in todo {
+            self.finish_segment(&s)?;
+        }
+        Ok(())
+    }
+
+    fn finish_segment(&self, s: &Segment) -> Result<()> {
+        let end = s.end.load(Ordering::Acquire);
+        if s.file_len()? > end {
+            s.truncate(end)?;
+        }
+        s.datasync()?;
+        s.synced.store(end, Ordering::Release);
+        let data = s.data(end as usize)?;
+        let mut entries: Vec<(u8, u64, &[u8], u32, u32)> = Vec::new();
+        scan_records(&data, |e| {
+            entries.push((e.kind, e.seq, e.key, e.vlen, e.val_off))
+        });
+        let bytes = encode_hints(s.id, end, &entries);
+        drop(entries);
+        write_file_durably(&self.dir.join(hint_file_name(s.id)), &bytes)?;
+        s.hinted.store(true, Ordering::Release);
+        fsync_dir(&self.dir)?;
+        Ok(())
+    }
+
+    /// One compaction round (the background thread only).
+    fn compact_round(&self, forced: bool) -> Result<Compaction> {
+        let t0 = Instant::now();
+        let mut out = Compaction::default();
+        if forced {
+            let mut w = lock(&self.writer);
+            if self.closed.load(Ordering::Acquire) {
+                return Err(TableError::Closed);
+            }
+            let Some(a) = &w.active else {
+                return Err(TableError::Closed);
+            };
+            let (total, live, tombs) = a.counters();
+            if live + tombs < total || tombs > 0 {
+                self.roll(&mut w)?;
+            }
+            drop(w);
+            self.write_hints()?;
+        }
+        // Garbage: entries neither live nor tombstones. A forced round also
+        // takes segments holding tombstones (to drop those that may go).
+        let threshold = self.cfg.compaction_threshold;
+        let all: Vec<Arc<Segment>> = lock(&self.segs).by_id.values().cloned().collect();
+        let is_candidate = |s: &Segment| {
+            let (total, live, tombs) = s.counters();
+            let garbage = total - (live + tombs).min(total);
+            s.sealed.load(Ordering::Acquire)
+                && s.hinted.load(Ordering::Acquire)
+                && if forced {
+                    garbage > 0 || tombs > 0 || total == 0
+                } else {
+                    total == 0
+                        || (garbage > 0 && ((live + tombs) as f64) < threshold * total as f64)
+                }
+        };
+        let (inputs, others): (Vec<_>, Vec<_>) = all.into_iter().partition(|s| is_candidate(s));
+        if inputs.is_empty() {
+            return Ok(out);
+        }
+        // A tombstone older than every record outside the inputs shadows
+        // nothing that could survive: it may go.
+        let min_other = others
+            .iter()
+            .filter(|s| s.total.load(Ordering::Acquire) > 0)
+            .map(|s| s.min_seq.load(Ordering::Acquire))
+            .min()
+            .unwrap_or(u64::MAX);
+        drop(others);
+
+        let mut outputs: Vec<Arc<Segment>> = Vec::new();
+        let mut cur: Option<(Arc<Segment>, usize)> = None;
+        let mut buf: Vec<u8> = Vec::new();
+        for seg in &inputs {
+            if lock(&self.maint).stop {
+                break;
+            }
+            let end = seg.end.load(Ordering::Acquire) as usize;
+            out.bytes_in += seg.file_len().unwrap_or(end as u64);
+            let data = seg.data(end)?;
+            let mut err: Option<TableError> = None;
+            scan_records(&data, |e| {
+                if err.is_some() {
+                    return;
+                }
+                let val = &data[e.val_off as usize..e.val_off as usize + e.vlen as usize];
+                let keep = if e.kind == KIND_PUT {
+                    let h = self.index.hash(e.key);
+                    index::find(&self.index.read(h), h, e.key)
+                        .is_some_and(|x| x.slot == seg.slot && x.off == e.val_off)
+                } else {
+                    let keep = e.seq >= min_other;
+                    if !keep {
+                        out.tombstones_dropped += 1;
+                    }
+                    keep
+                };
+                if !keep {
+                    return;
+                }
+                let rec_len = REC_HEADER + ENTRY_HEADER + e.key.len() + val.len();
+                if cur.as_ref().is_none_or(|(s, pos)| pos + rec_len > s.cap) {
+                    if let Some((s, pos)) = cur.take() {
+                        s.end.store(pos as u64, Ordering::Release);
+                        outputs.push(s);
+                    }
+                    match self.new_segment() {
+                        Ok(s) => cur = Some((s, SEG_HEADER)),
+                        Err(e) => {
+                            err = Some(e);
+                            return;
+                        }
+                    }
+                }
+                let (o, pos) = cur.as_mut().unwrap();
+                buf.clear();
+                buf.resize(rec_len, 0);
+                write_entry(&mut buf[REC_HEADER..], e.kind, e.key, val);
+                let crc = finish_record_header(&mut buf, rec_len - REC_HEADER, e.seq);
+                buf[0..4].copy_from_slice(&crc.to_le_bytes());
+                if let Err(x) = o.write_record(*pos, &buf) {
+                    err = Some(x.into());
+                    return;
+                }
+                let new_off = (*pos + REC_HEADER + ENTRY_HEADER + e.key.len()) as u32;
+                *pos += rec_len;
+                o.end.store(*pos as u64, Ordering::Release);
+                let cost = entry_cost(e.key.len(), val.len());
+                o.total.fetch_add(cost, Ordering::Relaxed);
+                if e.kind == KIND_DEL {
+                    o.tombs.fetch_add(cost, Ordering::Relaxed);
+                }
+                o.min_seq.fetch_min(e.seq, Ordering::Relaxed);
+                o.max_seq.fetch_max(e.seq, Ordering::Relaxed);
+                out.entries_copied += 1;
+                if e.kind == KIND_PUT {
+                    // Move the index entry, unless the writer replaced it
+                    // meanwhile (then the copy is garbage).
+                    let h = self.index.hash(e.key);
+                    let mut shard = self.index.write(h);
+                    if let Some(x) = shard.find_mut(h, |x| x.key() == e.key) {
+                        if x.slot == seg.slot && x.off == e.val_off {
+                            x.slot = o.slot;
+                            x.off = new_off;
+                            o.live.fetch_add(cost, Ordering::Relaxed);
+                            seg.live.fetch_sub(cost, Ordering::Relaxed);
+                        }
+                    }
+                }
+            });
+            drop(data);
+            if let Some(e) = err {
+                // Keep what was written: outputs are valid segments.
+                if let Some((s, pos)) = cur.take() {
+                    s.end.store(pos as u64, Ordering::Release);
+                    outputs.push(s);
+                }
+                for s in &outputs {
+                    s.sealed.store(true, Ordering::Release);
+                }
+                return Err(e);
+            }
+        }
+        if let Some((s, pos)) = cur.take() {
+            s.end.store(pos as u64, Ordering::Release);
+            outputs.push(s);
+        }
+        // Outputs durable (with hints) before any input goes.
+        for s in &outputs {
+            s.sealed.store(true, Ordering::Release);
+            self.finish_segment(s)?;
+            out.bytes_out += s.file_len().unwrap_or(0);
+        }
+        fsync_dir(&self.dir)?;
+        let stopped = lock(&self.maint).stop;
+        let mut removed = 0;
+        for seg in &inputs {
+            // An input not fully processed (stop) may still hold live
+            // entries: keep it.
+            if stopped && seg.live.load(Ordering::Acquire) > 0 {
+                continue;
+            }
+            self.remove_segment(seg);
+            removed += 1;
+        }
+        fsync_dir(&self.dir)?;
+        self.dir_dirty.store(false, Ordering::Release);
+        out.segments_in = removed;
+        out.segments_out = outputs.len() as u64;
+        out.duration = t0.elapsed();
+        self.compactions.fetch_add(1, Ordering::Relaxed);
+        self.compacted_in.fetch_add(out.bytes_in, Ordering::Relaxed);
+        self.compacted_out
+            .fetch_add(out.bytes_out, Ordering::Relaxed);
+        Ok(out)
+    }
+}
+
+#[cfg(test)]
+mod tests;

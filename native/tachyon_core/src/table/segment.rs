@@ -1,0 +1,366 @@
+//! One segment file of a table's log.
+//!
+//! In the `Memory` and `Mapped` modes the file is memory-mapped (shared):
+//! the writer copies records into the map and `Mapped` readers read values
+//! from it. In the `File` mode nothing is mapped: records go out with
+//! `pwrite` and values come back with `pread`.
+//!
+//! A segment that will be written (the active one, a compaction output) is
+//! created with `fallocate` for its whole capacity before anything is written
+//! to it, so a full disk shows up as `ENOSPC` from `fallocate` (an error the
+//! caller returns) and never as a `SIGBUS` on a store into the map.
+
+use std::borrow::Cow;
+use std::fs::{File, OpenOptions};
+use std::io;
+use std::os::unix::fs::FileExt;
+use std::os::unix::io::AsRawFd;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+
+use memmap2::{MmapOptions, MmapRaw};
+
+use super::format::*;
+
+/// A segment file and its counters.
+pub struct Segment {
+    pub id: u64,
+    /// Index in the table's segment slot array (what index entries store).
+    pub slot: u32,
+    pub path: PathBuf,
+    file: File,
+    map: Option<MmapRaw>,
+    /// Bytes of the file that may be written (preallocated), or the file
+    /// length for a read-only segment.
+    pub cap: usize,
+    pub writable: bool,
+    /// End of the valid records (file offset).
+    pub end: AtomicU64,
+    /// Bytes of entries still live (see `format::entry_cost`).
+    pub live: AtomicU64,
+    /// Bytes of all entries ever written to this segment.
+    pub total: AtomicU64,
+    /// Bytes of delete entries (tombstones): neither live nor garbage.
+    pub tombs: AtomicU64,
+    pub min_seq: AtomicU64,
+    pub max_seq: AtomicU64,
+    /// No record will be added (not the active segment, not an unfinished
+    /// compaction output).
+    pub sealed: AtomicBool,
+    /// A hint file exists (the segment is durable and truncated to `end`).
+    pub hinted: AtomicBool,
+    /// Bytes known to be on stable storage.
+    pub synced: AtomicU64,
+}
+
+impl std::fmt::Debug for Segment {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Segment")
+            .field("id", &self.id)
+            .field("slot", &self.slot)
+            .field("end", &self.end.load(Ordering::Relaxed))
+            .field("live", &self.live.load(Ordering::Relaxed))
+            .field("total", &self.total.load(Ordering::Relaxed))
+            .finish()
+    }
+}
+
+// SAFETY: the raw map is shared memory. The writer only stores into bytes at
+// or after `end`, which no reader looks at, and publishes them through the
+// table's locks before any reader can learn their offsets; readers only read
+// below `end`. Everything else is atomics or immutable.
+unsafe impl Send for Segment {}
+// SAFETY: as for Send.
+unsafe impl Sync for Segment {}
+
+fn fallocate(file: &File, len: usize) -> io::Result<()> {
+    // SAFETY: fallocate on a valid fd we own; mode 0 allocates blocks and
+    // extends the file size.
+    let rc = unsafe { libc::fallocate(file.as_raw_fd(), 0, 0, len as libc::off_t) };
+    if rc != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+impl Segment {
+    fn build(
+        id: u64,
+        slot: u32,
+        path: PathBuf,
+        file: File,
+        map: Option<MmapRaw>,
+        cap: usize,
+        writable: bool,
+    ) -> Segment {
+        Segment {
+            id,
+            slot,
+            path,
+            file,
+            map,
+            cap,
+            writable,
+            end: AtomicU64::new(SEG_HEADER as u64),
+            live: AtomicU64::new(0),
+            total: AtomicU64::new(0),
+            tombs: AtomicU64::new(0),
+            min_seq: AtomicU64::new(u64::MAX),
+            max_seq: AtomicU64::new(0),
+            sealed: AtomicBool::new(false),
+            hinted: AtomicBool::new(false),
+            synced: AtomicU64::new(0),
+        }
+    }
+
+    /// Creates segment `id` with `cap` bytes preallocated and its header
+    /// written. On any error the file is removed again.
+    pub fn create(dir: &Path, id: u64, slot: u32, cap: usize, mapped: bool) -> io::Result<Segment> {
+        let path = dir.join(segment_file_name(id));
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create_new(true)
+            .open(&path)?;
+        let res = (|| {
+            fallocate(&file, cap)?;
+            file.write_all_at(&segment_header(id), 0)?;
+            if mapped {
+                Ok(Some(MmapOptions::new().len(cap).map_raw(&file)?))
+            } else {
+                Ok(None)
+            }
+        })();
+        match res {
+            Ok(map) => Ok(Segment::build(id, slot, path, file, map, cap, true)),
+            Err(e) => {
+                drop(file);
+                let _ = std::fs::remove_file(&path);
+                Err(e)
+            }
+        }
+    }
+
+    /// Opens an existing segment. With `write_cap`, it is extended (and
+    /// preallocated) to that many bytes and mapped writable; otherwise it is
+    /// read-only and mapped (if `mapped`) over its current length.
+    pub fn open(
+        path: &Path,
+        id: u64,
+        slot: u32,
+        mapped: bool,
+        write_cap: Option<usize>,
+    ) -> io::Result<Segment> {
+        let file = OpenOptions::new()
+            .read(true)
+            .write(write_cap.is_some())
+            .open(path)?;
+        let len = file.metadata()?.len() as usize;
+        let (cap, writable) = match write_cap {
+            Some(c) => {
+                let c = c.max(len);
+                fallocate(&file, c)?;
+                (c, true)
+            }
+            None => (len, false),
+        };
+        let map = if mapped && cap > 0 {
+            let o = MmapOptions::new().len(cap).clone();
+            Some(if writable {
+                o.map_raw(&file)?
+            } else {
+                o.map_raw_read_only(&file)?
+            })
+        } else {
+            None
+        };
+        Ok(Segment::build(
+            id,
+            slot,
+            path.to_path_buf(),
+            file,
+            map,
+            cap,
+            writable,
+        ))
+    }
+
+    /// Reads the header of a segment file: `Ok(None)` if all zero (its
+    /// creation did not finish), an `InvalidData` error if damaged.
+    pub fn read_header(path: &Path, id: u64) -> io::Result<Option<u64>> {
+        let file = File::open(path)?;
+        let len = file.metadata()?.len();
+        let mut h = [0u8; SEG_HEADER];
+        let n = (len as usize).min(SEG_HEADER);
+        file.read_exact_at(&mut h[..n], 0)?;
+        match check_segment_header(&h[..n], id) {
+            HeaderCheck::Valid => Ok(Some(len)),
+            HeaderCheck::Zero => Ok(None),
+            HeaderCheck::Damaged => Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                "bad segment header",
+            )),
+        }
+    }
+
+    /// `(total, live, tombstone)` bytes.
+    pub fn counters(&self) -> (u64, u64, u64) {
+        (
+            self.total.load(Ordering::Acquire),
+            self.live.load(Ordering::Acquire),
+            self.tombs.load(Ordering::Acquire),
+        )
+    }
+
+    pub fn is_mapped(&self) -> bool {
+        self.map.is_some()
+    }
+
+    /// Current file length.
+    pub fn file_len(&self) -> io::Result<u64> {
+        Ok(self.file.metadata()?.len())
+    }
+
+    /// Disk blocks in use (bytes).
+    pub fn disk_bytes(&self) -> u64 {
+        use std::os::unix::fs::MetadataExt;
+        self.file.metadata().map(|m| m.blocks() * 512).unwrap_or(0)
+    }
+
+    /// The bytes `[off, off + len)` of a mapped segment.
+    ///
+    /// The caller guarantees the range lies below `end` (or was written by
+    /// the caller itself), so no concurrent store touches it.
+    #[inline]
+    pub fn map_slice(&self, off: usize, len: usize) -> &[u8] {
+        let map = self.map.as_ref().expect("mapped segment");
+        assert!(off + len <= self.cap, "range outside the segment");
+        // SAFETY: in bounds (checked above); the bytes are published and
+        // never written again (append-only log).
+        unsafe { std::slice::from_raw_parts(map.as_ptr().add(off), len) }
+    }
+
+    /// Copies `[off, off + dst.len())` into `dst` (from the map, or with
+    /// `pread`).
+    #[inline]
+    pub fn read_into(&self, off: usize, dst: &mut [u8]) -> io::Result<()> {
+        if self.map.is_some() {
+            dst.copy_from_slice(self.map_slice(off, dst.len()));
+            Ok(())
+        } else {
+            self.file.read_exact_at(dst, off as u64)
+        }
+    }
+
+    /// The bytes `[0, end)`: borrowed from the map, or read from the file.
+    pub fn data(&self, end: usize) -> io::Result<Cow<'_, [u8]>> {
+        if self.map.is_some() {
+            Ok(Cow::Borrowed(self.map_slice(0, end.min(self.cap))))
+        } else {
+            let mut v = vec![0u8; end];
+            self.file.read_exact_at(&mut v, 0)?;
+            Ok(Cow::Owned(v))
+        }
+    }
+
+    /// Writes `rec` (a whole record, header included) at file offset `off`.
+    /// Into the map: payload first, then bytes 4..16 of the header, then the
+    /// CRC, so a reader of the file after a crash sees a whole record or a
+    /// zero / non-verifying header. With `pwrite`: one call.
+    ///
+    /// The caller owns `[off, off + rec.len())`, inside `cap`.
+    #[inline]
+    pub fn write_record(&self, off: usize, rec: &[u8]) -> io::Result<()> {
+        assert!(
+            self.writable && off + rec.len() <= self.cap,
+            "write outside the segment"
+        );
+        match &self.map {
+            Some(map) => {
+                // SAFETY: inside the writable map (checked above); the range
+                // is at or after `end`, which only this writer touches.
+                unsafe {
+                    let p = map.as_mut_ptr().add(off);
+                    std::ptr::copy_nonoverlapping(rec.as_ptr().add(4), p.add(4), rec.len() - 4);
+                    std::sync::atomic::compiler_fence(Ordering::Release);
+                    std::ptr::copy_nonoverlapping(rec.as_ptr(), p, 4);
+                }
+                Ok(())
+            }
+            None => self.file.write_all_at(rec, off as u64),
+        }
+    }
+
+    /// A mutable view of `[off, off + len)` of a writable mapped segment, to
+    /// encode a record in place (no intermediate buffer).
+    ///
+    /// # Safety
+    /// The caller is the only writer, `[off, off + len)` is at or after
+    /// `end` (nobody reads it) and the slice is dropped before the bytes are
+    /// published.
+    #[inline]
+    #[allow(clippy::mut_from_ref)]
+    pub unsafe fn map_slice_mut(&self, off: usize, len: usize) -> &mut [u8] {
+        let map = self.map.as_ref().expect("mapped segment");
+        assert!(
+            self.writable && off + len <= self.cap,
+            "write outside the segment"
+        );
+        // SAFETY: in bounds; exclusivity is the caller's contract.
+        unsafe { std::slice::from_raw_parts_mut(map.as_mut_ptr().add(off), len) }
+    }
+
+    /// Faults `[from, to)` in writable without changing its bytes, so the
+    /// writer takes no page fault there.
+    pub fn populate(&self, from: usize, to: usize) {
+        let Some(map) = &self.map else { return };
+        if !self.writable {
+            return;
+        }
+        let from = from & !4095;
+        let to = to.min(self.cap) & !4095;
+        if to <= from {
+            return;
+        }
+        // SAFETY: the range is page aligned and inside the map;
+        // MADV_POPULATE_WRITE only faults pages in (kernel >= 5.14; an older
+        // kernel returns EINVAL and nothing happens).
+        unsafe {
+            libc::madvise(
+                map.as_mut_ptr().add(from) as *mut libc::c_void,
+                to - from,
+                libc::MADV_POPULATE_WRITE,
+            );
+        }
+    }
+
+    /// fdatasync: everything written (through the map or pwrite) is on
+    /// stable storage when it returns.
+    pub fn datasync(&self) -> io::Result<()> {
+        self.file.sync_data()
+    }
+
+    /// Cuts the file to `len` bytes (returns the preallocated tail).
+    pub fn truncate(&self, len: u64) -> io::Result<()> {
+        self.file.set_len(len)
+    }
+
+    /// Unlinks the file and its hint if they are still this segment's.
+    pub fn remove_files(&self) {
+        let _ = std::fs::remove_file(&self.path);
+        let _ = std::fs::remove_file(self.path.with_extension("hint"));
+    }
+}
+
+/// Position of the last non-zero byte of `data` from `from` on, plus one
+/// (`from` if all zero).
+pub fn nonzero_end(data: &[u8], from: usize) -> usize {
+    let mut i = data.len();
+    while i > from {
+        if data[i - 1] != 0 {
+            return i;
+        }
+        i -= 1;
+    }
+    from
+}
