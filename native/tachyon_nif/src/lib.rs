@@ -6,6 +6,7 @@
 //! * `async_store`: `Tachyon.AsyncStore` (ring + writer thread before a store).
 //! * `hist`: HDR histogram resources for the benchmarks.
 //! * `store`: `Tachyon.Store` (message log).
+//! * `table`: `Tachyon.Table` (persistent key-value table).
 //! * `udp`: `Tachyon.Echo`, `Tachyon.UDP` and the UDP ping client.
 #![deny(unsafe_op_in_unsafe_fn)]
 
@@ -13,6 +14,7 @@ mod async_store;
 mod atoms;
 mod hist;
 mod store;
+mod table;
 mod udp;
 
 rustler::init!("Elixir.Tachyon.Native");

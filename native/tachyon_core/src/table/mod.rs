@@ -721,6 +721,10 @@ impl Table {
     /// Stops the background thread, syncs, and releases memory, maps, file
     /// descriptors and the directory lock. Idempotent.
     pub fn close(&self) -> Result<()> {
+        self.shut(true)
+    }
+
+    fn shut(&self, sync: bool) -> Result<()> {
         let inner = &*self.inner;
         {
             let mut m = lock(&inner.maint);
@@ -735,7 +739,7 @@ impl Table {
         if inner.closed.swap(true, Ordering::AcqRel) {
             return Ok(());
         }
-        let res = inner.sync_segments(inner.unsynced(&w));
+        let res = if sync { inner.sync_segments(inner.unsynced(&w)) } else { Ok(()) };
         // Give back the preallocated tail of the active segment.
         if let Some(a) = w.active.take() {
             let _ = a.truncate(w.pos as u64);
@@ -760,8 +764,11 @@ impl Table {
 }
 
 impl Drop for Table {
+    /// Closes without the final fdatasync (a dropped table may be dropped
+    /// by a thread that must not wait for the disk; every write is in the
+    /// page cache already).
     fn drop(&mut self) {
-        let _ = self.close();
+        let _ = self.shut(false);
     }
 }
 

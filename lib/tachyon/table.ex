@@ -1,0 +1,656 @@
+defmodule Tachyon.Table do
+  @moduledoc """
+  A persistent key-value table: binary keys and values, reads as fast as ETS,
+  every write in an append-only log on disk before it returns.
+
+  Tachyon.Table follows LinkedIn's Krati and Basho's Bitcask: an in-memory
+  hash index over values kept in append-only segment files. One writer at a
+  time, any number of concurrent readers on any schedulers: readers never
+  wait for each other and wait for a writer at most for one hash-table
+  insert.
+
+      {:ok, t} = Tachyon.Table.open("/var/lib/app/users", mode: :memory)
+      :ok = Tachyon.Table.put(t, "alice", "admin")
+      {:ok, "admin"} = Tachyon.Table.get(t, "alice")
+      :error = Tachyon.Table.get(t, "bob")
+      :ok = Tachyon.Table.close(t)
+
+  ## Under a supervisor
+
+      children = [
+        {Tachyon.Table, name: :users, path: "/var/lib/app/users", mode: :memory}
+      ]
+
+  The process opens the table, registers it under `:name` (calls with the
+  name look it up in `:persistent_term`, so they do not go through the
+  process), emits periodic `[:tachyon, :table, :stats]` telemetry and closes
+  the table when it stops:
+
+      Tachyon.Table.put(:users, "alice", "admin")
+
+  ## Value modes
+
+  Like Krati's Memory, Mapped and Channel segments (`:mode`):
+
+    * `:memory` - every value is also kept in RAM (rebuilt from the log on
+      open): the fastest reads, memory use like ETS.
+    * `:mapped` (default) - values are read from the memory-mapped segment
+      files: the page cache holds them, RAM use is the index only.
+    * `:file` - no mapping: appends with `pwrite`, reads with `pread`. The
+      slowest, for tables far larger than memory.
+
+  ## Durability
+
+  Each `put/3`, `delete/2` and `put_many/3` is in the log (the OS page cache)
+  when it returns: it survives a crash of the VM (`kill -9`). `sync/1` makes
+  everything written so far durable on power loss; `:sync_interval_ms` does
+  it periodically from a background thread. `put_many/2` is atomic: after a
+  crash all of its pairs are there or none is. On open, every segment is
+  checked: a torn tail (a record whose write never finished) is cut and
+  reported in the `[:tachyon, :table, :recover]` event.
+
+  The index is rebuilt on open from each sealed segment's hint file (keys and
+  value positions, CRC-checked) plus a scan of the tail of the log, so a
+  table of millions of keys opens in seconds.
+
+  ## Compaction
+
+  A background thread rewrites sealed segments whose live data fell under
+  `:compaction_threshold` (default 0.5) of their size, checking every
+  `:compaction_interval_ms` (default 5000, `nil` to only compact on
+  `compact/1`). Readers and the writer carry on meanwhile; the old files are
+  deleted, so the disk space is returned. A deleted key never comes back
+  after a compaction and a restart (delete markers are kept as long as an
+  older value of their key may be on disk).
+
+  ## Options
+
+  * `:mode` - `:memory`, `:mapped` (default) or `:file`.
+  * `:segment_size` - bytes per segment file (64 MiB); between 64 KiB and 1 GiB.
+  * `:max_key_size` - bytes (65536). Larger keys get `{:error, :too_large}`.
+  * `:max_value_size` - bytes (1 MiB). Key and value must fit a segment.
+  * `:sync_interval_ms` - periodic `sync/1` (`nil`, the default: never).
+  * `:compaction_threshold` - live ratio under which a segment is rewritten (0.5).
+  * `:compaction_interval_ms` - how often to look for work (5000; `nil`: never).
+  * `:capacity` - expected number of keys, to size the index up front (0).
+  * `:shards` - index shards (256).
+  * `:pretouch` - fault pages of the active segment in ahead of the writer (true).
+
+  `start_link/1` also takes `:path` (required), `:name` (an atom, optional)
+  and `:stats_interval_ms` (1000; `nil` turns the stats events off).
+
+  ## Errors
+
+  Expected failures are `{:error, reason}`: `:too_large`, `:closed`,
+  `:enospc` (disk full: the table is unchanged and keeps working for reads),
+  `:locked` (another handle, in this or another OS process, has the
+  directory open), `:corrupt` (a damaged segment header), `:eio`, `:eacces`,
+  `:enoent`, `:enotdir`. Keys and values that are not binaries, and bad
+  options, raise `ArgumentError`.
+
+  ## Telemetry
+
+  See `Tachyon.Telemetry` ("Table events").
+  """
+
+  use GenServer
+
+  alias Tachyon.Native
+  alias Tachyon.Telemetry
+
+  @enforce_keys [:ref, :path, :mode]
+  defstruct [:ref, :path, :mode, :name, recovery: %{}]
+
+  @typedoc """
+  An open table. `recovery` is what opening it found (the measurements of
+  the `[:tachyon, :table, :recover]` event, plus `:cut`, `:keys` and
+  `:duration_ns`).
+  """
+  @type t :: %__MODULE__{
+          ref: reference(),
+          path: String.t(),
+          mode: mode(),
+          name: atom() | nil,
+          recovery: map()
+        }
+  @typedoc "A table handle or the name a supervised table was started with."
+  @type table :: t() | atom()
+  @type mode :: :memory | :mapped | :file
+  @type reason ::
+          :too_large
+          | :closed
+          | :enospc
+          | :locked
+          | :corrupt
+          | :eio
+          | :eacces
+          | :enoent
+          | :enotdir
+
+  @open_defaults [
+    mode: :mapped,
+    segment_size: 64 * 1024 * 1024,
+    max_key_size: 65_536,
+    max_value_size: 1024 * 1024,
+    sync_interval_ms: nil,
+    compaction_threshold: 0.5,
+    compaction_interval_ms: 5_000,
+    capacity: 0,
+    shards: 256,
+    pretouch: true
+  ]
+
+  @server_defaults [name: nil, path: nil, stats_interval_ms: 1_000]
+
+  # put_many batches at most this big run on a normal scheduler.
+  @small_batch_count 64
+  @small_batch_bytes 256 * 1024
+  @stream_chunk 1_000
+
+  # -- opening -------------------------------------------------------------
+
+  @doc """
+  Opens (creating if needed) the table in directory `path`.
+
+  Recovers the index from the files there; see the moduledoc for options.
+  The handle is valid in any process; the table is closed by `close/1` or
+  when the handle is garbage-collected.
+
+  ## Example
+
+      {:ok, t} = Tachyon.Table.open("/tmp/users", mode: :memory)
+  """
+  @spec open(Path.t(), keyword()) :: {:ok, t()} | {:error, reason()}
+  def open(path, opts \\ []) do
+    opts = validate_open!(opts)
+    do_open(path, opts, nil)
+  end
+
+  @doc """
+  Like `open/2` but raises on error.
+
+  ## Example
+
+      t = Tachyon.Table.open!("/tmp/users")
+  """
+  @spec open!(Path.t(), keyword()) :: t()
+  def open!(path, opts \\ []) do
+    case open(path, opts) do
+      {:ok, t} -> t
+      {:error, reason} -> raise File.Error, reason: reason, action: "open table", path: path
+    end
+  end
+
+  defp do_open(path, opts, name) do
+    unless is_binary(path) or is_list(path) do
+      raise ArgumentError, "the path must be a string, got: #{inspect(path)}"
+    end
+
+    path = Path.expand(path)
+    t0 = System.monotonic_time()
+
+    case Native.table_open(path, Map.new(opts)) do
+      {:ok, ref, rec} ->
+        duration = System.monotonic_time() - t0
+        meta = %{path: path, mode: opts[:mode], name: name}
+
+        Telemetry.execute(
+          [:tachyon, :table, :open],
+          %{duration: duration, keys: rec.keys, records: rec.records, segments: rec.segments},
+          meta
+        )
+
+        Telemetry.execute(
+          [:tachyon, :table, :recover],
+          %{
+            duration: System.convert_time_unit(rec.duration_ns, :nanosecond, :native),
+            records: rec.records,
+            hinted_segments: rec.hinted_segments,
+            scanned_segments: rec.scanned_segments,
+            truncated_bytes: rec.truncated_bytes,
+            removed_files: rec.removed_files
+          },
+          Map.put(meta, :cut, rec.cut)
+        )
+
+        {:ok, %__MODULE__{ref: ref, path: path, mode: opts[:mode], name: name, recovery: rec}}
+
+      {:error, _} = e ->
+        e
+    end
+  end
+
+  # -- writes --------------------------------------------------------------
+
+  @doc """
+  Writes `value` under `key`. In the log when it returns.
+
+  ## Example
+
+      :ok = Tachyon.Table.put(t, "alice", "admin")
+  """
+  @spec put(table(), binary(), binary()) :: :ok | {:error, reason()}
+  def put(table, key, value) when is_binary(key) and is_binary(value),
+    do: Native.table_put(ref(table), key, value)
+
+  def put(_table, key, value), do: bad_kv!(key, value)
+
+  @doc """
+  Removes `key` (`:ok` whether it was there or not).
+
+  ## Example
+
+      :ok = Tachyon.Table.delete(t, "alice")
+  """
+  @spec delete(table(), binary()) :: :ok | {:error, reason()}
+  def delete(table, key) when is_binary(key), do: Native.table_delete(ref(table), key)
+  def delete(_table, key), do: bad_kv!(key, "")
+
+  @doc """
+  Writes every `{key, value}` pair atomically: after a crash, all of them are
+  there or none is. A later pair wins over an earlier one with the same key.
+
+  ## Example
+
+      :ok = Tachyon.Table.put_many(t, [{"a", "1"}, {"b", "2"}])
+  """
+  @spec put_many(table(), [{binary(), binary()}]) :: :ok | {:error, reason()}
+  def put_many(table, pairs) when is_list(pairs) do
+    r = ref(table)
+
+    {count, bytes} =
+      Enum.reduce(pairs, {0, 0}, fn
+        {k, v}, {n, b} when is_binary(k) and is_binary(v) ->
+          {n + 1, b + byte_size(k) + byte_size(v)}
+
+        other, _ ->
+          raise ArgumentError, "put_many/2 expects {key, value} binaries, got: #{inspect(other)}"
+      end)
+
+    if count <= @small_batch_count and bytes <= @small_batch_bytes,
+      do: Native.table_put_many(r, pairs),
+      else: Native.table_put_many_dirty(r, pairs)
+  end
+
+  def put_many(_table, pairs),
+    do: raise(ArgumentError, "put_many/2 expects a list of {key, value}, got: #{inspect(pairs)}")
+
+  # -- reads ---------------------------------------------------------------
+
+  @doc """
+  Reads `key`: `{:ok, value}`, or `:error` if absent.
+
+  ## Example
+
+      {:ok, "admin"} = Tachyon.Table.get(t, "alice")
+      :error = Tachyon.Table.get(t, "nobody")
+  """
+  @spec get(table(), binary()) :: {:ok, binary()} | :error | {:error, reason()}
+  def get(table, key) when is_binary(key), do: Native.table_get(ref(table), key)
+  def get(_table, key), do: bad_kv!(key, "")
+
+  @doc """
+  Reads `key`, raising `KeyError` if it is absent.
+
+  ## Example
+
+      "admin" = Tachyon.Table.fetch!(t, "alice")
+  """
+  @spec fetch!(table(), binary()) :: binary()
+  def fetch!(table, key) do
+    case get(table, key) do
+      {:ok, v} ->
+        v
+
+      :error ->
+        raise KeyError, key: key, term: table
+
+      {:error, reason} ->
+        raise ArgumentError, "could not read #{inspect(key)}: #{inspect(reason)}"
+    end
+  end
+
+  @doc """
+  Number of keys.
+
+  ## Example
+
+      Tachyon.Table.count(t)
+      #=> 1
+  """
+  @spec count(table()) :: non_neg_integer() | {:error, :closed}
+  def count(table), do: Native.table_count(ref(table))
+
+  @doc """
+  Every `{key, value}` pair, as a stream, in no particular order.
+
+  The view is consistent: it is the table at the moment enumeration starts
+  (writes after that are not seen, compaction does not disturb it). Keys are
+  copied then and values are read in chunks as the stream is consumed.
+  Enumerating a closed table raises `ArgumentError`.
+
+  ## Example
+
+      Tachyon.Table.stream(t) |> Enum.to_list()
+      #=> [{"alice", "admin"}]
+  """
+  @spec stream(table()) :: Enumerable.t()
+  def stream(table) do
+    r = ref(table)
+
+    Stream.resource(
+      fn ->
+        case Native.table_snapshot(r) do
+          {:error, reason} -> raise ArgumentError, "cannot stream the table: #{inspect(reason)}"
+          snap -> snap
+        end
+      end,
+      fn snap ->
+        case Native.table_snapshot_next(snap, @stream_chunk) do
+          [] -> {:halt, snap}
+          list when is_list(list) -> {list, snap}
+        end
+      end,
+      fn _snap -> :ok end
+    )
+  end
+
+  # -- maintenance ---------------------------------------------------------
+
+  @doc """
+  Makes every write so far durable on power loss (fdatasync).
+
+  ## Example
+
+      :ok = Tachyon.Table.sync(t)
+  """
+  @spec sync(table()) :: :ok | {:error, reason()}
+  def sync(table) do
+    t = resolve(table)
+    t0 = System.monotonic_time()
+    res = Native.table_sync(t.ref)
+
+    if res == :ok do
+      Telemetry.execute(
+        [:tachyon, :table, :sync],
+        %{duration: System.monotonic_time() - t0},
+        %{path: t.path, name: t.name}
+      )
+    end
+
+    res
+  end
+
+  @doc """
+  Compacts now: seals the active segment if it holds garbage and rewrites
+  every sealed segment that holds garbage or delete markers. Returns what it
+  did (bytes are file sizes).
+
+  ## Example
+
+      {:ok, %{segments_in: _, bytes_in: _, bytes_out: _}} = Tachyon.Table.compact(t)
+  """
+  @spec compact(table()) :: {:ok, map()} | {:error, reason()}
+  def compact(table) do
+    t = resolve(table)
+    res = Native.table_compact(t.ref)
+    emit_events(t)
+
+    case res do
+      {:ok, c} -> {:ok, c}
+      {:error, _} = e -> e
+    end
+  end
+
+  @doc """
+  Counters: `:keys`, `:puts`, `:deletes`, `:batches`, `:segments`,
+  `:disk_bytes`, `:live_bytes`, `:total_bytes`, `:compactions`,
+  `:compacted_bytes_in`, `:compacted_bytes_out`, `:syncs`, `:next_seq`.
+
+  ## Example
+
+      {:ok, %{keys: 1}} = Tachyon.Table.stats(t)
+  """
+  @spec stats(table()) :: {:ok, map()} | {:error, reason()}
+  def stats(table) do
+    t = resolve(table)
+    emit_events(t)
+    Native.table_stats(t.ref)
+  end
+
+  @doc """
+  Closes the table: stops its background thread, syncs, and releases its
+  memory, files and directory lock. Later calls get `{:error, :closed}`.
+  Idempotent. For a supervised table, prefer stopping its process.
+
+  ## Example
+
+      :ok = Tachyon.Table.close(t)
+  """
+  @spec close(table()) :: :ok | {:error, reason()}
+  def close(table) do
+    t = resolve(table)
+    emit_events(t)
+    Native.table_close(t.ref)
+  end
+
+  @doc """
+  The handle of a table: a name (or a pid of a table process) resolved to
+  its `t:t/0`.
+
+  ## Example
+
+      %Tachyon.Table{} = Tachyon.Table.table(:users)
+  """
+  @spec table(table() | pid()) :: t()
+  def table(pid) when is_pid(pid), do: GenServer.call(pid, :table)
+  def table(table), do: resolve(table)
+
+  defp emit_events(t) do
+    for {:compaction, c} <- Native.table_take_events(t.ref) do
+      Telemetry.execute(
+        [:tachyon, :table, :compaction],
+        c
+        |> Map.delete(:duration_ns)
+        |> Map.put(:duration, System.convert_time_unit(c.duration_ns, :nanosecond, :native)),
+        %{path: t.path, name: t.name}
+      )
+    end
+
+    :ok
+  end
+
+  @compile {:inline, ref: 1}
+  defp ref(%__MODULE__{ref: ref}), do: ref
+  defp ref(name), do: resolve(name).ref
+
+  defp resolve(%__MODULE__{} = t), do: t
+
+  defp resolve(name) when is_atom(name) do
+    case :persistent_term.get({__MODULE__, name}, nil) do
+      nil -> raise ArgumentError, "no Tachyon.Table named #{inspect(name)} is running"
+      t -> t
+    end
+  end
+
+  defp resolve(other),
+    do: raise(ArgumentError, "expected a Tachyon.Table or a table name, got: #{inspect(other)}")
+
+  defp bad_kv!(key, value) do
+    bad = if is_binary(key), do: {"value", value}, else: {"key", key}
+    raise ArgumentError, "the #{elem(bad, 0)} must be a binary, got: #{inspect(elem(bad, 1))}"
+  end
+
+  # -- options -------------------------------------------------------------
+
+  defp validate_open!(opts) do
+    opts = Keyword.validate!(opts, @open_defaults)
+
+    check!(opts, :mode, &(&1 in [:memory, :mapped, :file]), "one of :memory, :mapped, :file")
+
+    check!(
+      opts,
+      :segment_size,
+      &(is_integer(&1) and &1 >= 65_536 and &1 <= 1_073_741_824),
+      "an integer in 65536..1073741824"
+    )
+
+    check!(opts, :max_key_size, &(is_integer(&1) and &1 >= 1), "a positive integer")
+    check!(opts, :max_value_size, &(is_integer(&1) and &1 >= 0), "a non-negative integer")
+    check!(opts, :sync_interval_ms, &(is_nil(&1) or pos_int?(&1)), "nil or a positive integer")
+
+    check!(
+      opts,
+      :compaction_threshold,
+      &(is_number(&1) and &1 >= 0 and &1 <= 1),
+      "a number between 0 and 1"
+    )
+
+    check!(
+      opts,
+      :compaction_interval_ms,
+      &(is_nil(&1) or pos_int?(&1)),
+      "nil or a positive integer"
+    )
+
+    check!(opts, :capacity, &(is_integer(&1) and &1 >= 0), "a non-negative integer")
+
+    check!(
+      opts,
+      :shards,
+      &(is_integer(&1) and &1 >= 1 and &1 <= 65_536),
+      "an integer in 1..65536"
+    )
+
+    check!(opts, :pretouch, &is_boolean/1, "a boolean")
+
+    # segment header + record header + entry header
+    if opts[:max_key_size] + opts[:max_value_size] + 57 > opts[:segment_size] do
+      raise ArgumentError,
+            "the :max_key_size and :max_value_size options must fit in a segment " <>
+              "(:segment_size #{opts[:segment_size]}), got: #{opts[:max_key_size]} and #{opts[:max_value_size]}"
+    end
+
+    Keyword.update!(opts, :compaction_threshold, &(&1 * 1.0))
+  end
+
+  defp pos_int?(v), do: is_integer(v) and v > 0
+
+  defp check!(opts, key, ok?, what) do
+    v = Keyword.fetch!(opts, key)
+
+    unless ok?.(v) do
+      raise ArgumentError, "the #{inspect(key)} option must be #{what}, got: #{inspect(v)}"
+    end
+  end
+
+  # -- process -------------------------------------------------------------
+
+  @doc """
+  A child spec, so that `{Tachyon.Table, opts}` works in a supervision tree.
+  The id is `{Tachyon.Table, name}` (or the path when there is no name).
+  """
+  @spec child_spec(keyword()) :: Supervisor.child_spec()
+  def child_spec(opts) do
+    %{
+      id: {__MODULE__, Keyword.get(opts, :name) || Keyword.get(opts, :path)},
+      start: {__MODULE__, :start_link, [opts]},
+      type: :worker,
+      shutdown: 30_000
+    }
+  end
+
+  @doc """
+  Starts a process that opens the table at `:path` and owns it (see the
+  moduledoc for options). With `:name`, the table is reachable by that name
+  from every function of this module.
+
+  ## Example
+
+      {:ok, pid} = Tachyon.Table.start_link(name: :users, path: "/tmp/users")
+      :ok = Tachyon.Table.put(:users, "alice", "admin")
+  """
+  @spec start_link(keyword()) :: GenServer.on_start()
+  def start_link(opts) do
+    {server, open} = Keyword.split(opts, Keyword.keys(@server_defaults))
+    server = Keyword.validate!(server, @server_defaults)
+
+    unless is_binary(server[:path]) do
+      raise ArgumentError, "the :path option must be a string, got: #{inspect(server[:path])}"
+    end
+
+    unless is_atom(server[:name]) do
+      raise ArgumentError, "the :name option must be an atom, got: #{inspect(server[:name])}"
+    end
+
+    check!(server, :stats_interval_ms, &(is_nil(&1) or pos_int?(&1)), "nil or a positive integer")
+    open = validate_open!(open)
+    gen_opts = if server[:name], do: [name: server[:name]], else: []
+    GenServer.start_link(__MODULE__, {server, open}, gen_opts)
+  end
+
+  @impl GenServer
+  def init({server, open}) do
+    Process.flag(:trap_exit, true)
+    name = server[:name]
+
+    case do_open(server[:path], open, name) do
+      {:ok, t} ->
+        if name, do: :persistent_term.put({__MODULE__, name}, t)
+        schedule(server[:stats_interval_ms])
+        {:ok, %{table: t, interval: server[:stats_interval_ms]}}
+
+      {:error, reason} ->
+        {:stop, reason}
+    end
+  end
+
+  @impl GenServer
+  def handle_call(:table, _from, state), do: {:reply, state.table, state}
+
+  @impl GenServer
+  def handle_info(:tick, %{table: t} = state) do
+    emit_events(t)
+
+    case Native.table_stats(t.ref) do
+      {:ok, s} ->
+        Telemetry.execute(
+          [:tachyon, :table, :stats],
+          Map.take(s, [
+            :keys,
+            :puts,
+            :deletes,
+            :segments,
+            :disk_bytes,
+            :live_bytes,
+            :total_bytes,
+            :compactions
+          ]),
+          %{path: t.path, name: t.name}
+        )
+
+        schedule(state.interval)
+        {:noreply, state}
+
+      {:error, :closed} ->
+        {:stop, :normal, state}
+
+      {:error, _} ->
+        schedule(state.interval)
+        {:noreply, state}
+    end
+  end
+
+  def handle_info(_msg, state), do: {:noreply, state}
+
+  @impl GenServer
+  def terminate(_reason, %{table: t}) do
+    if t.name, do: :persistent_term.erase({__MODULE__, t.name})
+    emit_events(t)
+    Native.table_close(t.ref)
+    :ok
+  end
+
+  defp schedule(nil), do: :ok
+  defp schedule(ms), do: Process.send_after(self(), :tick, ms)
+end

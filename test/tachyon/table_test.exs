@@ -1,0 +1,500 @@
+defmodule Tachyon.TableTest do
+  use ExUnit.Case, async: true
+
+  alias Tachyon.Table
+
+  @modes [:memory, :mapped, :file]
+  @small [segment_size: 64 * 1024, max_key_size: 256, max_value_size: 4096]
+
+  setup context do
+    dir =
+      Path.join(
+        System.tmp_dir!(),
+        "tachyon-table-test-#{System.unique_integer([:positive])}-#{context.line}"
+      )
+
+    File.rm_rf!(dir)
+    on_exit(fn -> File.rm_rf!(dir) end)
+    {:ok, dir: dir}
+  end
+
+  defp key(i), do: "key-#{i}"
+
+  defp val(i, version),
+    do: "v#{version}-#{i}-" <> :binary.copy(<<rem(i, 251)>>, rem(i * 7 + version * 13, 300))
+
+  describe "API in every mode" do
+    for mode <- @modes do
+      @tag mode: mode
+      test "put/get/delete/put_many/fetch!/count/stream/reopen (#{mode})", %{dir: dir, mode: mode} do
+        opts = [mode: mode, compaction_interval_ms: nil] ++ @small
+        {:ok, t} = Table.open(dir, opts)
+        assert t.mode == mode
+        assert t.recovery.keys == 0
+
+        assert :error = Table.get(t, "missing")
+        for i <- 1..1000, do: assert(:ok = Table.put(t, key(i), val(i, 0)))
+        for i <- 1..1000//3, do: :ok = Table.put(t, key(i), val(i, 1))
+        for i <- 1..1000//5, do: assert(:ok = Table.delete(t, key(i)))
+        assert :ok = Table.delete(t, "never there")
+        assert :ok = Table.put_many(t, [{"a", "1"}, {"b", "2"}, {"a", "3"}])
+        assert :ok = Table.put_many(t, [])
+        assert :ok = Table.put(t, "", "empty key")
+        assert :ok = Table.put(t, "empty value", "")
+
+        expected =
+          for i <- 1..1000, rem(i - 1, 5) != 0, into: %{} do
+            {key(i), if(rem(i - 1, 3) == 0, do: val(i, 1), else: val(i, 0))}
+          end
+          |> Map.merge(%{"a" => "3", "b" => "2", "" => "empty key", "empty value" => ""})
+
+        check = fn t ->
+          for {k, v} <- expected, do: assert(Table.get(t, k) == {:ok, v})
+          for i <- 1..1000//5, do: assert(Table.get(t, key(i)) == :error)
+          assert Table.count(t) == map_size(expected)
+          assert Table.fetch!(t, "a") == "3"
+          assert_raise KeyError, fn -> Table.fetch!(t, "missing") end
+          assert Map.new(Table.stream(t)) == expected
+          assert Enum.count(Table.stream(t)) == map_size(expected)
+        end
+
+        check.(t)
+        assert {:ok, %{keys: keys, segments: segs}} = Table.stats(t)
+        assert keys == map_size(expected)
+        assert segs > 1
+        assert :ok = Table.sync(t)
+        assert :ok = Table.close(t)
+        assert :ok = Table.close(t)
+
+        {:ok, t} = Table.open(dir, opts)
+        assert t.recovery.keys == map_size(expected)
+        assert t.recovery.cut == nil
+        check.(t)
+        Table.close(t)
+      end
+    end
+  end
+
+  test "a large put_many goes through the dirty scheduler path", %{dir: dir} do
+    {:ok, t} = Table.open(dir, mode: :mapped)
+    pairs = for i <- 1..5000, do: {key(i), val(i, 0)}
+    assert :ok = Table.put_many(t, pairs)
+    assert Table.count(t) == 5000
+    assert Table.get(t, key(4999)) == {:ok, val(4999, 0)}
+    Table.close(t)
+  end
+
+  test "closed table, size limits and bad input", %{dir: dir} do
+    {:ok, t} = Table.open(dir, @small)
+    assert {:error, :too_large} = Table.put(t, :binary.copy("k", 257), "v")
+    assert {:error, :too_large} = Table.put(t, "k", :binary.copy("v", 4097))
+    assert {:error, :too_large} = Table.put_many(t, [{"k", "v"}, {"k2", :binary.copy("v", 4097)}])
+    assert Table.get(t, "k") == :error
+    assert :ok = Table.put(t, :binary.copy("k", 256), :binary.copy("v", 4096))
+
+    assert_raise ArgumentError, ~r/key must be a binary/, fn -> Table.put(t, :a, "v") end
+    assert_raise ArgumentError, ~r/value must be a binary/, fn -> Table.put(t, "k", 1) end
+    assert_raise ArgumentError, ~r/key must be a binary/, fn -> Table.get(t, 1) end
+    assert_raise ArgumentError, ~r/key must be a binary/, fn -> Table.delete(t, [1]) end
+    assert_raise ArgumentError, ~r/put_many/, fn -> Table.put_many(t, [{"a", 1}]) end
+    assert_raise ArgumentError, ~r/put_many/, fn -> Table.put_many(t, :nope) end
+
+    assert_raise ArgumentError, ~r/no Tachyon.Table named/, fn ->
+      Table.get(:no_such_table, "k")
+    end
+
+    # Another handle on the same directory.
+    assert {:error, :locked} = Table.open(dir, @small)
+
+    assert :ok = Table.close(t)
+    assert {:error, :closed} = Table.put(t, "k", "v")
+    assert {:error, :closed} = Table.get(t, "k")
+    assert {:error, :closed} = Table.delete(t, "k")
+    assert {:error, :closed} = Table.put_many(t, [{"k", "v"}])
+    assert {:error, :closed} = Table.count(t)
+    assert {:error, :closed} = Table.sync(t)
+    assert {:error, :closed} = Table.compact(t)
+    assert {:error, :closed} = Table.stats(t)
+    assert_raise ArgumentError, ~r/closed/, fn -> Enum.to_list(Table.stream(t)) end
+    # The lock went with close.
+    assert {:ok, t2} = Table.open(dir, @small)
+    Table.close(t2)
+  end
+
+  test "options are validated with clear messages", %{dir: dir} do
+    assert_raise ArgumentError, ~r/:mode option must be one of/, fn ->
+      Table.open(dir, mode: :disk)
+    end
+
+    assert_raise ArgumentError, ~r/:segment_size option/, fn ->
+      Table.open(dir, segment_size: 10)
+    end
+
+    assert_raise ArgumentError, ~r/:sync_interval_ms option/, fn ->
+      Table.open(dir, sync_interval_ms: 0)
+    end
+
+    assert_raise ArgumentError, ~r/:compaction_threshold option/, fn ->
+      Table.open(dir, compaction_threshold: 2)
+    end
+
+    assert_raise ArgumentError, ~r/must fit in a segment/, fn ->
+      Table.open(dir, segment_size: 65_536, max_value_size: 65_536)
+    end
+
+    assert_raise ArgumentError, ~r/unknown keys/, fn -> Table.open(dir, colour: :red) end
+    assert_raise ArgumentError, ~r/:path option/, fn -> Table.start_link(name: :x) end
+    refute File.exists?(dir)
+  end
+
+  test "torn tail is cut and reported, the rest survives", %{dir: dir} do
+    {:ok, t} = Table.open(dir, @small)
+    for i <- 1..100, do: :ok = Table.put(t, key(i), val(i, 0))
+    Table.close(t)
+
+    [seg | _] =
+      dir |> File.ls!() |> Enum.filter(&String.ends_with?(&1, ".seg")) |> Enum.sort(:desc)
+
+    path = Path.join(dir, seg)
+    good = File.stat!(path).size
+    # A record header claiming 200 bytes whose CRC cannot match, and half a payload.
+    File.write!(
+      path,
+      <<0xDEADBEEF::32, 200::little-32, 101::little-64>> <> :binary.copy(<<0xAB>>, 50),
+      [:append]
+    )
+
+    {:ok, t} = Table.open(dir, @small)
+    assert t.recovery.cut == {String.to_integer(Path.rootname(seg)), good}
+    assert t.recovery.truncated_bytes == 66
+    assert Table.count(t) == 100
+    for i <- 1..100, do: assert(Table.get(t, key(i)) == {:ok, val(i, 0)})
+    :ok = Table.put(t, "after", "cut")
+    Table.close(t)
+
+    {:ok, t} = Table.open(dir, @small)
+    assert t.recovery.cut == nil
+    assert Table.get(t, "after") == {:ok, "cut"}
+    Table.close(t)
+  end
+
+  test "compaction returns disk space; deleted keys stay deleted after a restart", %{dir: dir} do
+    for mode <- @modes do
+      d = Path.join(dir, "#{mode}")
+      opts = [mode: mode, compaction_interval_ms: nil] ++ @small
+      {:ok, t} = Table.open(d, opts)
+      v = :binary.copy("x", 1000)
+      for i <- 1..2000, do: :ok = Table.put(t, key(i), v)
+      for i <- 1..2000, rem(i, 10) != 0, do: :ok = Table.delete(t, key(i))
+      {:ok, before} = Table.stats(t)
+      assert {:ok, c} = Table.compact(t)
+      assert c.segments_in > 20
+      assert c.bytes_out < c.bytes_in / 5
+      {:ok, after_} = Table.stats(t)
+      assert after_.disk_bytes < before.disk_bytes / 4
+      assert after_.compactions == 1
+      Table.close(t)
+
+      {:ok, t} = Table.open(d, opts)
+      assert Table.count(t) == 200
+
+      for i <- 1..2000 do
+        expected = if rem(i, 10) == 0, do: {:ok, v}, else: :error
+        assert Table.get(t, key(i)) == expected, "#{mode} #{i}"
+      end
+
+      Table.close(t)
+    end
+  end
+
+  test "compaction under concurrent readers and writers: values always right", %{dir: dir} do
+    {:ok, t} = Table.open(dir, [mode: :mapped, compaction_interval_ms: nil] ++ @small)
+    keys = 300
+    for i <- 1..keys, do: :ok = Table.put(t, key(i), val(i, 0))
+    readers = for r <- 1..4, do: Task.async(fn -> read_loop(t, keys, r, 0) end)
+
+    compactor =
+      Task.async(fn ->
+        Enum.reduce(1..20, 0, fn _, acc ->
+          {:ok, c} = Table.compact(t)
+          acc + c.segments_in
+        end)
+      end)
+
+    model =
+      Enum.reduce(1..30, %{}, fn version, model ->
+        Enum.reduce(1..keys, model, fn i, model ->
+          if rem(i * version, 11) == 0 do
+            :ok = Table.delete(t, key(i))
+            Map.put(model, i, :deleted)
+          else
+            :ok = Table.put(t, key(i), val(i, version))
+            Map.put(model, i, val(i, version))
+          end
+        end)
+      end)
+
+    compacted = Task.await(compactor, 30_000)
+    for r <- readers, do: send(r.pid, :stop)
+    reads = Enum.map(readers, &Task.await(&1, 10_000))
+    assert Enum.all?(reads, &(&1 > 0))
+    assert compacted > 0
+
+    for {i, v} <- model do
+      expected = if v == :deleted, do: :error, else: {:ok, v}
+      assert Table.get(t, key(i)) == expected
+    end
+
+    Table.close(t)
+  end
+
+  defp read_loop(t, keys, r, n) do
+    receive do
+      :stop -> n
+    after
+      0 ->
+        i = rem(n * 31 + r, keys) + 1
+
+        case Table.get(t, key(i)) do
+          :error ->
+            :ok
+
+          {:ok, v} ->
+            # The value names its version; it must be what was written.
+            [<<"v", version::binary>> | _] = String.split(v, "-", parts: 2)
+            assert v == val(i, String.to_integer(version))
+        end
+
+        read_loop(t, keys, r, n + 1)
+    end
+  end
+
+  test "randomized model test against a Map, with concurrent readers, compaction and reopen",
+       %{dir: dir} do
+    for mode <- @modes do
+      d = Path.join(dir, "#{mode}")
+      opts = [mode: mode, compaction_interval_ms: nil] ++ @small
+      {:ok, t} = Table.open(d, opts)
+      :rand.seed(:exsss, {1, 2, :erlang.phash2(mode)})
+
+      {t, model} =
+        Enum.reduce(1..4000, {t, %{}}, fn step, {t, model} ->
+          k = key(:rand.uniform(300))
+
+          case :rand.uniform(100) do
+            n when n <= 45 ->
+              v = val(:rand.uniform(1000), step)
+              :ok = Table.put(t, k, v)
+              {t, Map.put(model, k, v)}
+
+            n when n <= 60 ->
+              :ok = Table.delete(t, k)
+              {t, Map.delete(model, k)}
+
+            n when n <= 65 ->
+              pairs = for _ <- 1..:rand.uniform(6), do: {key(:rand.uniform(300)), val(step, step)}
+              :ok = Table.put_many(t, pairs)
+              {t, Enum.into(pairs, model)}
+
+            66 ->
+              {:ok, _} = Table.compact(t)
+              {t, model}
+
+            67 ->
+              :ok = Table.close(t)
+              {:ok, t} = Table.open(d, opts)
+              assert t.recovery.cut == nil
+              {t, model}
+
+            _ ->
+              # Several processes read at once: all see the model.
+              results =
+                Task.async_stream(1..3, fn _ -> Table.get(t, k) end, timeout: 5_000)
+                |> Enum.map(fn {:ok, r} -> r end)
+
+              expected = if Map.has_key?(model, k), do: {:ok, model[k]}, else: :error
+              assert Enum.all?(results, &(&1 == expected)), "#{mode} step #{step}"
+              {t, model}
+          end
+        end)
+
+      assert Table.count(t) == map_size(model)
+      assert Map.new(Table.stream(t)) == model
+      Table.close(t)
+      {:ok, t} = Table.open(d, opts)
+      assert Map.new(Table.stream(t)) == model
+      Table.close(t)
+    end
+  end
+
+  defp wait_until(fun, tries \\ 500) do
+    cond do
+      fun.() -> :ok
+      tries == 0 -> flunk("condition never became true")
+      true -> Process.sleep(10) && wait_until(fun, tries - 1)
+    end
+  end
+
+  test "supervised: start_link, name lookup, child_spec, close on stop", %{dir: dir} do
+    name = :"table_test_#{System.unique_integer([:positive])}"
+    spec = Table.child_spec(name: name, path: dir, mode: :memory, stats_interval_ms: 10)
+    assert spec.id == {Table, name}
+    pid = start_supervised!(spec)
+    assert :ok = Table.put(name, "k", "v")
+    assert {:ok, "v"} = Table.get(name, "k")
+    assert %Table{name: ^name, mode: :memory} = Table.table(pid)
+    assert Table.count(name) == 1
+    Process.sleep(30)
+    assert Process.alive?(pid)
+    :ok = stop_supervised(spec.id)
+    assert_raise ArgumentError, fn -> Table.get(name, "k") end
+    # Closed by the stop: the directory can be opened again.
+    {:ok, t} = Table.open(dir, mode: :file)
+    assert Table.get(t, "k") == {:ok, "v"}
+    Table.close(t)
+  end
+
+  test "periodic sync and background compaction run", %{dir: dir} do
+    {:ok, t} = Table.open(dir, [sync_interval_ms: 5, compaction_interval_ms: 5] ++ @small)
+
+    for round <- 1..5, i <- 1..200, do: :ok = Table.put(t, key(i), val(i, round))
+    :ok = Table.put(t, "x", "y")
+
+    wait_until(fn ->
+      {:ok, s} = Table.stats(t)
+      s.syncs > 0 and s.compactions > 0
+    end)
+
+    for i <- 1..200, do: assert(Table.get(t, key(i)) == {:ok, val(i, 5)})
+    Table.close(t)
+  end
+
+  @tag :slow
+  test "kill -9 of a writing OS process loses nothing it acknowledged", %{dir: dir} do
+    elixir = System.find_executable("elixir")
+    ebin = :code.lib_dir(:tachyon) |> Path.join("ebin") |> to_string()
+
+    code = """
+    {:ok, t} = Tachyon.Table.open(#{inspect(dir)}, mode: :mapped, segment_size: 262_144, max_value_size: 4096)
+    IO.puts("ready")
+    Enum.each(Stream.iterate(1, &(&1 + 1)), fn i ->
+      :ok = Tachyon.Table.put(t, "key-\#{i}", :binary.copy(<<rem(i, 256)>>, rem(i, 500)))
+      if rem(i, 7) == 0, do: :ok = Tachyon.Table.delete(t, "key-\#{i - 3}")
+      IO.puts("ack \#{i}")
+    end)
+    """
+
+    port =
+      Port.open({:spawn_executable, elixir}, [
+        :binary,
+        :exit_status,
+        {:line, 1024},
+        args: ["-pa", ebin, "-e", code]
+      ])
+
+    {:os_pid, os_pid} = Port.info(port, :os_pid)
+    acked = collect_acks(port, 0, 20_000)
+    assert acked >= 20_000
+    {_, 0} = System.cmd("kill", ["-9", "#{os_pid}"])
+    assert_receive {^port, {:exit_status, _}}, 10_000
+    # Drain acks printed before the kill that we did not read yet.
+    acked = drain_acks(port, acked)
+
+    {:ok, t} = Table.open(dir, mode: :mapped, segment_size: 262_144, max_value_size: 4096)
+
+    for i <- 1..acked do
+      value = {:ok, :binary.copy(<<rem(i, 256)>>, rem(i, 500))}
+      got = Table.get(t, "key-#{i}")
+
+      cond do
+        # Deleted at step i + 3, acknowledged.
+        rem(i + 3, 7) == 0 and i + 3 <= acked -> assert got == :error
+        # Deleted at the step the kill interrupted: either is right.
+        rem(i + 3, 7) == 0 and i + 3 == acked + 1 -> assert got in [:error, value]
+        true -> assert got == value, "key-#{i} (acked up to #{acked})"
+      end
+    end
+
+    Table.close(t)
+  end
+
+  defp collect_acks(port, last, want) do
+    receive do
+      {^port, {:data, {:eol, "ack " <> n}}} ->
+        n = String.to_integer(n)
+        if n >= want, do: n, else: collect_acks(port, n, want)
+
+      {^port, {:data, {:eol, _}}} ->
+        collect_acks(port, last, want)
+
+      {^port, {:exit_status, s}} ->
+        flunk("writer exited early with status #{s}")
+    after
+      60_000 -> flunk("no ack for 60 s (last: #{last})")
+    end
+  end
+
+  defp drain_acks(port, last) do
+    receive do
+      {^port, {:data, {:eol, "ack " <> n}}} -> drain_acks(port, max(last, String.to_integer(n)))
+      {^port, {:data, _}} -> drain_acks(port, last)
+    after
+      0 -> last
+    end
+  end
+end
+
+defmodule Tachyon.TableResourceTest do
+  # Not async: it counts the VM's file descriptors and threads.
+  use ExUnit.Case, async: false
+
+  alias Tachyon.Table
+
+  @modes [:memory, :mapped, :file]
+  @small [segment_size: 64 * 1024, max_key_size: 256, max_value_size: 4096]
+
+  setup do
+    dir = Path.join(System.tmp_dir!(), "tachyon-table-res-#{System.unique_integer([:positive])}")
+    on_exit(fn -> File.rm_rf!(dir) end)
+    {:ok, dir: dir}
+  end
+
+  test "no thread or file descriptor is left after close or garbage collection", %{dir: dir} do
+    {fds0, threads0} = {count_fds(), count_threads()}
+
+    for mode <- @modes do
+      {:ok, t} = Table.open(Path.join(dir, "#{mode}"), [mode: mode] ++ @small)
+      for i <- 1..2000, do: :ok = Table.put(t, "key-#{i}", :binary.copy("v", 100))
+      assert count_fds() > fds0
+      assert count_threads() > threads0
+      :ok = Table.close(t)
+      assert {mode, count_fds(), count_threads()} == {mode, fds0, threads0}
+    end
+
+    # Never closed: the handle's garbage collection closes it.
+    pid =
+      spawn(fn ->
+        {:ok, t} = Table.open(Path.join(dir, "gc"), @small)
+        :ok = Table.put(t, "k", "v")
+      end)
+
+    ref = Process.monitor(pid)
+    assert_receive {:DOWN, ^ref, :process, ^pid, _}, 5_000
+    :erlang.garbage_collect()
+    wait_until(fn -> count_fds() == fds0 and count_threads() == threads0 end)
+    {:ok, t} = Table.open(Path.join(dir, "gc"), @small)
+    assert Table.get(t, "k") == {:ok, "v"}
+    Table.close(t)
+  end
+
+  defp count_fds, do: length(File.ls!("/proc/self/fd"))
+  defp count_threads, do: length(File.ls!("/proc/self/task"))
+
+  defp wait_until(fun, tries \\ 200) do
+    cond do
+      fun.() -> :ok
+      tries == 0 -> flunk("condition never became true")
+      true -> Process.sleep(10) && wait_until(fun, tries - 1)
+    end
+  end
+end
