@@ -1,5 +1,5 @@
 defmodule Mix.Tasks.Tachyon.Bench do
-  @shortdoc "Runs Tachyon's latency benchmarks (store, async, echo, ...)"
+  @shortdoc "Runs Tachyon's latency benchmarks (store, async, echo, table, ...)"
   @moduledoc """
   Runs Tachyon's benchmarks and prints latency percentiles in the format of the
   systems Tachyon is modelled on, each case side by side with the BEAM's own
@@ -20,15 +20,16 @@ defmodule Mix.Tasks.Tachyon.Bench do
     * `--quick` - small CI-sized run
     * `--dir PATH` - where temporary files go (default: the system tmp dir)
 
-  Benchmarks: #{Enum.map_join(["store", "async", "echo"], ", ", &"`#{&1}`")}. Each bench documents its
-  own extra options in its module (`Tachyon.Bench.Store`, ...).
+  Benchmarks: #{Enum.map_join(["store", "async", "echo", "table"], ", ", &"`#{&1}`")}. Each bench documents its
+  own extra options in its module (`Tachyon.Bench.Store`, `Tachyon.Bench.Table`, ...).
   """
   use Mix.Task
 
   @benches [
     {"store", Tachyon.Bench.Store},
     {"async", Tachyon.Bench.Async},
-    {"echo", Tachyon.Bench.Echo}
+    {"echo", Tachyon.Bench.Echo},
+    {"table", Tachyon.Bench.Table}
   ]
 
   @doc false

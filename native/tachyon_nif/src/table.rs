@@ -8,6 +8,11 @@
 //! (hints, periodic sync, compaction) belongs to the core `Table`: it is
 //! stopped and joined by `close` or, failing that, when the resource is
 //! garbage-collected (`Table`'s `Drop`).
+//!
+//! The hot NIFs take the table as `&TableResource` (borrowed for the call:
+//! the argument term keeps it alive) rather than `ResourceArc`, which would
+//! add a reference-count increment and decrement, on a cache line shared by
+//! every process using the table, to each call.
 
 use std::sync::Mutex;
 use std::time::Duration;
@@ -199,13 +204,13 @@ fn table_open<'a>(env: Env<'a>, path: String, opts: Term<'a>) -> NifResult<Term<
 }
 
 #[rustler::nif]
-fn table_put(t: ResourceArc<TableResource>, key: Binary, value: Binary) -> NifResult<Atom> {
+fn table_put(t: &TableResource, key: Binary, value: Binary) -> NifResult<Atom> {
     t.table.put(key.as_slice(), value.as_slice()).map_err(err)?;
     Ok(atoms::ok())
 }
 
 #[rustler::nif]
-fn table_get<'a>(env: Env<'a>, t: ResourceArc<TableResource>, key: Binary) -> NifResult<Term<'a>> {
+fn table_get<'a>(env: Env<'a>, t: &TableResource, key: Binary) -> NifResult<Term<'a>> {
     let found = t.table.get_with(key.as_slice(), |v| {
         let mut b = NewBinary::new(env, v.len());
         v.copy_to(b.as_mut_slice()).map(|_| b)
@@ -219,7 +224,7 @@ fn table_get<'a>(env: Env<'a>, t: ResourceArc<TableResource>, key: Binary) -> Ni
 }
 
 #[rustler::nif]
-fn table_delete(t: ResourceArc<TableResource>, key: Binary) -> NifResult<Atom> {
+fn table_delete(t: &TableResource, key: Binary) -> NifResult<Atom> {
     t.table.delete(key.as_slice()).map_err(err)?;
     Ok(atoms::ok())
 }
@@ -231,8 +236,8 @@ fn put_many(t: &TableResource, pairs: Vec<(Binary, Binary)>) -> NifResult<Atom> 
 }
 
 #[rustler::nif]
-fn table_put_many(t: ResourceArc<TableResource>, pairs: Vec<(Binary, Binary)>) -> NifResult<Atom> {
-    put_many(&t, pairs)
+fn table_put_many(t: &TableResource, pairs: Vec<(Binary, Binary)>) -> NifResult<Atom> {
+    put_many(t, pairs)
 }
 
 #[rustler::nif(schedule = "DirtyIo")]
@@ -241,7 +246,7 @@ fn table_put_many_dirty(t: ResourceArc<TableResource>, pairs: Vec<(Binary, Binar
 }
 
 #[rustler::nif]
-fn table_count(t: ResourceArc<TableResource>) -> NifResult<u64> {
+fn table_count(t: &TableResource) -> NifResult<u64> {
     t.table.count().map_err(err)
 }
 

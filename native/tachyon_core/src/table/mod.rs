@@ -44,7 +44,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use format::*;
-use index::{Entry, Index};
+use index::{Index, Node};
 pub use segment::Segment;
 
 /// How values are stored and read (Krati's Memory / Mapped / Channel
@@ -571,21 +571,21 @@ impl Table {
         if inner.closed.load(Ordering::Relaxed) {
             return Err(TableError::Closed);
         }
-        let Some(e) = index::find(&shard, h, key) else {
+        let Some(e) = shard.find(h, key) else {
             return Ok(None);
         };
         let v = match inner.cfg.mode {
             ValueMode::Memory => Value::Bytes(e.mem_value()),
             ValueMode::Mapped => {
-                let seg = inner.seg_at(e.slot);
-                Value::Bytes(seg.map_slice(e.off as usize, e.vlen as usize))
+                let seg = inner.seg_at(e.slot());
+                Value::Bytes(seg.map_slice(e.off() as usize, e.vlen() as usize))
             }
             ValueMode::File => {
-                let seg = inner.seg_at(e.slot);
+                let seg = inner.seg_at(e.slot());
                 Value::File {
                     seg,
-                    off: e.off as usize,
-                    len: e.vlen as usize,
+                    off: e.off() as usize,
+                    len: e.vlen() as usize,
                 }
             }
         };
@@ -668,7 +668,7 @@ impl Table {
             // identical, and the old segment stays open through `segs`.
             let shard = inner.index.read_shard(i);
             for e in shard.iter() {
-                items.push((e.key().to_vec().into_boxed_slice(), e.slot, e.off, e.vlen));
+                items.push((e.key().to_vec().into_boxed_slice(), e.slot(), e.off(), e.vlen()));
             }
         }
         drop(w);
@@ -748,7 +748,7 @@ impl Table {
         // lock; taking every write lock waits for all of them.
         for i in 0..inner.index.shard_count() {
             let mut s = inner.index.write_shard(i);
-            *s = index::Shard::new();
+            *s = index::Shard::default();
         }
         {
             let mut reg = lock(&inner.segs);
@@ -848,16 +848,14 @@ impl Inner {
             .map(|(_, k, v)| ENTRY_HEADER + k.len() + v.len())
             .sum();
         let rec_len = REC_HEADER + payload;
-        // Memory mode: build the in-memory copies before taking any lock.
-        let mut bufs: Vec<Box<[u8]>> = Vec::new();
+        // Memory mode: build the index nodes (key and value) before taking
+        // any lock; their locations are filled in below.
+        let mut nodes: Vec<Node> = Vec::new();
         if self.cfg.mode == ValueMode::Memory {
-            bufs.reserve(batch.len());
+            nodes.reserve(batch.len());
             for (kind, k, v) in batch {
                 if *kind == KIND_PUT {
-                    let mut b = Vec::with_capacity(k.len() + v.len());
-                    b.extend_from_slice(k);
-                    b.extend_from_slice(v);
-                    bufs.push(b.into_boxed_slice());
+                    nodes.push(Node::new(k, Some(v), v.len() as u32, 0, 0, 0));
                 }
             }
         }
@@ -885,15 +883,15 @@ impl Inner {
         }
         // Apply to the index, in order.
         let mut off = pos + REC_HEADER;
-        let mut bufs = bufs.into_iter();
+        let mut nodes = nodes.into_iter();
         for (i, (kind, k, v)) in batch.iter().enumerate() {
             let cost = entry_cost(k.len(), v.len());
             seg.total.fetch_add(cost, Ordering::Relaxed);
             let val_off = (off + ENTRY_HEADER + k.len()) as u32;
             if *kind == KIND_PUT {
                 seg.live.fetch_add(cost, Ordering::Relaxed);
-                let buf = bufs.next();
-                self.index_put(k, v.len() as u32, seg.slot, val_off, seq + i as u64, buf);
+                let node = nodes.next();
+                self.index_put(k, v.len() as u32, seg.slot, val_off, seq + i as u64, node);
                 w.puts += 1;
             } else {
                 seg.tombs.fetch_add(cost, Ordering::Relaxed);
@@ -952,68 +950,49 @@ impl Inner {
         }
     }
 
-    /// Points `key` at a new value (the writer lock is held).
-    fn index_put(
-        &self,
-        key: &[u8],
-        vlen: u32,
-        slot: u32,
-        off: u32,
-        seq: u64,
-        mem: Option<Box<[u8]>>,
-    ) {
+    /// Points `key` at a new value (the writer lock is held). `node`: the
+    /// new node holding the value (Memory mode).
+    fn index_put(&self, key: &[u8], vlen: u32, slot: u32, off: u32, seq: u64, node: Option<Node>) {
         let h = self.index.hash(key);
-        let mut old_buf = None;
+        let node = node.map(|mut n| {
+            n.set_loc(slot, off, vlen, seq);
+            n
+        });
+        let mut old = None;
         {
             let mut shard = self.index.write(h);
-            if let Some(e) = shard.find_mut(h, |e| e.key() == key) {
-                self.seg_at(e.slot)
+            if let Some(e) = shard.find_mut(h, key) {
+                self.seg_at(e.slot())
                     .live
-                    .fetch_sub(entry_cost(key.len(), e.vlen as usize), Ordering::Relaxed);
-                e.slot = slot;
-                e.off = off;
-                e.vlen = vlen;
-                e.seq = seq;
-                if let Some(b) = mem {
-                    old_buf = Some(std::mem::replace(&mut e.buf, b));
+                    .fetch_sub(entry_cost(key.len(), e.vlen() as usize), Ordering::Relaxed);
+                match node {
+                    Some(n) => old = Some(std::mem::replace(e, n)),
+                    None => e.set_loc(slot, off, vlen, seq),
                 }
             } else {
-                let buf = mem.unwrap_or_else(|| key.to_vec().into_boxed_slice());
-                let e = Entry {
-                    buf,
-                    klen: key.len() as u32,
-                    slot,
-                    off,
-                    vlen,
-                    seq,
-                };
-                shard.insert_unique(h, e, self.index.rehasher());
+                let n = node.unwrap_or_else(|| Node::new(key, None, vlen, slot, off, seq));
+                shard.insert_new(h, n);
                 self.keys.fetch_add(1, Ordering::Release);
             }
         }
-        drop(old_buf);
+        // Freed outside the shard lock.
+        drop(old);
     }
 
     /// Removes `key` from the index (the writer lock is held).
     fn index_remove(&self, key: &[u8]) -> bool {
         let h = self.index.hash(key);
-        let removed = {
-            let mut shard = self.index.write(h);
-            match shard.find_entry(h, |e| e.key() == key) {
-                Ok(o) => {
-                    let (e, _) = o.remove();
-                    self.seg_at(e.slot)
-                        .live
-                        .fetch_sub(entry_cost(key.len(), e.vlen as usize), Ordering::Relaxed);
-                    Some(e)
-                }
-                Err(_) => None,
+        let removed = self.index.write(h).remove(h, key);
+        match removed {
+            Some(e) => {
+                self.seg_at(e.slot())
+                    .live
+                    .fetch_sub(entry_cost(key.len(), e.vlen() as usize), Ordering::Relaxed);
+                self.keys.fetch_sub(1, Ordering::Release);
+                true
             }
-        };
-        if removed.is_some() {
-            self.keys.fetch_sub(1, Ordering::Release);
+            None => false,
         }
-        removed.is_some()
     }
 
     fn delete(&self, key: &[u8]) -> Result<bool> {
@@ -1024,7 +1003,7 @@ impl Inner {
             return Err(TableError::Closed);
         }
         let h = self.index.hash(key);
-        let present = index::find(&self.index.read(h), h, key).is_some();
+        let present = self.index.read(h).find(h, key).is_some();
         drop(w);
         if !present {
             return Ok(false);
@@ -1288,69 +1267,43 @@ impl Inner {
         seg.max_seq.fetch_max(e.seq, Ordering::Relaxed);
         let h = self.index.hash(e.key);
         let mut shard = self.index.write(h);
-        let existing = shard.find_mut(h, |x| x.key() == e.key);
+        let existing_seq = shard.find(h, e.key).map(|x| x.seq());
         if e.kind == KIND_DEL {
-            if let Some(x) = existing {
-                if x.seq > e.seq {
-                    return;
-                }
+            if existing_seq.is_some_and(|s| s > e.seq) {
+                return;
             }
-            if let Ok(o) = shard.find_entry(h, |x| x.key() == e.key) {
-                let (x, _) = o.remove();
-                self.seg_at(x.slot)
+            if let Some(x) = shard.remove(h, e.key) {
+                self.seg_at(x.slot())
                     .live
-                    .fetch_sub(entry_cost(e.key.len(), x.vlen as usize), Ordering::Relaxed);
+                    .fetch_sub(entry_cost(e.key.len(), x.vlen() as usize), Ordering::Relaxed);
                 self.keys.fetch_sub(1, Ordering::Relaxed);
             }
             let t = tombstones.entry(e.key.into()).or_insert(0);
             *t = (*t).max(e.seq);
             return;
         }
-        if let Some(&t) = tombstones.get(e.key) {
-            if t > e.seq {
-                return;
-            }
+        if tombstones.get(e.key).is_some_and(|&t| t > e.seq) {
+            return;
         }
-        let mem = || -> Box<[u8]> {
-            let mut b = Vec::with_capacity(e.key.len() + e.vlen as usize);
-            b.extend_from_slice(e.key);
-            b.extend_from_slice(seg.map_slice(e.val_off as usize, e.vlen as usize));
-            b.into_boxed_slice()
-        };
-        match existing {
-            Some(x) if x.seq > e.seq => {}
+        if existing_seq.is_some_and(|s| s > e.seq) {
+            return;
+        }
+        let mem_value = (self.cfg.mode == ValueMode::Memory)
+            .then(|| seg.map_slice(e.val_off as usize, e.vlen as usize));
+        let node = Node::new(e.key, mem_value, e.vlen, seg.slot, e.val_off, e.seq);
+        match shard.find_mut(h, e.key) {
             Some(x) => {
-                self.seg_at(x.slot)
+                self.seg_at(x.slot())
                     .live
-                    .fetch_sub(entry_cost(e.key.len(), x.vlen as usize), Ordering::Relaxed);
-                x.slot = seg.slot;
-                x.off = e.val_off;
-                x.vlen = e.vlen;
-                x.seq = e.seq;
-                if self.cfg.mode == ValueMode::Memory {
-                    x.buf = mem();
-                }
-                seg.live.fetch_add(cost, Ordering::Relaxed);
+                    .fetch_sub(entry_cost(e.key.len(), x.vlen() as usize), Ordering::Relaxed);
+                *x = node;
             }
             None => {
-                let buf = if self.cfg.mode == ValueMode::Memory {
-                    mem()
-                } else {
-                    e.key.into()
-                };
-                let x = Entry {
-                    buf,
-                    klen: e.key.len() as u32,
-                    slot: seg.slot,
-                    off: e.val_off,
-                    vlen: e.vlen,
-                    seq: e.seq,
-                };
-                shard.insert_unique(h, x, self.index.rehasher());
+                shard.insert_new(h, node);
                 self.keys.fetch_add(1, Ordering::Relaxed);
-                seg.live.fetch_add(cost, Ordering::Relaxed);
             }
         }
+        seg.live.fetch_add(cost, Ordering::Relaxed);
     }
 
     // ---------------------------------------------------- background thread
@@ -1527,8 +1480,10 @@ impl Inner {
                 let val = &data[e.val_off as usize..e.val_off as usize + e.vlen as usize];
                 let keep = if e.kind == KIND_PUT {
                     let h = self.index.hash(e.key);
-                    index::find(&self.index.read(h), h, e.key)
-                        .is_some_and(|x| x.slot == seg.slot && x.off == e.val_off)
+                    self.index
+                        .read(h)
+                        .find(h, e.key)
+                        .is_some_and(|x| x.slot() == seg.slot && x.off() == e.val_off)
                 } else {
                     let keep = e.seq >= min_other;
                     if !keep {
@@ -1579,10 +1534,10 @@ impl Inner {
                     // meanwhile (then the copy is garbage).
                     let h = self.index.hash(e.key);
                     let mut shard = self.index.write(h);
-                    if let Some(x) = shard.find_mut(h, |x| x.key() == e.key) {
-                        if x.slot == seg.slot && x.off == e.val_off {
-                            x.slot = o.slot;
-                            x.off = new_off;
+                    if let Some(x) = shard.find_mut(h, e.key) {
+                        if x.slot() == seg.slot && x.off() == e.val_off {
+                            let (vlen, seq) = (x.vlen(), x.seq());
+                            x.set_loc(o.slot, new_off, vlen, seq);
                             o.live.fetch_add(cost, Ordering::Relaxed);
                             seg.live.fetch_sub(cost, Ordering::Relaxed);
                         }
