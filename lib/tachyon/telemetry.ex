@@ -111,6 +111,49 @@ defmodule Tachyon.Telemetry do
         `:undelivered`, `:truncated`, `:recv_errors`, `:kernel_drops`,
         `:batches`, `:sent`, `:sent_bytes`, `:send_errors`.
       * Metadata: `:socket`.
+
+  ## Table events
+
+  Emitted by `Tachyon.Table`. Compactions run in a Rust thread: their
+  events are queued there and emitted by the table's process at its next
+  stats tick (or by `stats/1`, `compact/1` and `close/1` for a handle from
+  `Tachyon.Table.open/2`).
+
+    * `[:tachyon, :table, :open]` - a table was opened.
+      * Measurements: `:duration` (the whole open, recovery included),
+        `:keys` (live keys), `:records` (entries replayed, live or not),
+        `:segments` (segment files found).
+      * Metadata: `:path`, `:mode` (`:memory | :mapped | :file`), `:name`.
+
+    * `[:tachyon, :table, :recover]` - emitted with every open, after the
+      index was rebuilt.
+      * Measurements: `:duration` (rebuilding the index), `:records`,
+        `:hinted_segments` (loaded from their hint file),
+        `:scanned_segments` (read record by record, CRC checked),
+        `:truncated_bytes` (bytes of a torn tail cut off; 0 normally),
+        `:removed_files` (leftovers of a crash: unfinished segments and hint
+        files).
+      * Metadata: `:path`, `:mode`, `:name`, `:cut` (`nil`, or
+        `{segment_id, offset}` where a torn tail was cut).
+
+    * `[:tachyon, :table, :compaction]` - a compaction round rewrote
+      segments (background or `compact/1`).
+      * Measurements: `:duration`, `:segments_in`, `:segments_out`,
+        `:bytes_in` and `:bytes_out` (file sizes: `bytes_in - bytes_out` is
+        the disk space returned), `:entries_copied`, `:tombstones_dropped`.
+      * Metadata: `:path`, `:name`.
+
+    * `[:tachyon, :table, :sync]` - `Tachyon.Table.sync/1` finished.
+      * Measurements: `:duration`.
+      * Metadata: `:path`, `:name`.
+
+    * `[:tachyon, :table, :stats]` - periodic, from a supervised table every
+      `:stats_interval_ms` (default 1000; `nil` turns it off).
+      * Measurements: `:keys`, `:puts`, `:deletes` (since open), `:segments`,
+        `:disk_bytes` (blocks in use by segment files), `:live_bytes`,
+        `:total_bytes` (bytes of live entries / of all entries in the
+        segments), `:compactions`.
+      * Metadata: `:path`, `:name`.
   """
 
   @key {__MODULE__, :enabled}

@@ -409,8 +409,9 @@ defmodule Tachyon.TableTest do
       cond do
         # Deleted at step i + 3, acknowledged.
         rem(i + 3, 7) == 0 and i + 3 <= acked -> assert got == :error
-        # Deleted at the step the kill interrupted: either is right.
-        rem(i + 3, 7) == 0 and i + 3 == acked + 1 -> assert got in [:error, value]
+        # Deleted at a step after the last ack we read: the writer may
+        # have done it (its later acks can be lost in its stdout buffers).
+        rem(i + 3, 7) == 0 -> assert got in [:error, value]
         true -> assert got == value, "key-#{i} (acked up to #{acked})"
       end
     end

@@ -365,12 +365,36 @@ struct Inner {
     /// Serialises compaction and hint writing against `close`.
     bg: Mutex<()>,
     lock_file: Mutex<Option<File>>,
+    prep: Prep,
+}
+
+/// Work for the prepare thread: fault in the active segment ahead of the
+/// writer, and have the next segment created (preallocated, its first pages
+/// faulted in) before the writer needs it, so that neither page faults nor
+/// `fallocate` land on the writer's path.
+#[derive(Default)]
+struct Prep {
+    stop: AtomicBool,
+    /// The active segment and the offset to fault in up to.
+    want: Mutex<Option<(Arc<Segment>, usize)>>,
+    /// The next segment, ready.
+    next: Mutex<Option<Arc<Segment>>>,
+    thread: Mutex<Option<std::thread::Thread>>,
+}
+
+impl Prep {
+    fn kick(&self) {
+        if let Some(t) = lock(&self.thread).as_ref() {
+            t.unpark();
+        }
+    }
 }
 
 /// An open table. Dropping it closes it.
 pub struct Table {
     inner: Arc<Inner>,
     thread: Mutex<Option<JoinHandle<()>>>,
+    prep_thread: Mutex<Option<JoinHandle<()>>>,
     recovery: Recovery,
 }
 
@@ -487,6 +511,7 @@ impl Table {
             syncs: AtomicU64::new(0),
             bg: Mutex::new(()),
             lock_file: Mutex::new(None),
+            prep: Prep::default(),
         };
         let mut recovery = inner.recover()?;
         recovery.duration = t0.elapsed();
@@ -498,11 +523,23 @@ impl Table {
             .name("tachyon-table".into())
             .spawn(move || bg.maintenance_loop())
             .map_err(TableError::Io)?;
-        Ok(Table {
-            inner,
+        let table = Table {
+            inner: inner.clone(),
             thread: Mutex::new(Some(thread)),
+            prep_thread: Mutex::new(None),
             recovery,
-        })
+        };
+        if table.inner.cfg.pretouch {
+            let bg = inner.clone();
+            let t = std::thread::Builder::new()
+                .name("tachyon-table-prep".into())
+                .spawn(move || bg.prepare_loop())
+                .map_err(TableError::Io)?;
+            *lock(&inner.prep.thread) = Some(t.thread().clone());
+            *lock(&table.prep_thread) = Some(t);
+            inner.prep.kick();
+        }
+        Ok(table)
     }
 
     pub fn recovery(&self) -> &Recovery {
@@ -734,6 +771,17 @@ impl Table {
         if let Some(t) = lock(&self.thread).take() {
             let _ = t.join();
         }
+        inner.prep.stop.store(true, Ordering::Release);
+        inner.prep.kick();
+        if let Some(t) = lock(&self.prep_thread).take() {
+            let _ = t.join();
+        }
+        *lock(&inner.prep.thread) = None;
+        *lock(&inner.prep.want) = None;
+        if let Some(s) = lock(&inner.prep.next).take() {
+            // Prepared, never written: not part of the table.
+            inner.remove_segment(&s);
+        }
         let _bg = lock(&inner.bg);
         let mut w = lock(&inner.writer);
         if inner.closed.swap(true, Ordering::AcqRel) {
@@ -901,10 +949,11 @@ impl Inner {
             off += ENTRY_HEADER + k.len() + v.len();
         }
         if self.cfg.pretouch && w.pos + PRETOUCH_AHEAD / 2 > w.touched_to && seg.is_mapped() {
-            let from = w.touched_to.max(w.pos);
-            let to = (from + PRETOUCH_STEP).min(seg.cap);
-            seg.populate(from, to);
-            w.touched_to = to;
+            // Ask the prepare thread to fault in further ahead (about every
+            // PRETOUCH_AHEAD / 2 bytes written).
+            w.touched_to = (w.pos + PRETOUCH_AHEAD).min(seg.cap);
+            *lock(&self.prep.want) = Some((seg.clone(), w.touched_to));
+            self.prep.kick();
         }
         Ok(())
     }
@@ -1017,18 +1066,59 @@ impl Inner {
     /// Seals the active segment and starts a new one. On error (disk full)
     /// the old segment stays active.
     fn roll(&self, w: &mut Writer) -> Result<()> {
-        let new = self.new_segment()?;
-        if self.cfg.pretouch {
-            new.populate(0, PRETOUCH_STEP);
-        }
+        // The segment the prepare thread made ready, or a new one now.
+        let ready = lock(&self.prep.next).take();
+        let new = match ready {
+            Some(s) => s,
+            None => self.new_segment()?,
+        };
         if let Some(old) = w.active.replace(new) {
             old.end.store(w.pos as u64, Ordering::Release);
             old.sealed.store(true, Ordering::Release);
         }
         w.pos = SEG_HEADER;
-        w.touched_to = if self.cfg.pretouch { PRETOUCH_STEP } else { 0 };
+        w.touched_to = SEG_HEADER;
+        self.prep.kick();
         self.wake();
         Ok(())
+    }
+
+    /// The prepare thread (see [`Prep`]). Parks until kicked (or 100 ms).
+    fn prepare_loop(self: Arc<Self>) {
+        let mut failed_at: Option<Instant> = None;
+        while !self.prep.stop.load(Ordering::Acquire) {
+            let want = lock(&self.prep.want).take();
+            if let Some((seg, to)) = want {
+                let from = seg.touched.load(Ordering::Acquire);
+                if to > from && !seg.sealed.load(Ordering::Acquire) {
+                    seg.populate(from, to);
+                    seg.touched.store(to, Ordering::Release);
+                }
+            }
+            // After a failure (disk full), retry at most every second.
+            let retry = failed_at.is_none_or(|t| t.elapsed() > Duration::from_secs(1));
+            if retry && lock(&self.prep.next).is_none() && !self.closed.load(Ordering::Acquire) {
+                match self.new_segment() {
+                    Ok(s) => {
+                        s.populate(0, PRETOUCH_STEP);
+                        s.touched.store(PRETOUCH_STEP, Ordering::Release);
+                        failed_at = None;
+                        // Close may have run meanwhile: then drop it again.
+                        let mut next = lock(&self.prep.next);
+                        if self.prep.stop.load(Ordering::Acquire) {
+                            drop(next);
+                            self.remove_segment(&s);
+                        } else {
+                            *next = Some(s);
+                        }
+                    }
+                    Err(_) => failed_at = Some(Instant::now()),
+                }
+            }
+            if lock(&self.prep.want).is_none() {
+                std::thread::park_timeout(Duration::from_millis(100));
+            }
+        }
     }
 
     fn wake(&self) {
@@ -1220,6 +1310,7 @@ impl Inner {
         }
         if self.cfg.pretouch {
             active.populate(pos, pos + PRETOUCH_STEP);
+            active.touched.store(pos + PRETOUCH_STEP, Ordering::Release);
             self.writer
                 .get_mut()
                 .unwrap_or_else(|p| p.into_inner())

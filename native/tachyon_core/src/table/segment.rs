@@ -51,6 +51,8 @@ pub struct Segment {
     pub hinted: AtomicBool,
     /// Bytes known to be on stable storage.
     pub synced: AtomicU64,
+    /// Bytes faulted in ahead of the writer (prepare thread).
+    pub touched: std::sync::atomic::AtomicUsize,
 }
 
 impl std::fmt::Debug for Segment {
@@ -110,6 +112,7 @@ impl Segment {
             sealed: AtomicBool::new(false),
             hinted: AtomicBool::new(false),
             synced: AtomicU64::new(0),
+            touched: std::sync::atomic::AtomicUsize::new(0),
         }
     }
 
