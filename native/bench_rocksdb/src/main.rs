@@ -50,10 +50,15 @@ fn args() -> Args {
         gets: 1_000_000,
         sizes: vec![256],
         threads: vec![1, 4],
-        engines: ["tachyon.memory", "tachyon.mapped", "tachyon.file", "rocksdb"]
-            .iter()
-            .map(|s| s.to_string())
-            .collect(),
+        engines: [
+            "tachyon.memory",
+            "tachyon.mapped",
+            "tachyon.file",
+            "rocksdb",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect(),
         dir: std::env::temp_dir().join(format!("bench_rocksdb-{}", std::process::id())),
     };
     let v: Vec<String> = std::env::args().skip(1).collect();
@@ -195,13 +200,24 @@ fn run_case(a: &Args, engine: &str, size: usize, threads: usize) {
                     for i in mid..last {
                         db.put(&key(i), value);
                     }
-                    Part { hist, ops: last - mid, ns: t0.elapsed().as_nanos() as u64 }
+                    Part {
+                        hist,
+                        ops: last - mid,
+                        ns: t0.elapsed().as_nanos() as u64,
+                    }
                 })
             })
             .collect();
         hs.into_iter().map(|h| h.join().unwrap()).collect()
     });
-    report(&format!("rust.{engine}.put.{size}.{threads}t"), engine, size, threads, a.records, parts);
+    report(
+        &format!("rust.{engine}.put.{size}.{threads}t"),
+        engine,
+        size,
+        threads,
+        a.records,
+        parts,
+    );
 
     // Gets: uniform random keys (xorshift), warm-up first.
     let per = a.gets / threads as u64;
@@ -243,7 +259,14 @@ fn run_case(a: &Args, engine: &str, size: usize, threads: usize) {
             .collect();
         hs.into_iter().map(|h| h.join().unwrap()).collect()
     });
-    report(&format!("rust.{engine}.get.{size}.{threads}t"), engine, size, threads, a.records, parts);
+    report(
+        &format!("rust.{engine}.get.{size}.{threads}t"),
+        engine,
+        size,
+        threads,
+        a.records,
+        parts,
+    );
     drop(db);
     let _ = std::fs::remove_dir_all(&dir);
 }
@@ -255,7 +278,7 @@ fn main() {
         "{} records, {} random gets per case, values {:?} bytes, threads {:?}, 12-byte keys",
         a.records, a.gets, a.sizes, a.threads
     );
-    println!("RocksDB {}: WAL off, 256 MB write buffer, 4 write buffers", "7.8 (Debian)");
+    println!("RocksDB 7.8 (Debian): WAL off, 256 MB write buffer, 4 write buffers");
     for &size in &a.sizes {
         for &threads in &a.threads {
             for engine in &a.engines {

@@ -18,7 +18,9 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use rustler::{Atom, Binary, Encoder, Env, Error, NewBinary, NifResult, ResourceArc, Term};
-use tachyon_core::table::{Compaction, Config, Event, Recovery, Snapshot, Table, TableError, ValueMode};
+use tachyon_core::table::{
+    Compaction, Config, Event, Recovery, Snapshot, Table, TableError, ValueMode,
+};
 
 use crate::atoms;
 
@@ -129,7 +131,8 @@ fn config(opts: Term<'_>) -> NifResult<Config> {
     c.sync_interval = opt::<u64>(opts, names::sync_interval_ms())?.map(Duration::from_millis);
     // Absent: the default; nil: no background compaction.
     if opts.map_get(names::compaction_interval_ms()).is_ok() {
-        c.compaction_interval = opt::<u64>(opts, names::compaction_interval_ms())?.map(Duration::from_millis);
+        c.compaction_interval =
+            opt::<u64>(opts, names::compaction_interval_ms())?.map(Duration::from_millis);
     }
     if let Some(v) = opt::<f64>(opts, names::compaction_threshold())? {
         c.compaction_threshold = v;
@@ -147,7 +150,8 @@ fn config(opts: Term<'_>) -> NifResult<Config> {
 }
 
 fn map<'a>(env: Env<'a>, pairs: Vec<(Atom, Term<'a>)>) -> NifResult<Term<'a>> {
-    let pairs: Vec<(Term<'a>, Term<'a>)> = pairs.into_iter().map(|(k, v)| (k.encode(env), v)).collect();
+    let pairs: Vec<(Term<'a>, Term<'a>)> =
+        pairs.into_iter().map(|(k, v)| (k.encode(env), v)).collect();
     Term::map_from_pairs(env, &pairs)
 }
 
@@ -167,7 +171,10 @@ fn recovery_map<'a>(env: Env<'a>, r: &Recovery) -> NifResult<Term<'a>> {
             (names::truncated_bytes(), r.truncated_bytes.encode(env)),
             (names::cut(), cut),
             (names::removed_files(), r.removed_files.encode(env)),
-            (names::duration_ns(), (r.duration.as_nanos() as u64).encode(env)),
+            (
+                names::duration_ns(),
+                (r.duration.as_nanos() as u64).encode(env),
+            ),
         ],
     )
 }
@@ -181,8 +188,14 @@ fn compaction_map<'a>(env: Env<'a>, c: &Compaction) -> NifResult<Term<'a>> {
             (names::bytes_in(), c.bytes_in.encode(env)),
             (names::bytes_out(), c.bytes_out.encode(env)),
             (names::entries_copied(), c.entries_copied.encode(env)),
-            (names::tombstones_dropped(), c.tombstones_dropped.encode(env)),
-            (names::duration_ns(), (c.duration.as_nanos() as u64).encode(env)),
+            (
+                names::tombstones_dropped(),
+                c.tombstones_dropped.encode(env),
+            ),
+            (
+                names::duration_ns(),
+                (c.duration.as_nanos() as u64).encode(env),
+            ),
         ],
     )
 }
@@ -230,7 +243,10 @@ fn table_delete(t: &TableResource, key: Binary) -> NifResult<Atom> {
 }
 
 fn put_many(t: &TableResource, pairs: Vec<(Binary, Binary)>) -> NifResult<Atom> {
-    let refs: Vec<(&[u8], &[u8])> = pairs.iter().map(|(k, v)| (k.as_slice(), v.as_slice())).collect();
+    let refs: Vec<(&[u8], &[u8])> = pairs
+        .iter()
+        .map(|(k, v)| (k.as_slice(), v.as_slice()))
+        .collect();
     t.table.put_many(&refs).map_err(err)?;
     Ok(atoms::ok())
 }
@@ -241,7 +257,10 @@ fn table_put_many(t: &TableResource, pairs: Vec<(Binary, Binary)>) -> NifResult<
 }
 
 #[rustler::nif(schedule = "DirtyIo")]
-fn table_put_many_dirty(t: ResourceArc<TableResource>, pairs: Vec<(Binary, Binary)>) -> NifResult<Atom> {
+fn table_put_many_dirty(
+    t: ResourceArc<TableResource>,
+    pairs: Vec<(Binary, Binary)>,
+) -> NifResult<Atom> {
     put_many(&t, pairs)
 }
 
@@ -277,8 +296,14 @@ fn table_stats<'a>(env: Env<'a>, t: ResourceArc<TableResource>) -> NifResult<Ter
             (names::live_bytes(), s.live_bytes.encode(env)),
             (names::total_bytes(), s.total_bytes.encode(env)),
             (names::compactions(), s.compactions.encode(env)),
-            (names::compacted_bytes_in(), s.compacted_bytes_in.encode(env)),
-            (names::compacted_bytes_out(), s.compacted_bytes_out.encode(env)),
+            (
+                names::compacted_bytes_in(),
+                s.compacted_bytes_in.encode(env),
+            ),
+            (
+                names::compacted_bytes_out(),
+                s.compacted_bytes_out.encode(env),
+            ),
             (names::syncs(), s.syncs.encode(env)),
             (names::next_seq(), s.next_seq.encode(env)),
         ],
@@ -313,10 +338,18 @@ fn table_snapshot(t: ResourceArc<TableResource>) -> NifResult<ResourceArc<Snapsh
 /// Up to `n` more `{key, value}` pairs; `[]` at the end (the snapshot's
 /// segments are released then).
 #[rustler::nif(schedule = "DirtyIo")]
-fn table_snapshot_next<'a>(env: Env<'a>, s: ResourceArc<SnapshotResource>, n: usize) -> NifResult<Vec<Term<'a>>> {
+fn table_snapshot_next<'a>(
+    env: Env<'a>,
+    s: ResourceArc<SnapshotResource>,
+    n: usize,
+) -> NifResult<Vec<Term<'a>>> {
     let mut g = s.0.lock().map_err(|_| Error::BadArg)?;
-    let Some(snap) = g.as_mut() else { return Ok(Vec::new()) };
-    let batch = snap.next_batch(n.clamp(1, 100_000)).map_err(|_| Error::Term(Box::new(atoms::eio())))?;
+    let Some(snap) = g.as_mut() else {
+        return Ok(Vec::new());
+    };
+    let batch = snap
+        .next_batch(n.clamp(1, 100_000))
+        .map_err(|_| Error::Term(Box::new(atoms::eio())))?;
     if batch.is_empty() {
         *g = None;
     }

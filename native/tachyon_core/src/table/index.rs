@@ -52,16 +52,26 @@ unsafe impl Sync for Node {}
 
 impl Node {
     fn layout(data_len: usize) -> Layout {
-        Layout::from_size_align(HDR + data_len, std::mem::align_of::<Header>()).expect("node layout")
+        Layout::from_size_align(HDR + data_len, std::mem::align_of::<Header>())
+            .expect("node layout")
     }
 
     /// A node for `key`; with `mem_value`, the value is stored in it too.
-    pub fn new(key: &[u8], mem_value: Option<&[u8]>, vlen: u32, slot: u32, off: u32, seq: u64) -> Node {
+    pub fn new(
+        key: &[u8],
+        mem_value: Option<&[u8]>,
+        vlen: u32,
+        slot: u32,
+        off: u32,
+        seq: u64,
+    ) -> Node {
         let data_len = key.len() + mem_value.map_or(0, |v| v.len());
         let layout = Self::layout(data_len);
         // SAFETY: the layout has a non-zero size (the header).
         let p = unsafe { alloc::alloc(layout) } as *mut Header;
-        let Some(p) = NonNull::new(p) else { alloc::handle_alloc_error(layout) };
+        let Some(p) = NonNull::new(p) else {
+            alloc::handle_alloc_error(layout)
+        };
         // SAFETY: `p` is a fresh allocation of HDR + data_len bytes, aligned
         // for Header; we initialise the header and then the data bytes.
         unsafe {
@@ -93,7 +103,9 @@ impl Node {
     fn data(&self) -> &[u8] {
         let h = self.hdr();
         // SAFETY: `data_len` bytes follow the header, initialised in `new`.
-        unsafe { std::slice::from_raw_parts((self.0.as_ptr() as *const u8).add(HDR), h.data_len as usize) }
+        unsafe {
+            std::slice::from_raw_parts((self.0.as_ptr() as *const u8).add(HDR), h.data_len as usize)
+        }
     }
 
     #[inline]
@@ -174,7 +186,12 @@ pub struct Shard {
 }
 
 fn empty_slots(n: usize) -> Box<[Slot]> {
-    (0..n).map(|_| Slot { hash: 0, node: None }).collect()
+    (0..n)
+        .map(|_| Slot {
+            hash: 0,
+            node: None,
+        })
+        .collect()
 }
 
 impl Default for Shard {
@@ -187,7 +204,11 @@ impl Shard {
     /// Room for `cap` keys before the first growth (load factor 7/10).
     pub fn with_capacity(cap: usize) -> Shard {
         let n = (cap * 10 / 7 + 1).max(8).next_power_of_two();
-        Shard { slots: empty_slots(n), mask: n - 1, len: 0 }
+        Shard {
+            slots: empty_slots(n),
+            mask: n - 1,
+            len: 0,
+        }
     }
 
     pub fn len(&self) -> usize {
@@ -239,7 +260,10 @@ impl Shard {
         }
         let (i, found) = self.probe(hash, node.key());
         debug_assert!(!found, "insert_new of a present key");
-        self.slots[i] = Slot { hash, node: Some(node) };
+        self.slots[i] = Slot {
+            hash,
+            node: Some(node),
+        };
         self.len += 1;
     }
 
@@ -253,7 +277,10 @@ impl Shard {
                 while self.slots[i].node.is_some() {
                     i = (i + 1) & self.mask;
                 }
-                self.slots[i] = Slot { hash: s.hash, node: Some(node) };
+                self.slots[i] = Slot {
+                    hash: s.hash,
+                    node: Some(node),
+                };
             }
         }
     }
@@ -275,9 +302,16 @@ impl Shard {
             }
             let ideal = self.slots[j].hash as usize & self.mask;
             // Move j back to i if its ideal slot is not in (i, j] (cyclic).
-            let between = if i <= j { i < ideal && ideal <= j } else { i < ideal || ideal <= j };
+            let between = if i <= j {
+                i < ideal && ideal <= j
+            } else {
+                i < ideal || ideal <= j
+            };
             if !between {
-                let moved = Slot { hash: self.slots[j].hash, node: self.slots[j].node.take() };
+                let moved = Slot {
+                    hash: self.slots[j].hash,
+                    node: self.slots[j].node.take(),
+                };
                 self.slots[i] = moved;
                 i = j;
             }
@@ -303,7 +337,9 @@ impl Index {
         let n = shards.max(1).next_power_of_two();
         let per = capacity / n;
         Index {
-            shards: (0..n).map(|_| CachePadded::new(RwLock::new(Shard::with_capacity(per)))).collect(),
+            shards: (0..n)
+                .map(|_| CachePadded::new(RwLock::new(Shard::with_capacity(per))))
+                .collect(),
             hasher: DefaultHashBuilder::default(),
             mask: n - 1,
         }
@@ -353,7 +389,8 @@ mod tests {
         // growth and back-shift across the end of the array.
         let mut s = Shard::with_capacity(0);
         let mut model: HashMap<Vec<u8>, u64> = HashMap::new();
-        let hash = |k: &[u8]| (k.iter().map(|&b| b as u64).sum::<u64>() % 13) | (u64::from(k[0]) << 60);
+        let hash =
+            |k: &[u8]| (k.iter().map(|&b| b as u64).sum::<u64>() % 13) | (u64::from(k[0]) << 60);
         let mut x = 7u64;
         for step in 0..50_000u64 {
             x ^= x << 13;

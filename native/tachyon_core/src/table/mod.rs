@@ -705,7 +705,12 @@ impl Table {
             // identical, and the old segment stays open through `segs`.
             let shard = inner.index.read_shard(i);
             for e in shard.iter() {
-                items.push((e.key().to_vec().into_boxed_slice(), e.slot(), e.off(), e.vlen()));
+                items.push((
+                    e.key().to_vec().into_boxed_slice(),
+                    e.slot(),
+                    e.off(),
+                    e.vlen(),
+                ));
             }
         }
         drop(w);
@@ -787,7 +792,11 @@ impl Table {
         if inner.closed.swap(true, Ordering::AcqRel) {
             return Ok(());
         }
-        let res = if sync { inner.sync_segments(inner.unsynced(&w)) } else { Ok(()) };
+        let res = if sync {
+            inner.sync_segments(inner.unsynced(&w))
+        } else {
+            Ok(())
+        };
         // Give back the preallocated tail of the active segment.
         if let Some(a) = w.active.take() {
             let _ = a.truncate(w.pos as u64);
@@ -1364,9 +1373,10 @@ impl Inner {
                 return;
             }
             if let Some(x) = shard.remove(h, e.key) {
-                self.seg_at(x.slot())
-                    .live
-                    .fetch_sub(entry_cost(e.key.len(), x.vlen() as usize), Ordering::Relaxed);
+                self.seg_at(x.slot()).live.fetch_sub(
+                    entry_cost(e.key.len(), x.vlen() as usize),
+                    Ordering::Relaxed,
+                );
                 self.keys.fetch_sub(1, Ordering::Relaxed);
             }
             let t = tombstones.entry(e.key.into()).or_insert(0);
@@ -1384,9 +1394,10 @@ impl Inner {
         let node = Node::new(e.key, mem_value, e.vlen, seg.slot, e.val_off, e.seq);
         match shard.find_mut(h, e.key) {
             Some(x) => {
-                self.seg_at(x.slot())
-                    .live
-                    .fetch_sub(entry_cost(e.key.len(), x.vlen() as usize), Ordering::Relaxed);
+                self.seg_at(x.slot()).live.fetch_sub(
+                    entry_cost(e.key.len(), x.vlen() as usize),
+                    Ordering::Relaxed,
+                );
                 *x = node;
             }
             None => {

@@ -70,7 +70,11 @@ fn disk_usage(dir: &Path) -> u64 {
 
 /// Sealed segments (not the active one, not a prepared next one).
 fn sealed(t: &Table) -> u64 {
-    lock(&t.inner.segs).by_id.values().filter(|s| s.sealed.load(Ordering::Acquire)).count() as u64
+    lock(&t.inner.segs)
+        .by_id
+        .values()
+        .filter(|s| s.sealed.load(Ordering::Acquire))
+        .count() as u64
 }
 
 /// Runs one background compaction round now, as the thread would.
