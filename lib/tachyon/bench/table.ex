@@ -93,7 +93,17 @@ defmodule Tachyon.Bench.Table do
     )
 
     overhead = Bench.timer_overhead()
-    IO.puts("Timer overhead (two monotonic_time calls): avg #{Bench.fmt_ns(overhead.avg_ns)}")
+    IO.puts("Timer overhead (two :os.perf_counter calls): avg #{Bench.fmt_ns(overhead.avg_ns)}")
+
+    # The floor of any Elixir call, timed the same way.
+    noop =
+      Tachyon.Bench.Store.noop_case(
+        "nif.noop",
+        min(opts[:messages], 1_000_000),
+        min(opts[:warmup], 100_000),
+        0,
+        "x"
+      )
 
     cases =
       for size <- sizes, p <- procs, engine <- engines do
@@ -101,17 +111,17 @@ defmodule Tachyon.Bench.Table do
       end
       |> List.flatten()
 
-    for c <- cases, do: Bench.print_report(c)
+    for c <- [noop | cases], do: Bench.print_report(c)
 
     for size <- sizes do
       IO.puts("\n== value size #{size}")
-      Bench.print_table(Enum.filter(cases, &(&1.size == size)), "ets.get.#{size}.1p")
+      Bench.print_table([noop | Enum.filter(cases, &(&1.size == size))], "ets.get.#{size}.1p")
     end
 
     ratios = print_targets(cases)
     rust = if opts[:rocksdb], do: run_rocksdb(opts, sizes, procs), else: skip_rocksdb()
     scale = if opts[:scale], do: run_scale(opts), else: []
-    all = cases ++ rust ++ scale
+    all = [noop | cases] ++ rust ++ scale
     Bench.write_json(opts[:json], "table", all, %{"targets" => ratios})
     all
   end
@@ -275,10 +285,10 @@ defmodule Tachyon.Bench.Table do
           # First half timed call by call, second half timed as a whole.
           mid = first + div(last - first, 2)
           h = Bench.hist()
-          put_loop(w.kind, w.t, value, first, mid, h)
+          {_, gcs} = Bench.minor_gcs(fn -> put_loop(w.kind, w.t, value, first, mid, h) end)
           ns = put_chunks(w.kind, w.t, value, mid, last, 0)
           release(w)
-          {h, last - mid, ns}
+          {h, last - mid, ns, gcs}
         end
       )
 
@@ -298,52 +308,59 @@ defmodule Tachyon.Bench.Table do
         fn {r, seed} ->
           # A pass timed call by call, then one timed as a whole.
           h = Bench.hist()
-          seed = get_loop(r.kind, r.t, seed, records, per, h)
+          {seed, gcs} = Bench.minor_gcs(fn -> get_loop(r.kind, r.t, seed, records, per, h) end)
           t0 = System.monotonic_time(:nanosecond)
           get_loop(r.kind, r.t, seed, records, per, nil)
           ns = System.monotonic_time(:nanosecond) - t0
           release(r)
-          {h, per, ns}
+          {h, per, ns, gcs}
         end
       )
 
     result("#{engine}.get.#{size}.#{procs}p", parts, wall, size, procs, extra)
   end
 
-  # Latency percentiles from the call-by-call pass; ops/s from the pass
-  # timed as a whole (free of the clock reads), summed over the processes.
-  defp result(name, [{h, _, _} | _] = parts, _wall_ns, size, _procs, extra) do
-    for {o, _, _} <- tl(parts), do: Tachyon.Native.hist_merge(h, o)
+  # Latency percentiles from the call-by-call pass (perf counter ticks);
+  # ops/s from the pass timed as a whole (free of the clock reads), summed
+  # over the processes.
+  defp result(name, [{h, _, _, _} | _] = parts, _wall_ns, size, _procs, extra) do
+    for {o, _, _, _} <- tl(parts), do: Tachyon.Native.hist_merge(h, o)
 
     rate =
       parts
-      |> Enum.map(fn {_, ops, ns} -> if ns > 0, do: ops * 1.0e9 / ns, else: 0.0 end)
+      |> Enum.map(fn {_, ops, ns, _} -> if ns > 0, do: ops * 1.0e9 / ns, else: 0.0 end)
       |> Enum.sum()
 
-    c = Bench.from_hist(name, h, size)
+    gcs = parts |> Enum.map(&elem(&1, 3)) |> Enum.sum()
+    c = Bench.from_hist(name, h, size, %{unit: :perf_counter})
     per_call = if c.avg_ns > 0, do: 1.0e9 / c.avg_ns, else: 0.0
 
     c
-    |> Map.merge(%{ops_per_sec: rate, throughput: rate})
-    |> Map.put(:json_extra, Map.put(extra, :latency_ops_per_sec, per_call))
+    |> Map.merge(%{ops_per_sec: rate, throughput: rate, note: "#{gcs} minor GCs in timed loops"})
+    |> Map.put(:json_extra, Map.merge(extra, %{latency_ops_per_sec: per_call, minor_gcs: gcs}))
   end
 
-  # Runs prepare.(i) (untimed: opening handles, warm-up) in `n` processes,
-  # then, once all are ready, measure.(prepared) in all of them at once.
-  # Returns the results and the wall time of the measured phase.
+  # Runs prepare.(i) (untimed: opening handles, warm-up) in `n` processes
+  # with a 2 MiB heap (see Tachyon.Bench.in_big_heap/1), then, once all are
+  # ready, measure.(prepared) in all of them at once. Returns the results and
+  # the wall time of the measured phase.
   defp in_procs(n, prepare, measure) do
     parent = self()
 
     pids =
       for i <- 0..(n - 1) do
-        spawn_link(fn ->
-          state = prepare.(i)
-          send(parent, {:ready, self()})
+        :erlang.spawn_opt(
+          fn ->
+            state = prepare.(i)
+            :erlang.garbage_collect()
+            send(parent, {:ready, self()})
 
-          receive do
-            :go -> send(parent, {:result, self(), measure.(state)})
-          end
-        end)
+            receive do
+              :go -> send(parent, {:result, self(), measure.(state)})
+            end
+          end,
+          [:link, min_heap_size: 262_144]
+        )
       end
 
     for p <- pids do
@@ -386,9 +403,9 @@ defmodule Tachyon.Bench.Table do
   defp put_loop(kind, t, base, i, last, h) do
     k = <<"key:", i::64>>
     v = value_for(base, i)
-    t0 = :erlang.monotonic_time()
+    t0 = :os.perf_counter()
     do_put(kind, t, k, v)
-    t1 = :erlang.monotonic_time()
+    t1 = :os.perf_counter()
     if h, do: Tachyon.Native.hist_record(h, t1 - t0)
     put_loop(kind, t, base, i + 1, last, h)
   end
@@ -429,9 +446,9 @@ defmodule Tachyon.Bench.Table do
   defp get_loop(kind, t, x, records, n, h) do
     x = rem(x * 48_271, 2_147_483_647)
     k = <<"key:", rem(x, records)::64>>
-    t0 = :erlang.monotonic_time()
+    t0 = :os.perf_counter()
     do_get(kind, t, k)
-    t1 = :erlang.monotonic_time()
+    t1 = :os.perf_counter()
     if h, do: Tachyon.Native.hist_record(h, t1 - t0)
     get_loop(kind, t, x, records, n - 1, h)
   end
@@ -652,12 +669,19 @@ defmodule Tachyon.Bench.Table do
 
     put =
       Bench.from_hist("scale.tachyon.mapped.put.256.1p", h, 256, %{
+        unit: :perf_counter,
         json_extra: %{records: n, wall_ns: put_wall}
       })
 
     g = Bench.hist()
     get_loop(:tachyon, st.t, 17, n, min(n, opts[:messages]), g)
-    get = Bench.from_hist("scale.tachyon.mapped.get.256.1p", g, 256, %{json_extra: %{records: n}})
+
+    get =
+      Bench.from_hist("scale.tachyon.mapped.get.256.1p", g, 256, %{
+        unit: :perf_counter,
+        json_extra: %{records: n}
+      })
+
     # Let the background thread write the hint files of sealed segments,
     # as it does in a running system, then close.
     wait_hints(dir, 120_000)
