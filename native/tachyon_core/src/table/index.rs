@@ -20,6 +20,7 @@
 use std::alloc::{self, Layout};
 use std::hash::BuildHasher;
 use std::ptr::NonNull;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use crossbeam_utils::CachePadded;
@@ -319,13 +320,26 @@ impl Shard {
         out
     }
 
+    /// Address of the slot array and the mask, for [`Index::prefetch`].
+    fn base_mask(&self) -> (usize, usize) {
+        (self.slots.as_ptr() as usize, self.mask)
+    }
+
     pub fn iter(&self) -> impl Iterator<Item = &Node> {
         self.slots.iter().filter_map(|s| s.node.as_ref())
     }
 }
 
+/// A shard and, readable without its lock, where its slot array is (for
+/// prefetching; possibly stale, which only makes a prefetch useless).
+struct Cell {
+    lock: RwLock<Shard>,
+    base: AtomicUsize,
+    mask: AtomicUsize,
+}
+
 pub struct Index {
-    shards: Box<[CachePadded<RwLock<Shard>>]>,
+    shards: Box<[CachePadded<Cell>]>,
     hasher: DefaultHashBuilder,
     mask: usize,
 }
@@ -338,7 +352,15 @@ impl Index {
         let per = capacity / n;
         Index {
             shards: (0..n)
-                .map(|_| CachePadded::new(RwLock::new(Shard::with_capacity(per))))
+                .map(|_| {
+                    let shard = Shard::with_capacity(per);
+                    let (b, m) = shard.base_mask();
+                    CachePadded::new(Cell {
+                        lock: RwLock::new(shard),
+                        base: AtomicUsize::new(b),
+                        mask: AtomicUsize::new(m),
+                    })
+                })
                 .collect(),
             hasher: DefaultHashBuilder::default(),
             mask: n - 1,
@@ -351,18 +373,24 @@ impl Index {
     }
 
     #[inline]
-    fn shard(&self, hash: u64) -> &RwLock<Shard> {
+    fn cell(&self, hash: u64) -> &Cell {
         &self.shards[(hash >> 32) as usize & self.mask]
     }
 
     #[inline]
     pub fn read(&self, hash: u64) -> RwLockReadGuard<'_, Shard> {
-        self.shard(hash).read().unwrap_or_else(|p| p.into_inner())
+        self.cell(hash)
+            .lock
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
     }
 
     #[inline]
     pub fn write(&self, hash: u64) -> RwLockWriteGuard<'_, Shard> {
-        self.shard(hash).write().unwrap_or_else(|p| p.into_inner())
+        self.cell(hash)
+            .lock
+            .write()
+            .unwrap_or_else(|p| p.into_inner())
     }
 
     pub fn shard_count(&self) -> usize {
@@ -370,11 +398,45 @@ impl Index {
     }
 
     pub fn read_shard(&self, i: usize) -> RwLockReadGuard<'_, Shard> {
-        self.shards[i].read().unwrap_or_else(|p| p.into_inner())
+        self.shards[i]
+            .lock
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
     }
 
     pub fn write_shard(&self, i: usize) -> RwLockWriteGuard<'_, Shard> {
-        self.shards[i].write().unwrap_or_else(|p| p.into_inner())
+        self.shards[i]
+            .lock
+            .write()
+            .unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Records where `shard` (the one of `hash`, write-locked by the
+    /// caller) keeps its slots now; call after an insert (it may grow).
+    #[inline]
+    pub fn publish(&self, hash: u64, shard: &Shard) {
+        let (b, m) = shard.base_mask();
+        let c = self.cell(hash);
+        c.base.store(b, Ordering::Relaxed);
+        c.mask.store(m, Ordering::Relaxed);
+    }
+
+    /// Starts loading the cache line of the slot where `hash` probes first,
+    /// so that it is there by the time the caller takes the shard's lock.
+    #[inline]
+    pub fn prefetch(&self, hash: u64) {
+        let c = self.cell(hash);
+        let addr = c.base.load(Ordering::Relaxed).wrapping_add(
+            (hash as usize & c.mask.load(Ordering::Relaxed)) * std::mem::size_of::<Slot>(),
+        );
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: a prefetch is a hint: it never faults and has no effect on
+        // memory, whatever the address (a stale one only wastes the hint).
+        unsafe {
+            std::arch::x86_64::_mm_prefetch(addr as *const i8, std::arch::x86_64::_MM_HINT_T0);
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        let _ = addr;
     }
 }
 

@@ -806,6 +806,7 @@ impl Table {
         for i in 0..inner.index.shard_count() {
             let mut s = inner.index.write_shard(i);
             *s = index::Shard::default();
+            // (The prefetch addresses go stale: harmless.)
         }
         {
             let mut reg = lock(&inner.segs);
@@ -915,6 +916,10 @@ impl Inner {
                     nodes.push(Node::new(k, Some(v), v.len() as u32, 0, 0, 0));
                 }
             }
+        }
+        // Start loading the index slots while the record is written.
+        for (_, k, _) in batch.iter().take(8) {
+            self.index.prefetch(self.index.hash(k));
         }
         let mut w = lock(&self.writer);
         let Some(active) = &w.active else {
@@ -1030,6 +1035,7 @@ impl Inner {
             } else {
                 let n = node.unwrap_or_else(|| Node::new(key, None, vlen, slot, off, seq));
                 shard.insert_new(h, n);
+                self.index.publish(h, &shard);
                 self.keys.fetch_add(1, Ordering::Release);
             }
         }
@@ -1402,6 +1408,7 @@ impl Inner {
             }
             None => {
                 shard.insert_new(h, node);
+                self.index.publish(h, &shard);
                 self.keys.fetch_add(1, Ordering::Relaxed);
             }
         }
