@@ -908,12 +908,19 @@ impl Inner {
         let rec_len = REC_HEADER + payload;
         // Memory mode: build the index nodes (key and value) before taking
         // any lock; their locations are filled in below.
-        let mut nodes: Vec<Node> = Vec::new();
-        if self.cfg.mode == ValueMode::Memory {
-            nodes.reserve(batch.len());
+        // (No Vec for the usual batch of one: no allocation besides the node.)
+        let memory = self.cfg.mode == ValueMode::Memory;
+        let new_node = |k: &[u8], v: &[u8]| Node::new(k, Some(v), v.len() as u32, 0, 0, 0);
+        let mut first: Option<Node> = None;
+        let mut rest: Vec<Node> = Vec::new();
+        if memory {
             for (kind, k, v) in batch {
                 if *kind == KIND_PUT {
-                    nodes.push(Node::new(k, Some(v), v.len() as u32, 0, 0, 0));
+                    if first.is_none() {
+                        first = Some(new_node(k, v));
+                    } else {
+                        rest.push(new_node(k, v));
+                    }
                 }
             }
         }
@@ -945,7 +952,7 @@ impl Inner {
         }
         // Apply to the index, in order.
         let mut off = pos + REC_HEADER;
-        let mut nodes = nodes.into_iter();
+        let mut nodes = first.into_iter().chain(rest);
         for (i, (kind, k, v)) in batch.iter().enumerate() {
             let cost = entry_cost(k.len(), v.len());
             seg.total.fetch_add(cost, Ordering::Relaxed);
