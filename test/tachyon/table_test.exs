@@ -369,6 +369,105 @@ defmodule Tachyon.TableTest do
     Table.close(t)
   end
 
+  test "telemetry: open, recover (with a torn tail), sync, compaction, stats", %{dir: dir} do
+    Tachyon.TelemetryHelpers.forward([
+      [:tachyon, :table, :open],
+      [:tachyon, :table, :recover],
+      [:tachyon, :table, :sync],
+      [:tachyon, :table, :compaction],
+      [:tachyon, :table, :stats]
+    ])
+
+    opts = [compaction_interval_ms: nil] ++ @small
+    {:ok, t} = Table.open(dir, opts)
+    path = t.path
+
+    assert_receive {:telemetry, [:tachyon, :table, :open], %{keys: 0, duration: d},
+                    %{path: ^path, mode: :mapped}},
+                   1000
+
+    assert d > 0
+
+    assert_receive {:telemetry, [:tachyon, :table, :recover], %{truncated_bytes: 0}, %{cut: nil}},
+                   1000
+
+    for i <- 1..2000, do: :ok = Table.put(t, key(i), val(i, 0))
+    for i <- 1..2000, rem(i, 2) == 0, do: :ok = Table.delete(t, key(i))
+    :ok = Table.sync(t)
+    assert_receive {:telemetry, [:tachyon, :table, :sync], %{duration: _}, %{path: ^path}}, 1000
+    {:ok, c} = Table.compact(t)
+
+    assert_receive {:telemetry, [:tachyon, :table, :compaction], m, %{path: ^path}}, 1000
+    assert m.segments_in == c.segments_in and m.segments_in > 0
+    assert m.bytes_in > m.bytes_out
+    assert m.duration >= 0
+    Table.close(t)
+
+    # A torn tail is reported with where it was cut.
+    [seg | _] =
+      dir |> File.ls!() |> Enum.filter(&String.ends_with?(&1, ".seg")) |> Enum.sort(:desc)
+
+    File.write!(Path.join(dir, seg), <<1, 2, 3, 4, 9, 0, 0, 0>> <> :binary.copy(<<7>>, 20), [
+      :append
+    ])
+
+    {:ok, t} = Table.open(dir, opts)
+
+    assert_receive {:telemetry, [:tachyon, :table, :recover], %{truncated_bytes: 28, records: r},
+                    %{cut: {_, _}}},
+                   1000
+
+    assert r > 0
+    assert_receive {:telemetry, [:tachyon, :table, :open], %{keys: 1000}, _}, 1000
+    Table.close(t)
+
+    # Periodic stats from a supervised table.
+    name = :"table_telemetry_#{System.unique_integer([:positive])}"
+    start_supervised!({Table, [name: name, path: dir, stats_interval_ms: 10] ++ opts})
+
+    assert_receive {:telemetry, [:tachyon, :table, :stats], %{keys: 1000, segments: n},
+                    %{name: ^name}},
+                   2000
+
+    assert n > 0
+  end
+
+  @tag :tmpfs
+  test "a full disk gives :enospc; the table stays intact and reopens", %{dir: dir} do
+    File.mkdir_p!(dir)
+    {_, 0} = System.cmd("mount", ["-t", "tmpfs", "-o", "size=1m", "tmpfs", dir])
+
+    try do
+      for mode <- @modes do
+        d = Path.join(dir, "#{mode}")
+        {:ok, t} = Table.open(d, [mode: mode] ++ @small)
+        v = :binary.copy("v", 3000)
+
+        result =
+          Enum.reduce_while(1..10_000, nil, fn i, _ ->
+            case Table.put(t, key(i), v) do
+              :ok -> {:cont, nil}
+              {:error, reason} -> {:halt, {i, reason}}
+            end
+          end)
+
+        assert {n, :enospc} = result
+        assert n > 10
+        assert {:error, :enospc} = Table.put(t, "more", v)
+        for i <- 1..(n - 1), do: assert(Table.get(t, key(i)) == {:ok, v})
+        Table.close(t)
+
+        {:ok, t} = Table.open(d, [mode: mode] ++ @small)
+        assert Table.count(t) == n - 1
+        assert Table.get(t, key(n - 1)) == {:ok, v}
+        Table.close(t)
+        File.rm_rf!(d)
+      end
+    after
+      System.cmd("umount", [dir])
+    end
+  end
+
   @tag :slow
   test "kill -9 of a writing OS process loses nothing it acknowledged", %{dir: dir} do
     elixir = System.find_executable("elixir")
