@@ -420,6 +420,79 @@ fn write_file_durably(path: &Path, bytes: &[u8]) -> io::Result<()> {
     fs::rename(&tmp, path)
 }
 
+/// Recovery replays entries in groups: the index slots of a whole group are
+/// prefetched first, so that their cache misses overlap instead of coming
+/// one after the other (the replay is bound by them).
+/// The segment's counters are summed here and stored once at the end.
+struct Replay<'d> {
+    entries: Vec<(EntryRef<'d>, u64)>,
+    total: u64,
+    tombs: u64,
+    min_seq: u64,
+    max_seq: u64,
+}
+
+impl<'d> Replay<'d> {
+    const GROUP: usize = 32;
+
+    fn new() -> Self {
+        Replay {
+            entries: Vec::with_capacity(Self::GROUP),
+            total: 0,
+            tombs: 0,
+            min_seq: u64::MAX,
+            max_seq: 0,
+        }
+    }
+
+    fn push(
+        &mut self,
+        inner: &Inner,
+        seg: &Segment,
+        e: EntryRef<'d>,
+        tombstones: &mut hashbrown::HashMap<Box<[u8]>, u64>,
+    ) {
+        let cost = entry_cost(e.key.len(), e.vlen as usize);
+        self.total += cost;
+        if e.kind == KIND_DEL {
+            self.tombs += cost;
+        }
+        self.min_seq = self.min_seq.min(e.seq);
+        self.max_seq = self.max_seq.max(e.seq);
+        let h = inner.index.hash(e.key);
+        inner.index.prefetch(h);
+        self.entries.push((e, h));
+        if self.entries.len() == Self::GROUP {
+            self.flush(inner, seg, tombstones);
+        }
+    }
+
+    fn flush(
+        &mut self,
+        inner: &Inner,
+        seg: &Segment,
+        tombstones: &mut hashbrown::HashMap<Box<[u8]>, u64>,
+    ) {
+        for (e, h) in self.entries.drain(..) {
+            inner.replay(seg, e, h, tombstones);
+        }
+    }
+
+    /// Replays what is left and stores the segment's counters.
+    fn finish(
+        mut self,
+        inner: &Inner,
+        seg: &Segment,
+        tombstones: &mut hashbrown::HashMap<Box<[u8]>, u64>,
+    ) {
+        self.flush(inner, seg, tombstones);
+        seg.total.fetch_add(self.total, Ordering::Relaxed);
+        seg.tombs.fetch_add(self.tombs, Ordering::Relaxed);
+        seg.min_seq.fetch_min(self.min_seq, Ordering::Relaxed);
+        seg.max_seq.fetch_max(self.max_seq, Ordering::Relaxed);
+    }
+}
+
 /// A point-in-time copy of the index (keys and value locations) with the
 /// segments it needs kept open, for `stream`.
 pub struct Snapshot {
@@ -1257,11 +1330,13 @@ impl Inner {
                 if let Ok(bytes) = fs::read(&hint_path) {
                     // Validate the whole file first, then apply it.
                     if decode_hints(&bytes, id, |_| {}).ok() == Some(file_len) {
+                        let mut batch = Replay::new();
                         let _ = decode_hints(&bytes, id, |e| {
-                            self.replay(&seg, e, &mut tombstones);
                             max_seq = max_seq.max(e.seq);
                             rec.records += 1;
+                            batch.push(self, &seg, e, &mut tombstones);
                         });
+                        batch.finish(self, &seg, &mut tombstones);
                         seg.end.store(file_len, Ordering::Release);
                         hinted = true;
                     }
@@ -1278,11 +1353,13 @@ impl Inner {
                 rec.scanned_segments += 1;
                 let data = seg.data(file_len as usize)?;
                 let mut n = 0u64;
+                let mut batch = Replay::new();
                 let (end, how) = scan_records(&data, |e| {
-                    self.replay(&seg, e, &mut tombstones);
                     max_seq = max_seq.max(e.seq);
                     n += 1;
+                    batch.push(self, &seg, e, &mut tombstones);
                 });
+                batch.finish(self, &seg, &mut tombstones);
                 rec.records += n;
                 if how == ScanEnd::Torn {
                     let bad_end = segment::nonzero_end(&data, end);
@@ -1369,16 +1446,10 @@ impl Inner {
         &self,
         seg: &Segment,
         e: EntryRef<'_>,
+        h: u64,
         tombstones: &mut hashbrown::HashMap<Box<[u8]>, u64>,
     ) {
         let cost = entry_cost(e.key.len(), e.vlen as usize);
-        seg.total.fetch_add(cost, Ordering::Relaxed);
-        if e.kind == KIND_DEL {
-            seg.tombs.fetch_add(cost, Ordering::Relaxed);
-        }
-        seg.min_seq.fetch_min(e.seq, Ordering::Relaxed);
-        seg.max_seq.fetch_max(e.seq, Ordering::Relaxed);
-        let h = self.index.hash(e.key);
         let mut shard = self.index.write(h);
         let existing_seq = shard.find(h, e.key).map(|x| x.seq());
         if e.kind == KIND_DEL {
