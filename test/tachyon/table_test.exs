@@ -443,17 +443,21 @@ defmodule Tachyon.TableTest do
         {:ok, t} = Table.open(d, [mode: mode] ++ @small)
         v = :binary.copy("v", 3000)
 
-        result =
-          Enum.reduce_while(1..10_000, nil, fn i, _ ->
+        fill = fn from ->
+          Enum.reduce_while(from..10_000, nil, fn i, _ ->
             case Table.put(t, key(i), v) do
               :ok -> {:cont, nil}
               {:error, reason} -> {:halt, {i, reason}}
             end
           end)
+        end
 
-        assert {n, :enospc} = result
+        assert {n, :enospc} = fill.(1)
         assert n > 10
-        assert {:error, :enospc} = Table.put(t, "more", v)
+        # The background thread may still free a little space (it cuts the
+        # preallocated tail of sealed segments): a few more puts can fit,
+        # then the disk is full again.
+        assert {n, :enospc} = fill.(n)
         for i <- 1..(n - 1), do: assert(Table.get(t, key(i)) == {:ok, v})
         Table.close(t)
 

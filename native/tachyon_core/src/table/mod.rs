@@ -1190,24 +1190,27 @@ impl Inner {
                     seg.touched.store(to, Ordering::Release);
                 }
             }
-            // After a failure (disk full), retry at most every second.
+            // After a failure (disk full), retry at most every second. The
+            // segment is created under the `next` lock, so a writer that
+            // needs it meanwhile waits for it rather than failing for want
+            // of the space it is taking (close joins this thread before it
+            // removes an unused one).
             let retry = failed_at.is_none_or(|t| t.elapsed() > Duration::from_secs(1));
-            if retry && lock(&self.prep.next).is_none() && !self.closed.load(Ordering::Acquire) {
-                match self.new_segment() {
-                    Ok(s) => {
-                        s.populate(0, PRETOUCH_STEP);
-                        s.touched.store(PRETOUCH_STEP, Ordering::Release);
-                        failed_at = None;
-                        // Close may have run meanwhile: then drop it again.
-                        let mut next = lock(&self.prep.next);
-                        if self.prep.stop.load(Ordering::Acquire) {
+            if retry && !self.closed.load(Ordering::Acquire) {
+                let mut next = lock(&self.prep.next);
+                if next.is_none() && !self.prep.stop.load(Ordering::Acquire) {
+                    match self.new_segment() {
+                        Ok(s) => {
+                            *next = Some(s.clone());
                             drop(next);
-                            self.remove_segment(&s);
-                        } else {
-                            *next = Some(s);
+                            // Faulting in does not change the bytes: fine even
+                            // if the writer has already taken the segment.
+                            s.populate(0, PRETOUCH_STEP);
+                            s.touched.store(PRETOUCH_STEP, Ordering::Release);
+                            failed_at = None;
                         }
+                        Err(_) => failed_at = Some(Instant::now()),
                     }
-                    Err(_) => failed_at = Some(Instant::now()),
                 }
             }
             if lock(&self.prep.want).is_none() {
