@@ -41,7 +41,7 @@ defmodule Tachyon.Table do
 
   ## Durability
 
-  Each `put/3`, `delete/2` and `put_many/3` is in the log (the OS page cache)
+  Each `put/3`, `delete/2` and `put_many/2` is in the log (the OS page cache)
   when it returns: it survives a crash of the VM (`kill -9`). `sync/1` makes
   everything written so far durable on power loss; `:sync_interval_ms` does
   it periodically from a background thread. `put_many/2` is atomic: after a
@@ -63,6 +63,11 @@ defmodule Tachyon.Table do
   after a compaction and a restart (delete markers are kept as long as an
   older value of their key may be on disk).
 
+  Disk use: the active segment is preallocated to `:segment_size` (and, with
+  `:pretouch`, so is the next one), so an open table holds up to two
+  segments' worth of preallocated space beyond its data; sealed segments are
+  cut to their data.
+
   ## Options
 
   * `:mode` - `:memory`, `:mapped` (default) or `:file`.
@@ -74,7 +79,8 @@ defmodule Tachyon.Table do
   * `:compaction_interval_ms` - how often to look for work (5000; `nil`: never).
   * `:capacity` - expected number of keys, to size the index up front (0).
   * `:shards` - index shards (256).
-  * `:pretouch` - fault pages of the active segment in ahead of the writer (true).
+  * `:pretouch` - a background thread faults the active segment's pages in
+    ahead of the writer and prepares the next segment (true).
 
   `start_link/1` also takes `:path` (required), `:name` (an atom, optional)
   and `:stats_interval_ms` (1000; `nil` turns the stats events off).
