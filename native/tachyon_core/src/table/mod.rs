@@ -1272,6 +1272,28 @@ impl Inner {
 
     fn recover(&mut self) -> Result<Recovery> {
         let mut rec = Recovery::default();
+        // A compaction that crashed while deleting its inputs: finish it
+        // (its outputs were durable before the manifest was written).
+        let manifest = self.dir.join(MANIFEST_FILE);
+        match fs::read(&manifest) {
+            Ok(bytes) => {
+                if let Some(ids) = decode_manifest(&bytes) {
+                    for id in ids {
+                        let seg = self.dir.join(segment_file_name(id));
+                        if seg.exists() {
+                            fs::remove_file(&seg)?;
+                            rec.removed_files += 1;
+                        }
+                        let _ = fs::remove_file(self.dir.join(hint_file_name(id)));
+                    }
+                    fsync_dir(&self.dir)?;
+                }
+                fs::remove_file(&manifest)?;
+                fsync_dir(&self.dir)?;
+            }
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+            Err(e) => return Err(e.into()),
+        }
         let mut seg_ids = Vec::new();
         let mut hint_ids = std::collections::HashSet::new();
         for e in fs::read_dir(&self.dir)? {
@@ -1655,10 +1677,12 @@ impl Inner {
         let mut outputs: Vec<Arc<Segment>> = Vec::new();
         let mut cur: Option<(Arc<Segment>, usize)> = None;
         let mut buf: Vec<u8> = Vec::new();
+        let mut processed = 0;
         for seg in &inputs {
             if lock(&self.maint).stop {
                 break;
             }
+            processed += 1;
             let end = seg.end.load(Ordering::Acquire) as usize;
             out.bytes_in += seg.file_len().unwrap_or(end as u64);
             let data = seg.data(end)?;
@@ -1758,19 +1782,27 @@ impl Inner {
             out.bytes_out += s.file_len().unwrap_or(0);
         }
         fsync_dir(&self.dir)?;
-        let stopped = lock(&self.maint).stop;
         let mut removed = 0;
-        for seg in &inputs {
-            // An input not fully processed (stop) may still hold live
-            // entries: keep it.
-            if stopped && seg.live.load(Ordering::Acquire) > 0 {
-                continue;
+        if processed == inputs.len() {
+            // All inputs go, or (after a crash) recovery finishes the job:
+            // the dropped tombstones were only safe for the inputs as a whole.
+            let ids: Vec<u64> = inputs.iter().map(|s| s.id).collect();
+            let manifest = self.dir.join(MANIFEST_FILE);
+            write_file_durably(&manifest, &encode_manifest(&ids))?;
+            fsync_dir(&self.dir)?;
+            for seg in &inputs {
+                self.remove_segment(seg);
+                removed += 1;
             }
-            self.remove_segment(seg);
-            removed += 1;
+            fsync_dir(&self.dir)?;
+            fs::remove_file(&manifest)?;
+            fsync_dir(&self.dir)?;
+            self.dir_dirty.store(false, Ordering::Release);
         }
-        fsync_dir(&self.dir)?;
-        self.dir_dirty.store(false, Ordering::Release);
+        // Stopped half-way (close): the inputs stay. Their live entries
+        // were moved (the outputs hold copies, which recovery resolves by
+        // sequence number), and they keep the tombstones that were dropped
+        // from the outputs.
         out.segments_in = removed;
         out.segments_out = outputs.len() as u64;
         out.duration = t0.elapsed();
