@@ -346,6 +346,9 @@ struct Inner {
     dir: PathBuf,
     cfg: Config,
     closed: AtomicBool,
+    /// Set first thing by `close`/drop: background work stops at the next
+    /// check (every few hundred entries) so that joining is quick.
+    stopping: AtomicBool,
     index: Index,
     writer: Mutex<Writer>,
     segs: Mutex<Registry>,
@@ -556,6 +559,7 @@ impl Table {
             index: Index::new(cfg.shards, cfg.capacity),
             cfg: cfg.clone(),
             closed: AtomicBool::new(false),
+            stopping: AtomicBool::new(false),
             writer: Mutex::new(Writer {
                 active: None,
                 pos: 0,
@@ -841,6 +845,7 @@ impl Table {
 
     fn shut(&self, sync: bool) -> Result<()> {
         let inner = &*self.inner;
+        inner.stopping.store(true, Ordering::Release);
         {
             let mut m = lock(&inner.maint);
             m.stop = true;
@@ -1600,6 +1605,9 @@ impl Inner {
             .cloned()
             .collect();
         for s in todo {
+            if self.stopping.load(Ordering::Acquire) {
+                break;
+            }
             self.finish_segment(&s)?;
         }
         Ok(())
@@ -1679,7 +1687,7 @@ impl Inner {
         let mut buf: Vec<u8> = Vec::new();
         let mut processed = 0;
         for seg in &inputs {
-            if lock(&self.maint).stop {
+            if self.stopping.load(Ordering::Acquire) {
                 break;
             }
             processed += 1;
@@ -1687,8 +1695,14 @@ impl Inner {
             out.bytes_in += seg.file_len().unwrap_or(end as u64);
             let data = seg.data(end)?;
             let mut err: Option<TableError> = None;
+            let mut seen = 0u32;
             scan_records(&data, |e| {
                 if err.is_some() {
+                    return;
+                }
+                seen = seen.wrapping_add(1);
+                if seen.is_multiple_of(256) && self.stopping.load(Ordering::Acquire) {
+                    err = Some(TableError::Closed);
                     return;
                 }
                 let val = &data[e.val_off as usize..e.val_off as usize + e.vlen as usize];
