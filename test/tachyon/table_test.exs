@@ -1,7 +1,5 @@
 defmodule Tachyon.TableTest do
-  # Not async: every open table starts two OS threads, and other modules'
-  # async tests count the VM's threads.
-  use ExUnit.Case, async: false
+  use ExUnit.Case, async: true
 
   alias Tachyon.Table
 
@@ -551,8 +549,11 @@ defmodule Tachyon.TableTest do
 end
 
 defmodule Tachyon.TableResourceTest do
-  # Not async: it counts the VM's file descriptors and threads.
+  # Not async: it counts the VM's file descriptors (and the table's threads,
+  # by name: "tachyon-table" and "tachyon-table-prep").
   use ExUnit.Case, async: false
+
+  import Tachyon.TestHelpers, only: [threads_named: 1]
 
   alias Tachyon.Table
 
@@ -572,7 +573,7 @@ defmodule Tachyon.TableResourceTest do
       {:ok, t} = Table.open(Path.join(dir, "#{mode}"), [mode: mode] ++ @small)
       for i <- 1..2000, do: :ok = Table.put(t, "key-#{i}", :binary.copy("v", 100))
       assert count_fds() > fds0
-      assert count_threads() > threads0
+      assert count_threads() == threads0 + 2
       :ok = Table.close(t)
       assert {mode, count_fds(), count_threads()} == {mode, fds0, threads0}
     end
@@ -594,7 +595,7 @@ defmodule Tachyon.TableResourceTest do
   end
 
   defp count_fds, do: length(File.ls!("/proc/self/fd"))
-  defp count_threads, do: length(File.ls!("/proc/self/task"))
+  defp count_threads, do: threads_named("tachyon-table")
 
   defp wait_until(fun, tries \\ 200) do
     cond do
