@@ -567,15 +567,16 @@ defmodule Tachyon.TableResourceTest do
   end
 
   test "no thread or file descriptor is left after close or garbage collection", %{dir: dir} do
-    {fds0, threads0} = {count_fds(), count_threads()}
+    {fds0, threads0} = {count_fds(dir), count_threads()}
+    assert fds0 == 0
 
     for mode <- @modes do
       {:ok, t} = Table.open(Path.join(dir, "#{mode}"), [mode: mode] ++ @small)
       for i <- 1..2000, do: :ok = Table.put(t, "key-#{i}", :binary.copy("v", 100))
-      assert count_fds() > fds0
+      assert count_fds(dir) > fds0
       assert count_threads() == threads0 + 2
       :ok = Table.close(t)
-      assert {mode, count_fds(), count_threads()} == {mode, fds0, threads0}
+      assert {mode, count_fds(dir), count_maps(dir), count_threads()} == {mode, 0, 0, threads0}
     end
 
     # Never closed: the handle's garbage collection closes it.
@@ -588,13 +589,31 @@ defmodule Tachyon.TableResourceTest do
     ref = Process.monitor(pid)
     assert_receive {:DOWN, ^ref, :process, ^pid, _}, 5_000
     :erlang.garbage_collect()
-    wait_until(fn -> count_fds() == fds0 and count_threads() == threads0 end)
+    wait_until(fn -> count_fds(dir) == fds0 and count_threads() == threads0 end)
     {:ok, t} = Table.open(Path.join(dir, "gc"), @small)
     assert Table.get(t, "k") == {:ok, "v"}
     Table.close(t)
   end
 
-  defp count_fds, do: length(File.ls!("/proc/self/fd"))
+  defp count_maps(dir) do
+    "/proc/self/maps"
+    |> File.read!()
+    |> String.split("\n")
+    |> Enum.count(&String.contains?(&1, dir))
+  end
+
+  # Descriptors open on the table's files (other tests' come and go).
+  defp count_fds(dir) do
+    "/proc/self/fd"
+    |> File.ls!()
+    |> Enum.count(fn fd ->
+      case File.read_link("/proc/self/fd/" <> fd) do
+        {:ok, target} -> String.starts_with?(target, dir)
+        _ -> false
+      end
+    end)
+  end
+
   defp count_threads, do: threads_named("tachyon-table")
 
   defp wait_until(fun, tries \\ 200) do
