@@ -18,7 +18,7 @@ defmodule Tachyon.Bench.Table do
   #   --messages N         random gets measured per case (1,000,000; capped
   #                        at the table's record count for the slow peers)
   #   --warmup N           gets run first and discarded (100,000)
-  #   --value-sizes LIST   value sizes in bytes (256)
+  #   --value-sizes LIST   value sizes in bytes (256; --size N is one size)
   #   --procs LIST         concurrent processes (1,4)
   #   --engines LIST       a subset of tachyon.memory,tachyon.mapped,
   #                        tachyon.file,ets,dets,bitcask
@@ -76,6 +76,12 @@ defmodule Tachyon.Bench.Table do
 
   def run(argv) do
     opts = Bench.parse!(argv, @switches, @defaults, @quick)
+    # The common --size, when given, is one value size.
+    opts =
+      if "--size" in argv and "--value-sizes" not in argv,
+        do: Keyword.put(opts, :value_sizes, Integer.to_string(opts[:size])),
+        else: opts
+
     sizes = int_list!(opts, :value_sizes)
     procs = int_list!(opts, :procs)
     engines = String.split(opts[:engines], ",", trim: true)
