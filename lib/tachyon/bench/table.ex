@@ -15,7 +15,7 @@ defmodule Tachyon.Bench.Table do
   #   --records N          records put into each Tachyon/ETS table (1,000,000)
   #   --peer-records N     records for the slow peers, dets and bitcask
   #                        (100,000 by default: DETS takes ~70 us per put)
-  #   --messages N         random gets measured per case (1,000,000; capped
+  #   --messages N         random gets measured per case (500,000; capped
   #                        at the table's record count for the slow peers)
   #   --warmup N           gets run first and discarded (100,000)
   #   --value-sizes LIST   value sizes in bytes (256; --size N is one size)
@@ -57,7 +57,7 @@ defmodule Tachyon.Bench.Table do
   @defaults [
     records: 1_000_000,
     peer_records: 100_000,
-    messages: 1_000_000,
+    messages: 500_000,
     warmup: 100_000,
     value_sizes: "256",
     procs: "1,4",
