@@ -51,7 +51,7 @@ defmodule Tachyon.Store do
     * `:pretouch` - run the pre-touch thread that faults pages in ahead of the
       writer and prepares the next segment (default `true`).
     * `:pretouch_ahead` - bytes faulted in ahead of the write position
-      (default 8 MiB).
+      (default 32 MiB).
     * `:repair` - on a checksum mismatch in the middle of the log, truncate
       there instead of failing with `{:error, {:corrupt, segment, offset}}`
       (default `false`).
@@ -143,7 +143,7 @@ defmodule Tachyon.Store do
     max_segments: nil,
     max_bytes: nil,
     pretouch: true,
-    pretouch_ahead: 8 * 1024 * 1024,
+    pretouch_ahead: 32 * 1024 * 1024,
     repair: false,
     verify: :active
   ]

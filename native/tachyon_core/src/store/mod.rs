@@ -123,7 +123,7 @@ impl Default for Config {
             max_segments: None,
             max_bytes: None,
             pretouch: true,
-            pretouch_ahead: 8 << 20,
+            pretouch_ahead: 32 << 20,
             repair: false,
             verify: Verify::Active,
         }
