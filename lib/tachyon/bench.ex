@@ -156,28 +156,83 @@ defmodule Tachyon.Bench do
     {unit, extra} = Map.pop(extra, :unit, :ns)
     scale = if unit == :perf_counter, do: ns_per_tick(), else: 1
 
+    scaled =
+      Map.new(r, fn
+        {:count, v} ->
+          {:count, v}
+
+        {:tails, ts} ->
+          {:tails, Enum.map(ts, fn {p, a, sd, m} -> {p, a * scale, sd * scale, m * scale} end)}
+
+        {k, v} ->
+          {k, v * scale}
+      end)
+
+    from_report(name, scaled, size, extra)
+  end
+
+  @doc """
+  Builds a case map from a report in nanoseconds: a map with `:count`,
+  `:avg`, `:stdev`, `:min`, `:max`, `:p50` .. `:p99999` and `:tails` (a list
+  of `{percentile, avg, stdev, max}`), as `Tachyon.Native.hist_report/1`
+  returns or a bench parses from a Rust binary's result line. Missing keys
+  count as 0; `extra` is merged last.
+  """
+  def from_report(name, r, size, extra \\ %{}) do
+    get = fn k -> Map.get(r, k, 0) end
+    avg = get.(:avg)
+
     Map.merge(
       %{
         name: name,
-        messages: r.count,
+        messages: trunc(get.(:count)),
         size: size,
-        avg_ns: r.avg * scale,
-        stdev_ns: r.stdev * scale,
-        min_ns: r.min * scale,
-        max_ns: r.max * scale,
-        p50_ns: r.p50 * scale,
-        p75_ns: r.p75 * scale,
-        p90_ns: r.p90 * scale,
-        p99_ns: r.p99 * scale,
-        p999_ns: r.p999 * scale,
-        p9999_ns: r.p9999 * scale,
-        p99999_ns: r.p99999 * scale,
-        ops_per_sec: if(r.avg > 0, do: 1.0e9 / (r.avg * scale), else: 0.0),
-        tails:
-          Enum.map(r.tails, fn {p, avg, sd, max} -> {p, avg * scale, sd * scale, max * scale} end)
+        avg_ns: avg,
+        stdev_ns: get.(:stdev),
+        min_ns: get.(:min),
+        max_ns: get.(:max),
+        p50_ns: get.(:p50),
+        p75_ns: get.(:p75),
+        p90_ns: get.(:p90),
+        p99_ns: get.(:p99),
+        p999_ns: get.(:p999),
+        p9999_ns: get.(:p9999),
+        p99999_ns: get.(:p99999),
+        ops_per_sec: if(avg > 0, do: 1.0e9 / avg, else: 0.0),
+        tails: Map.get(r, :tails, [])
       },
       extra
     )
+  end
+
+  @report_keys ~w(count avg stdev min max p50 p75 p90 p99 p999 p9999 p99999)
+
+  @doc """
+  Parses the `key=value` tokens of a result line printed by a Rust bench
+  binary. Returns `{strings, report}`: every token as strings, and the
+  report keys (`count`, `avg`, ..., `p99999`) as numbers for `from_report/4`.
+  """
+  def parse_result_line(line) do
+    kv =
+      for token <- String.split(line, " ", trim: true),
+          [k, v] <- [String.split(token, "=", parts: 2)],
+          into: %{},
+          do: {k, v}
+
+    report =
+      for k <- @report_keys, Map.has_key?(kv, k), into: %{} do
+        {String.to_atom(k), parse_number(kv[k])}
+      end
+
+    {kv, report}
+  end
+
+  @doc "A number from text (`0.0` for what is not one)."
+  def parse_number(text) do
+    case Float.parse(text || "0") do
+      {f, _} -> f
+      :error -> 0.0
+    end
   end
 
   @doc "Prints one case in the seeds' format."

@@ -642,53 +642,25 @@ defmodule Tachyon.Bench.Echo do
   end
 
   defp floor_case(line, size) do
-    kv =
-      line
-      |> String.split(" ", trim: true)
-      |> tl()
-      |> Map.new(fn pair ->
-        [k, v] = String.split(pair, "=", parts: 2)
-        {k, v}
-      end)
-
-    num = fn k ->
-      {v, _} = Float.parse(Map.fetch!(kv, k))
-      v
-    end
+    # the line starts with a tag word, then key=value tokens
+    {kv, report} = Bench.parse_result_line(line)
 
     tails =
       kv
       |> Map.fetch!("tails")
       |> String.split(",")
       |> Enum.map(fn t ->
-        [p, avg, sd, max] = t |> String.split("/") |> Enum.map(&(Float.parse(&1) |> elem(0)))
+        [p, avg, sd, max] = t |> String.split("/") |> Enum.map(&Bench.parse_number/1)
         {p, avg, sd, max}
       end)
 
-    avg = num.("avg")
     ping = String.replace(kv["ping"], "_", " ") |> String.replace("busy spin", "busy_spin")
     pong = String.replace(kv["pong"], "_", " ") |> String.replace("busy spin", "busy_spin")
 
-    %{
-      name: "raw.rust",
-      messages: trunc(num.("count")),
-      size: size,
-      avg_ns: avg,
-      stdev_ns: num.("stdev"),
-      min_ns: num.("min"),
-      max_ns: num.("max"),
-      p50_ns: num.("p50"),
-      p75_ns: num.("p75"),
-      p90_ns: num.("p90"),
-      p99_ns: num.("p99"),
-      p999_ns: num.("p999"),
-      p9999_ns: num.("p9999"),
-      p99999_ns: num.("p99999"),
-      ops_per_sec: if(avg > 0, do: 1.0e9 / avg, else: 0.0),
-      tails: tails,
+    Bench.from_report("raw.rust", Map.put(report, :tails, tails), size, %{
       note: "standalone binary, no BEAM: ping #{ping}; pong #{pong}",
-      json_extra: %{ping: ping, pong: pong, lost: trunc(num.("lost"))}
-    }
+      json_extra: %{ping: ping, pong: pong, lost: trunc(Bench.parse_number(kv["lost"]))}
+    })
   end
 
   # -- targets ---------------------------------------------------------------------

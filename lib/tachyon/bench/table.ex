@@ -597,45 +597,18 @@ defmodule Tachyon.Bench.Table do
 
   # "name=... size=256 threads=1 records=... count=... avg=... p50=... ops=..."
   defp parse_case(text) do
-    kv =
-      text
-      |> String.split(" ", trim: true)
-      |> Map.new(fn pair ->
-        [k, v] = String.split(pair, "=", parts: 2)
-        {k, v}
-      end)
+    {kv, report} = Bench.parse_result_line(text)
+    ops = Bench.parse_number(kv["ops"])
 
-    num = fn k ->
-      case Float.parse(kv[k] || "0") do
-        {f, _} -> f
-        :error -> 0.0
-      end
-    end
-
-    %{
-      name: kv["name"],
-      messages: trunc(num.("count")),
-      size: trunc(num.("size")),
-      avg_ns: num.("avg"),
-      stdev_ns: num.("stdev"),
-      min_ns: num.("min"),
-      max_ns: num.("max"),
-      p50_ns: num.("p50"),
-      p75_ns: num.("p75"),
-      p90_ns: num.("p90"),
-      p99_ns: num.("p99"),
-      p999_ns: num.("p999"),
-      p9999_ns: num.("p9999"),
-      p99999_ns: num.("p99999"),
-      ops_per_sec: num.("ops"),
-      throughput: num.("ops"),
-      tails: [],
+    Bench.from_report(kv["name"], report, trunc(Bench.parse_number(kv["size"])), %{
+      ops_per_sec: ops,
+      throughput: ops,
       json_extra: %{
         engine: "rust." <> (kv["engine"] || "?"),
-        records: trunc(num.("records")),
-        procs: trunc(num.("threads"))
+        records: trunc(Bench.parse_number(kv["records"])),
+        procs: trunc(Bench.parse_number(kv["threads"]))
       }
-    }
+    })
   end
 
   defp print_rust([]), do: :ok

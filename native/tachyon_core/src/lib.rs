@@ -15,6 +15,7 @@
 #![deny(unsafe_op_in_unsafe_fn)]
 
 pub mod async_store;
+pub mod errno;
 pub mod hist;
 pub mod ring;
 pub mod store;

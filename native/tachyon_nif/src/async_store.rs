@@ -23,6 +23,7 @@ use tachyon_core::wait::WaitStrategy;
 use crate::atoms;
 use crate::hist::HistResource;
 use crate::store::{store_error, StoreResource};
+use crate::terms::{atom, errno_atom, get};
 
 /// The BEAM's handle on an AsyncStore. Dropping it (GC) or `async_close`
 /// stops the writer after it has written everything queued and joins it.
@@ -45,17 +46,6 @@ impl rustler::Resource for AsyncStoreResource {
             self.inner.store().close();
         }
     }
-}
-
-fn atom<'a>(env: Env<'a>, name: &str) -> Term<'a> {
-    Atom::from_str(env, name)
-        .map(|a| a.encode(env))
-        .unwrap_or_else(|_| atoms::error().encode(env))
-}
-
-fn get<'a, T: rustler::Decoder<'a>>(env: Env<'a>, opts: Term<'a>, key: &str) -> NifResult<T> {
-    let k = Atom::from_str(env, key)?;
-    opts.map_get(k)?.decode()
 }
 
 fn decode_config<'a>(env: Env<'a>, opts: Term<'a>) -> NifResult<Config> {
@@ -228,7 +218,7 @@ fn async_open<'a>(
                 OpenError::Busy => atoms::busy().encode(env),
                 OpenError::BadRingSize => atom(env, "bad_ring_size"),
                 OpenError::NoMemory => atom(env, "enomem"),
-                OpenError::Io(e) => crate::store::errno_atom(env, &e),
+                OpenError::Io(e) => errno_atom(env, &e),
             },
         )),
     }

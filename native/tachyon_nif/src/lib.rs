@@ -15,6 +15,7 @@ mod atoms;
 mod hist;
 mod store;
 mod table;
+mod terms;
 mod udp;
 
 rustler::init!("Elixir.Tachyon.Native");

@@ -8,6 +8,7 @@ use tachyon_core::store::{Config, Event, Mode, Store, StoreError, Verify};
 
 use crate::atoms;
 use crate::hist::HistResource;
+use crate::terms::{atom, errno_atom, get, map};
 
 /// The BEAM's handle on a store. `Arc` so that other resources (the
 /// AsyncStore writer thread) can share it. The store is closed (threads
@@ -19,40 +20,6 @@ pub struct StoreResource {
 
 #[rustler::resource_impl]
 impl rustler::Resource for StoreResource {}
-
-fn atom<'a>(env: Env<'a>, name: &str) -> Term<'a> {
-    Atom::from_str(env, name)
-        .map(|a| a.encode(env))
-        .unwrap_or_else(|_| atoms::error().encode(env))
-}
-
-/// The atom for an OS error: `:enospc`, `:eacces`, ... (`:eio` when unknown).
-pub fn errno_atom<'a>(env: Env<'a>, e: &std::io::Error) -> Term<'a> {
-    let name = match e.raw_os_error() {
-        Some(libc_errno) => match libc_errno {
-            1 => "eperm",
-            2 => "enoent",
-            5 => "eio",
-            9 => "ebadf",
-            12 => "enomem",
-            13 => "eacces",
-            17 => "eexist",
-            20 => "enotdir",
-            21 => "eisdir",
-            22 => "einval",
-            23 => "enfile",
-            24 => "emfile",
-            27 => "efbig",
-            28 => "enospc",
-            30 => "erofs",
-            95 => "eopnotsupp",
-            122 => "edquot",
-            _ => "eio",
-        },
-        None => "eio",
-    };
-    atom(env, name)
-}
 
 /// `{:error, reason}` term for a store error.
 pub fn store_error<'a>(env: Env<'a>, e: StoreError) -> Term<'a> {
@@ -68,11 +35,6 @@ pub fn store_error<'a>(env: Env<'a>, e: StoreError) -> Term<'a> {
         StoreError::Io(e) => errno_atom(env, &e),
     };
     (atoms::error(), reason).encode(env)
-}
-
-fn get<'a, T: rustler::Decoder<'a>>(env: Env<'a>, opts: Term<'a>, key: &str) -> NifResult<T> {
-    let k = Atom::from_str(env, key)?;
-    opts.map_get(k)?.decode()
 }
 
 fn decode_config<'a>(env: Env<'a>, opts: Term<'a>) -> NifResult<Config> {
@@ -99,11 +61,6 @@ fn decode_config<'a>(env: Env<'a>, opts: Term<'a>) -> NifResult<Config> {
             Verify::Active
         },
     })
-}
-
-fn map<'a>(env: Env<'a>, pairs: &[(&str, Term<'a>)]) -> NifResult<Term<'a>> {
-    let kv: Vec<(Term<'a>, Term<'a>)> = pairs.iter().map(|(k, v)| (atom(env, k), *v)).collect();
-    Term::map_from_pairs(env, &kv)
 }
 
 fn opt_u64<'a>(env: Env<'a>, v: Option<u64>) -> Term<'a> {

@@ -64,9 +64,6 @@ mod names {
         bytes_out,
         entries_copied,
         tombstones_dropped,
-        eacces,
-        enoent,
-        enotdir,
     }
 }
 
@@ -84,25 +81,26 @@ pub struct SnapshotResource(Mutex<Option<Snapshot>>);
 #[rustler::resource_impl]
 impl rustler::Resource for SnapshotResource {}
 
-fn reason(e: &TableError) -> Atom {
-    match e {
-        TableError::Closed => atoms::closed(),
-        TableError::TooLarge => atoms::too_large(),
-        TableError::NoSpace => atoms::enospc(),
-        TableError::Locked => atoms::locked(),
-        TableError::Corrupt { .. } => atoms::corrupt(),
-        TableError::BadConfig(_) => atoms::badarg(),
-        TableError::Io(io) => match io.kind() {
-            std::io::ErrorKind::PermissionDenied => names::eacces(),
-            std::io::ErrorKind::NotFound => names::enoent(),
-            std::io::ErrorKind::NotADirectory => names::enotdir(),
-            _ => atoms::eio(),
-        },
+/// An errno reason, encoded as its atom (`:eacces`, `:enoent`, ...).
+struct Errno(&'static str);
+
+impl Encoder for Errno {
+    fn encode<'a>(&self, env: Env<'a>) -> Term<'a> {
+        crate::terms::atom(env, self.0)
     }
 }
 
 fn err(e: TableError) -> Error {
-    Error::Term(Box::new(reason(&e)))
+    let reason: Box<dyn Encoder> = match e {
+        TableError::Closed => Box::new(atoms::closed()),
+        TableError::TooLarge => Box::new(atoms::too_large()),
+        TableError::NoSpace => Box::new(atoms::enospc()),
+        TableError::Locked => Box::new(atoms::locked()),
+        TableError::Corrupt { .. } => Box::new(atoms::corrupt()),
+        TableError::BadConfig(_) => Box::new(atoms::badarg()),
+        TableError::Io(io) => Box::new(Errno(tachyon_core::errno::name(&io))),
+    };
+    Error::Term(reason)
 }
 
 fn opt<'a, T: rustler::Decoder<'a>>(opts: Term<'a>, key: Atom) -> NifResult<Option<T>> {

@@ -23,13 +23,14 @@ use rustler::{
     Term,
 };
 use tachyon_core::udp::{
-    errno_name, spawn_ping, EchoConfig, EchoServer, EchoStats, Endpoint, EndpointConfig,
-    EndpointStats, PingConfig, Placement, SendError, Sink, SocketOptions,
+    spawn_ping, EchoConfig, EchoServer, EchoStats, Endpoint, EndpointConfig, EndpointStats,
+    PingConfig, Placement, SendError, Sink, SocketOptions,
 };
 use tachyon_core::wait::WaitStrategy;
 
 use crate::atoms;
 use crate::hist::HistResource;
+use crate::terms::{atom, errno_atom, get, map};
 
 mod udp_atoms {
     rustler::atoms! {
@@ -40,24 +41,8 @@ mod udp_atoms {
 
 // -- term helpers ----------------------------------------------------------------
 
-fn atom<'a>(env: Env<'a>, name: &str) -> Term<'a> {
-    Atom::from_str(env, name)
-        .map(|a| a.encode(env))
-        .unwrap_or_else(|_| atoms::error().encode(env))
-}
-
-fn map<'a>(env: Env<'a>, pairs: &[(&str, Term<'a>)]) -> NifResult<Term<'a>> {
-    let kv: Vec<(Term<'a>, Term<'a>)> = pairs.iter().map(|(k, v)| (atom(env, k), *v)).collect();
-    Term::map_from_pairs(env, &kv)
-}
-
-fn get<'a, T: rustler::Decoder<'a>>(env: Env<'a>, opts: Term<'a>, key: &str) -> NifResult<T> {
-    let k = Atom::from_str(env, key)?;
-    opts.map_get(k)?.decode()
-}
-
 fn error_term<'a>(env: Env<'a>, e: &std::io::Error) -> Term<'a> {
-    (atoms::error(), atom(env, errno_name(e))).encode(env)
+    (atoms::error(), errno_atom(env, e)).encode(env)
 }
 
 /// `{a, b, c, d}` or `{a, b, c, d, e, f, g, h}` to an address.

@@ -589,32 +589,5 @@ pub fn poll_fds(fds: &[(RawFd, libc::c_short)], timeout: Option<Duration>) -> io
     Ok(r as usize)
 }
 
-/// The lower-case errno name of an OS error (`"eaddrinuse"`), or `"eio"` for
-/// errors without a known errno: what the NIF turns into `{:error, atom}`.
-pub fn errno_name(err: &io::Error) -> &'static str {
-    match err.raw_os_error() {
-        Some(libc::EADDRINUSE) => "eaddrinuse",
-        Some(libc::EADDRNOTAVAIL) => "eaddrnotavail",
-        Some(libc::EACCES) => "eacces",
-        Some(libc::EPERM) => "eperm",
-        Some(libc::EAFNOSUPPORT) => "eafnosupport",
-        Some(libc::EINVAL) => "einval",
-        Some(libc::EMSGSIZE) => "emsgsize",
-        Some(libc::ECONNREFUSED) => "econnrefused",
-        Some(libc::ENETUNREACH) => "enetunreach",
-        Some(libc::EHOSTUNREACH) => "ehostunreach",
-        Some(libc::EAGAIN) => "eagain",
-        Some(libc::ENOBUFS) => "enobufs",
-        Some(libc::ENOMEM) => "enomem",
-        Some(libc::EMFILE) => "emfile",
-        Some(libc::ENFILE) => "enfile",
-        Some(libc::EDESTADDRREQ) => "edestaddrreq",
-        Some(libc::ENOTCONN) => "enotconn",
-        Some(libc::ETIMEDOUT) => "etimedout",
-        _ => match err.kind() {
-            io::ErrorKind::TimedOut => "timeout",
-            io::ErrorKind::Interrupted => "interrupted",
-            _ => "eio",
-        },
-    }
-}
+/// The errno name of `err` (see [`crate::errno::name`]).
+pub use crate::errno::name as errno_name;
