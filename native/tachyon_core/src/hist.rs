@@ -155,10 +155,8 @@ impl Hist {
                 }
             }
         }
-        let n = count as f64;
         let avg = self.h.mean();
         let stdev = self.h.stdev();
-        let _ = (sum, sumsq, n);
         Report {
             count,
             avg,

@@ -442,6 +442,8 @@ impl Store {
             Verify::All => 0,
             Verify::Active => segs.len().saturating_sub(1),
         };
+        // (records, data bytes) of the last segment, from its scan.
+        let mut active_scan = (0usize, 0usize);
         let mut i = first_checked;
         while i < segs.len() {
             let seg = segs[i].clone();
@@ -477,6 +479,9 @@ impl Store {
                     offset: 0,
                 });
             }
+            if i + 1 == segs.len() {
+                active_scan = (scan.count, scan.end);
+            }
             i += 1;
         }
 
@@ -490,18 +495,19 @@ impl Store {
         let active = segs.last().unwrap().clone();
         // The last segment is the active one, even if a crash left it sealed.
         active.clear_seal();
-        let scan = scan_segment(&active, false);
+        // The loop above scanned the last segment (or it was just created).
+        let (active_count, active_end) = active_scan;
         let first = segs[0].base();
-        let next = active.base() + scan.count as u64;
+        let next = active.base() + active_count as u64;
 
         let writer = Writer {
             active: active.clone(),
-            pos: scan.end,
-            slot: scan.count,
+            pos: active_end,
+            slot: active_count,
             next_index: next,
             unsynced: Vec::new(),
-            synced_pos: scan.end,
-            synced_slot: scan.count,
+            synced_pos: active_end,
+            synced_slot: active_count,
             dir_dirty,
             appended: 0,
             appended_bytes: 0,
@@ -516,12 +522,12 @@ impl Store {
             let l = active.layout;
             active.populate(0, l.data_start);
             active.populate(
-                l.data_start + scan.end,
-                l.data_start + scan.end + cfg.pretouch_ahead,
+                l.data_start + active_end,
+                l.data_start + active_end + cfg.pretouch_ahead,
             );
             Some(Arc::new(Touch {
                 active: Mutex::new(active.clone()),
-                write_pos: CachePadded::new(AtomicU64::new(scan.end as u64)),
+                write_pos: CachePadded::new(AtomicU64::new(active_end as u64)),
                 prepared: Mutex::new(None),
                 stop: AtomicBool::new(false),
             }))

@@ -371,27 +371,6 @@ impl Segment {
             }
         }
     }
-
-    pub fn fd(&self) -> i32 {
-        self.file.as_raw_fd()
-    }
-
-    /// Number of bytes used in the data region, found by walking the records
-    /// (used by readers and recovery only).
-    pub fn data_len_by_walk(&self) -> usize {
-        let mut pos = 0usize;
-        loop {
-            let off = self.layout.data_start + pos;
-            if off + REC_HEADER > self.layout.file_len {
-                return pos;
-            }
-            let h = self.header_at(off);
-            if h & VALID == 0 {
-                return pos;
-            }
-            pos += record_size((h & 0x7fff_ffff) as usize);
-        }
-    }
 }
 
 /// Errors opening a segment.
