@@ -26,6 +26,8 @@ defmodule Tachyon.Native do
   def hist_report(_h), do: err()
   def bench_noop(_a, _b), do: err()
   def bench_noop_store(_s, _b), do: err()
+  def bench_hiccup(_ms), do: err()
+  def hist_count_above(_h, _ns), do: err()
 
   # Tachyon.Store
   def store_open(_path, _opts), do: err()

@@ -5,6 +5,8 @@ defmodule Tachyon.Bench.Async do
   # append in the same run, modelled on CoralStore's AsyncBench.
   #
   # Cases:
+  #   machine.hiccup                     a Rust loop that only reads the clock (--hiccup-ms, 1000):
+  #                                      the machine's own tail, the floor of every tail below
   #   nif.noop                           an empty two-argument NIF: the floor of any Elixir call
   #   tachyon.store.append               Tachyon.Store.append/2, timed around each call
   #   tachyon.async_store.append         Tachyon.AsyncStore.append/2, timed around each call;
@@ -25,21 +27,21 @@ defmodule Tachyon.Bench.Async do
   # fresh pages as it fills, which measured worse. The notes report the minor
   # GCs of each timed loop.
   #
-  # Extra options: --cases a,b   --wait busy_spin|yield|backoff|park (writer; default by cores)
+  # Extra options: --cases a,b   --hiccup-ms N   --wait busy_spin|yield|backoff|park (writer; default by cores)
   #                --core N (pin the writer)   --ring-size BYTES (default 4 MiB)
 
   alias Tachyon.{AsyncStore, Bench, Native}
 
-  @defaults [messages: 200_000, warmup: 20_000, size: 256]
-  @quick [messages: 20_000, warmup: 2_000]
-  @all ~w(nif.noop tachyon.store.append tachyon.async_store.append tachyon.async_store.append.native tachyon.async_store.throughput)
+  @defaults [messages: 200_000, warmup: 20_000, size: 256, hiccup_ms: 1000]
+  @quick [messages: 20_000, warmup: 2_000, hiccup_ms: 200]
+  @all ~w(machine.hiccup nif.noop tachyon.store.append tachyon.async_store.append tachyon.async_store.append.native tachyon.async_store.throughput)
   @chunk 1000
 
   def run(argv) do
     opts =
       Bench.parse!(
         argv,
-        [cases: :string, wait: :string, core: :integer, ring_size: :integer],
+        [cases: :string, wait: :string, core: :integer, ring_size: :integer, hiccup_ms: :integer],
         @defaults,
         @quick
       )
@@ -79,7 +81,11 @@ defmodule Tachyon.Bench.Async do
         dir = Bench.tmp_dir(opts, "async")
 
         try do
-          c = run_case(name, dir, n, warmup, size, msg, async_opts)
+          c =
+            if name == "machine.hiccup",
+              do: Bench.hiccup_case(opts[:hiccup_ms]),
+              else: run_case(name, dir, n, warmup, size, msg, async_opts)
+
           Bench.print_report(c, stdev: false)
           c
         after
@@ -119,7 +125,7 @@ defmodule Tachyon.Bench.Async do
         {0, _} = async_loop(warmup, a, msg, nil, per_fill, 0, 0)
         :ok = AsyncStore.drain(a, :infinity)
         h = Bench.hist()
-        {{0, drains}, gcs} = Bench.minor_gcs(fn -> async_loop(n, a, msg, h, per_fill, 0, 0) end)
+        {{0, drains}, gcs} = Bench.timed(fn -> async_loop(n, a, msg, h, per_fill, 0, 0) end)
         {h, drains, gcs}
       end)
 
@@ -264,7 +270,7 @@ defmodule Tachyon.Bench.Async do
     IO.puts("\nTargets (issue: full run of 1,000,000 x 256 bytes):")
 
     if a && s do
-      target(
+      Bench.target(
         "tachyon.async_store.append avg < tachyon.store.append avg (#{Bench.short_ns(a.avg_ns)} vs #{Bench.short_ns(s.avg_ns)})",
         a.avg_ns / s.avg_ns,
         &(&1 < 1),
@@ -273,22 +279,19 @@ defmodule Tachyon.Bench.Async do
     end
 
     if a do
-      target("tachyon.async_store.append p99.9 < 1 us", a.p999_ns / 1000, &(&1 < 1), " us")
-      target("tachyon.async_store.append max < 20 us", a.max_ns / 1000, &(&1 < 20), " us")
+      Bench.target("tachyon.async_store.append p99.9 < 1 us", a.p999_ns / 1000, &(&1 < 1), " us")
+      Bench.target("tachyon.async_store.append max < 20 us", a.max_ns / 1000, &(&1 < 20), " us")
     end
 
+    Bench.print_hiccup_floor(cases)
+
     if nat do
-      target(
+      Bench.target(
         "tachyon.async_store.append.native avg <= 2 x CoralStore's 60 ns",
         nat.avg_ns,
         &(&1 <= 120),
         " ns"
       )
     end
-  end
-
-  defp target(label, value, ok?, unit) do
-    v = :erlang.float_to_binary(value * 1.0, decimals: 2)
-    IO.puts("  #{label}: #{v}#{unit} #{if ok?.(value), do: "MET", else: "NOT MET"}")
   end
 end

@@ -390,7 +390,7 @@ defmodule Tachyon.Bench.Echo do
   defp timed(warmup, n, loop) do
     lost = loop.(warmup, nil, 0)
     h = Bench.hist()
-    {lost, gcs} = Bench.minor_gcs(fn -> loop.(n, h, lost) end)
+    {lost, gcs} = Bench.timed(fn -> loop.(n, h, lost) end)
     {h, lost, gcs}
   end
 

@@ -4,6 +4,8 @@ defmodule Tachyon.Bench.Store do
   # BEAM's own choices and a pure-Rust floor.
   #
   # Cases:
+  #   machine.hiccup                    a Rust loop that only reads the clock (--hiccup-ms, 1000):
+  #                                     the machine's own tail, the floor of every tail below
   #   nif.noop                          an empty two-argument NIF: the floor of any Elixir call
   #   tachyon.store.append              one Elixir call per message, timed around the call
   #   tachyon.store.append.no_pretouch  the same with the pre-touch thread off
@@ -11,16 +13,16 @@ defmodule Tachyon.Bench.Store do
   #   disk_log.blog                     :disk_log.blog/2 on a halt log (internal format)
   #   file.write.raw                    :file.write/2 on a :raw append fd
   #
-  # Extra option: --cases a,b (run a subset).
+  # Extra options: --cases a,b (run a subset), --hiccup-ms N.
 
   alias Tachyon.{Bench, Store}
 
-  @defaults [messages: 200_000, warmup: 20_000, size: 256]
-  @quick [messages: 20_000, warmup: 2_000]
-  @all ~w(nif.noop tachyon.store.append tachyon.store.append.no_pretouch tachyon.store.append.native disk_log.blog file.write.raw)
+  @defaults [messages: 200_000, warmup: 20_000, size: 256, hiccup_ms: 1000]
+  @quick [messages: 20_000, warmup: 2_000, hiccup_ms: 200]
+  @all ~w(machine.hiccup nif.noop tachyon.store.append tachyon.store.append.no_pretouch tachyon.store.append.native disk_log.blog file.write.raw)
 
   def run(argv) do
-    opts = Bench.parse!(argv, [cases: :string], @defaults, @quick)
+    opts = Bench.parse!(argv, [cases: :string, hiccup_ms: :integer], @defaults, @quick)
     n = opts[:messages]
     warmup = opts[:warmup]
     size = opts[:size]
@@ -41,7 +43,11 @@ defmodule Tachyon.Bench.Store do
         dir = Bench.tmp_dir(opts, "store")
 
         try do
-          c = run_case(name, dir, n, warmup, size, msg)
+          c =
+            if name == "machine.hiccup",
+              do: Bench.hiccup_case(opts[:hiccup_ms]),
+              else: run_case(name, dir, n, warmup, size, msg)
+
           Bench.print_report(c, stdev: false)
           c
         after
@@ -109,9 +115,8 @@ defmodule Tachyon.Bench.Store do
     {h, gcs} =
       Bench.in_big_heap(fn ->
         noop_loop(warmup, msg, nil)
-        :erlang.garbage_collect()
         h = Bench.hist()
-        {_ok, gcs} = Bench.minor_gcs(fn -> noop_loop(n, msg, h) end)
+        {_ok, gcs} = Bench.timed(fn -> noop_loop(n, msg, h) end)
         {h, gcs}
       end)
 
@@ -131,10 +136,9 @@ defmodule Tachyon.Bench.Store do
     {h, gcs} =
       Bench.in_big_heap(fn ->
         loop(warmup, s, msg, nil)
-        :erlang.garbage_collect()
         h = Bench.hist()
 
-        {_ok, gcs} = Bench.minor_gcs(fn -> loop(n, s, msg, h) end)
+        {_ok, gcs} = Bench.timed(fn -> loop(n, s, msg, h) end)
 
         {h, gcs}
       end)
@@ -197,7 +201,7 @@ defmodule Tachyon.Bench.Store do
     if t do
       if d,
         do:
-          target(
+          Bench.target(
             "disk_log.blog avg / tachyon.store.append avg >= 40x",
             d.avg_ns / t.avg_ns,
             &(&1 >= 40),
@@ -206,16 +210,18 @@ defmodule Tachyon.Bench.Store do
 
       if f,
         do:
-          target(
+          Bench.target(
             "tachyon.store.append avg / native avg <= 3x",
             t.avg_ns / f.avg_ns,
             &(&1 <= 3),
             "x"
           )
 
-      target("tachyon.store.append p99.9 < 2 us", t.p999_ns / 1000, &(&1 < 2), " us")
-      target("tachyon.store.append max < 100 us", t.max_ns / 1000, &(&1 < 100), " us")
+      Bench.target("tachyon.store.append p99.9 < 2 us", t.p999_ns / 1000, &(&1 < 2), " us")
+      Bench.target("tachyon.store.append max < 100 us", t.max_ns / 1000, &(&1 < 100), " us")
     end
+
+    Bench.print_hiccup_floor(cases)
 
     t = by["tachyon.store.append"]
     np = by["tachyon.store.append.no_pretouch"]
@@ -227,10 +233,5 @@ defmodule Tachyon.Bench.Store do
           "max #{Bench.short_ns(t.max_ns)} vs #{Bench.short_ns(np.max_ns)}"
       )
     end
-  end
-
-  defp target(label, value, ok?, unit) do
-    v = :erlang.float_to_binary(value * 1.0, decimals: 2)
-    IO.puts("  #{label}: #{v}#{unit} #{if ok?.(value), do: "MET", else: "NOT MET"}")
   end
 end

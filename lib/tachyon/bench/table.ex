@@ -292,7 +292,7 @@ defmodule Tachyon.Bench.Table do
           # First half timed call by call, second half timed as a whole.
           mid = first + div(last - first, 2)
           h = Bench.hist()
-          {_, gcs} = Bench.minor_gcs(fn -> put_loop(w.kind, w.t, value, first, mid, h) end)
+          {_, gcs} = Bench.timed(fn -> put_loop(w.kind, w.t, value, first, mid, h) end)
           ns = put_chunks(w.kind, w.t, value, mid, last, 0)
           release(w)
           {h, last - mid, ns, gcs}
@@ -315,7 +315,7 @@ defmodule Tachyon.Bench.Table do
         fn {r, seed} ->
           # A pass timed call by call, then one timed as a whole.
           h = Bench.hist()
-          {seed, gcs} = Bench.minor_gcs(fn -> get_loop(r.kind, r.t, seed, records, per, h) end)
+          {seed, gcs} = Bench.timed(fn -> get_loop(r.kind, r.t, seed, records, per, h) end)
           t0 = System.monotonic_time(:nanosecond)
           get_loop(r.kind, r.t, seed, records, per, nil)
           ns = System.monotonic_time(:nanosecond) - t0

@@ -79,6 +79,15 @@ impl Hist {
         let _ = self.h.add(&other.h);
     }
 
+    /// How many samples are larger than `ns` (to the histogram's precision).
+    pub fn count_above(&self, ns: u64) -> u64 {
+        if ns >= Self::HIGHEST {
+            return 0;
+        }
+        let below = self.h.count_between(0, self.h.highest_equivalent(ns));
+        self.h.len().saturating_sub(below)
+    }
+
     /// The value at percentile `p` (0..100).
     pub fn value_at(&self, p: f64) -> u64 {
         self.h.value_at_percentile(p)
@@ -202,6 +211,19 @@ fn trim3(v: f64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn count_above_counts_the_larger_samples() {
+        let mut h = Hist::new();
+        for v in [100, 200, 2_000, 50_000, 50_000] {
+            h.record(v);
+        }
+        assert_eq!(h.count_above(0), 5);
+        assert_eq!(h.count_above(150), 4);
+        assert_eq!(h.count_above(2_000), 2);
+        assert_eq!(h.count_above(50_000), 0);
+        assert_eq!(h.count_above(Hist::HIGHEST), 0);
+    }
 
     #[test]
     fn empty_report_is_zero() {

@@ -1,6 +1,7 @@
 //! Tachyon core: the pure-Rust half of Tachyon (no BEAM, no rustler).
 //!
 //! * [`async_store`]: the writer thread that drains a [`ring`] into a store.
+//! * [`hiccup`]: the machine's own hiccups (a loop that only reads the clock).
 //! * [`hist`]: HDR latency histograms and the CoralBits-style percentile report
 //!   used by every benchmark.
 //! * [`ring`]: the SPSC byte ring.
@@ -16,6 +17,7 @@
 
 pub mod async_store;
 pub mod errno;
+pub mod hiccup;
 pub mod hist;
 pub mod ring;
 pub mod store;

@@ -45,6 +45,12 @@ fn hist_count(h: ResourceArc<HistResource>) -> u64 {
     h.0.lock().map(|g| g.count()).unwrap_or(0)
 }
 
+/// How many samples are larger than `ns`.
+#[rustler::nif]
+fn hist_count_above(h: ResourceArc<HistResource>, ns: u64) -> u64 {
+    h.0.lock().map(|g| g.count_above(ns)).unwrap_or(0)
+}
+
 /// Returns the report as a map: count, avg, stdev, min, max, p50..p99999 and
 /// `tails`: a list of `{percentile, avg, stdev, max}`.
 #[rustler::nif]
@@ -127,4 +133,15 @@ fn bench_noop<'a>(_a: Term<'a>, _b: Term<'a>) -> rustler::Atom {
 #[rustler::nif]
 fn bench_noop_store<'a>(_r: &crate::store::StoreResource, _b: Term<'a>) -> rustler::Atom {
     crate::atoms::ok()
+}
+
+/// The machine's hiccups (`tachyon_core::hiccup`): a loop that only reads
+/// the clock for `ms` milliseconds (at most 10 s), on a dirty CPU scheduler
+/// because it keeps its thread busy. Returns `{histogram_of_gaps,
+/// elapsed_ns}`.
+#[rustler::nif(schedule = "DirtyCpu")]
+fn bench_hiccup(ms: u64) -> (ResourceArc<HistResource>, u64) {
+    let h = tachyon_core::hiccup::measure(std::time::Duration::from_millis(ms.min(10_000)));
+    let elapsed = h.elapsed.as_nanos() as u64;
+    (HistResource::wrap(h.gaps), elapsed)
 }
