@@ -121,6 +121,30 @@ defmodule Tachyon.StoreTest do
       assert {:error, :closed} = Store.stats(s)
     end
 
+    test "a handle of the wrong kind is a badarg, never a crash" do
+      dir = tmp_dir("store-wrong-handle")
+      {:ok, a} = Tachyon.AsyncStore.open(Path.join(dir, "async"))
+      s = open!(Path.join(dir, "store"))
+      h = Tachyon.Native.hist_new()
+
+      # The store's hot NIFs decode their resource without rustler's type
+      # lookup: another resource type, a plain reference or another term
+      # must still be refused.
+      for bad <- [a.ref, h, make_ref(), :atom, 1] do
+        assert_raise ArgumentError, fn -> Tachyon.Native.store_append(bad, "x") end
+        assert_raise ArgumentError, fn -> Tachyon.Native.bench_noop_store(bad, "x") end
+      end
+
+      for bad <- [s.ref, h, make_ref()] do
+        assert_raise ArgumentError, fn -> Tachyon.Native.async_append(bad, "x") end
+      end
+
+      assert {:ok, 0} = Store.append(s, "x")
+      assert {:ok, 0} = Tachyon.AsyncStore.append(a, "y")
+      :ok = Tachyon.AsyncStore.close(a)
+      Store.close(s)
+    end
+
     test "bad options raise ArgumentError naming the option" do
       dir = tmp_dir("store-opts")
       assert_raise ArgumentError, ~r/:segment_size/, fn -> Store.open(dir, segment_size: 1000) end

@@ -13,7 +13,9 @@ use std::time::Duration;
 
 use rustler::env::OwnedEnv;
 use rustler::types::atom::Atom;
-use rustler::{Binary, Encoder, Env, Error, LocalPid, Monitor, NifResult, ResourceArc, Term};
+use rustler::{Binary, Encoder, Env, Error, LocalPid, Monitor, NifResult, Term};
+
+use crate::res::Handle;
 use tachyon_core::async_store::{
     AppendError, AsyncStore, Config, Failure, OnFull, OpenError, Report, Reporter, Stats, WaitError,
 };
@@ -35,9 +37,10 @@ pub struct AsyncStoreResource {
     owns_store: bool,
 }
 
-#[rustler::resource_impl]
-impl rustler::Resource for AsyncStoreResource {
-    fn down<'a>(&'a self, _env: Env<'a>, _pid: LocalPid, _monitor: Monitor) {
+crate::hot_resource!(AsyncStoreResource, c"AsyncStoreResource", down = on_down);
+
+impl AsyncStoreResource {
+    fn on_down(&self, _env: Env<'_>, _pid: LocalPid, _monitor: Monitor) {
         // The owner died without closing (e.g. killed): write what is queued,
         // stop and join the writer, and release the store it opened. The
         // ring is bounded, so this takes at most a few milliseconds.
@@ -187,7 +190,7 @@ fn reporter(pid: LocalPid, id: u64) -> Reporter {
 #[rustler::nif(schedule = "DirtyIo")]
 fn async_open<'a>(
     env: Env<'a>,
-    store: ResourceArc<StoreResource>,
+    store: Handle<StoreResource>,
     opts: Term<'a>,
     report_to: Option<LocalPid>,
     id: u64,
@@ -200,9 +203,9 @@ fn async_open<'a>(
     match AsyncStore::open(shared, cfg, rep) {
         Ok(inner) => {
             let max = inner.max_message_size() as u64;
-            let res = ResourceArc::new(AsyncStoreResource { inner, owns_store });
+            let res = Handle::new(AsyncStoreResource { inner, owns_store });
             if let Some(pid) = owner {
-                if env.monitor(&res, &pid).is_none() {
+                if res.monitor(env, &pid).is_none() {
                     // Already dead: behave as if it died right after.
                     let _ = res.inner.close();
                     return Ok(error(env, atom(env, "noproc")));
@@ -245,7 +248,7 @@ fn async_append<'a>(env: Env<'a>, r: &AsyncStoreResource, data: Term<'a>) -> Nif
 /// Waits (at most `timeout_ms`) until everything enqueued before the call is
 /// in the store: `{:ok, next_index}`.
 #[rustler::nif(schedule = "DirtyIo")]
-fn async_flush<'a>(env: Env<'a>, r: ResourceArc<AsyncStoreResource>, timeout_ms: u64) -> Term<'a> {
+fn async_flush<'a>(env: Env<'a>, r: Handle<AsyncStoreResource>, timeout_ms: u64) -> Term<'a> {
     match r.inner.flush(Duration::from_millis(timeout_ms)) {
         Ok(next) => (atoms::ok(), next).encode(env),
         Err(e) => wait_error(env, &e),
@@ -254,7 +257,7 @@ fn async_flush<'a>(env: Env<'a>, r: ResourceArc<AsyncStoreResource>, timeout_ms:
 
 /// Waits (at most `timeout_ms`) until the ring is empty.
 #[rustler::nif(schedule = "DirtyIo")]
-fn async_drain<'a>(env: Env<'a>, r: ResourceArc<AsyncStoreResource>, timeout_ms: u64) -> Term<'a> {
+fn async_drain<'a>(env: Env<'a>, r: Handle<AsyncStoreResource>, timeout_ms: u64) -> Term<'a> {
     match r.inner.drain(Duration::from_millis(timeout_ms)) {
         Ok(()) => atoms::ok().encode(env),
         Err(e) => wait_error(env, &e),
@@ -265,7 +268,7 @@ fn async_drain<'a>(env: Env<'a>, r: ResourceArc<AsyncStoreResource>, timeout_ms:
 /// `{:error, reason}` if the writer had failed. The store stays open (the
 /// Elixir side closes a store it owns).
 #[rustler::nif(schedule = "DirtyIo")]
-fn async_close<'a>(env: Env<'a>, r: ResourceArc<AsyncStoreResource>) -> Term<'a> {
+fn async_close<'a>(env: Env<'a>, r: Handle<AsyncStoreResource>) -> Term<'a> {
     match r.inner.close() {
         Ok(()) => atoms::ok().encode(env),
         Err(f) => error(env, failure_reason(env, &f)),
@@ -289,7 +292,7 @@ fn async_pause(r: &AsyncStoreResource, paused: bool) -> Atom {
 #[rustler::nif(schedule = "DirtyCpu")]
 fn async_bench_native<'a>(
     env: Env<'a>,
-    r: ResourceArc<AsyncStoreResource>,
+    r: Handle<AsyncStoreResource>,
     count: u64,
     warmup: u64,
     size: u64,

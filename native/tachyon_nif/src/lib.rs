@@ -5,6 +5,8 @@
 //! list). Modules:
 //! * `async_store`: `Tachyon.AsyncStore` (ring + writer thread before a store).
 //! * `hist`: HDR histogram resources for the benchmarks.
+//! * `res`: resource types for the hot NIFs (store, async store), decoded
+//!   without rustler's per-call type lookup.
 //! * `store`: `Tachyon.Store` (message log).
 //! * `table`: `Tachyon.Table` (persistent key-value table).
 //! * `udp`: `Tachyon.Echo`, `Tachyon.UDP` and the UDP ping client.
@@ -13,9 +15,16 @@
 mod async_store;
 mod atoms;
 mod hist;
+mod res;
 mod store;
 mod table;
 mod terms;
 mod udp;
 
-rustler::init!("Elixir.Tachyon.Native");
+rustler::init!("Elixir.Tachyon.Native", load = load);
+
+/// Opens the resource types of `res` (rustler opens its own before this).
+fn load(env: rustler::Env, _info: rustler::Term) -> bool {
+    res::register::<store::StoreResource>(env)
+        && res::register::<async_store::AsyncStoreResource>(env)
+}

@@ -3,11 +3,12 @@
 use std::sync::Arc;
 
 use rustler::types::atom::Atom;
-use rustler::{Binary, Encoder, Env, Error, NifResult, OwnedBinary, ResourceArc, Term};
+use rustler::{Binary, Encoder, Env, Error, NifResult, OwnedBinary, Term};
 use tachyon_core::store::{Config, Event, Mode, Store, StoreError, Verify};
 
 use crate::atoms;
 use crate::hist::HistResource;
+use crate::res::Handle;
 use crate::terms::{atom, errno_atom, get, map};
 
 /// The BEAM's handle on a store. `Arc` so that other resources (the
@@ -18,8 +19,7 @@ pub struct StoreResource {
     pub store: Arc<Store>,
 }
 
-#[rustler::resource_impl]
-impl rustler::Resource for StoreResource {}
+crate::hot_resource!(StoreResource, c"StoreResource");
 
 /// `{:error, reason}` term for a store error.
 pub fn store_error<'a>(env: Env<'a>, e: StoreError) -> Term<'a> {
@@ -101,7 +101,7 @@ fn store_open<'a>(env: Env<'a>, path: String, opts: Term<'a>) -> NifResult<Term<
                     ("duration_ns", (r.duration.as_nanos() as u64).encode(env)),
                 ],
             )?;
-            let res = ResourceArc::new(StoreResource {
+            let res = Handle::new(StoreResource {
                 store: Arc::new(store),
             });
             Ok((atoms::ok(), res, rec).encode(env))
@@ -147,7 +147,7 @@ fn append_many<'a>(env: Env<'a>, r: &StoreResource, list: Term<'a>) -> NifResult
 #[rustler::nif]
 fn store_append_many<'a>(
     env: Env<'a>,
-    r: ResourceArc<StoreResource>,
+    r: Handle<StoreResource>,
     list: Term<'a>,
 ) -> NifResult<Term<'a>> {
     append_many(env, &r, list)
@@ -157,7 +157,7 @@ fn store_append_many<'a>(
 #[rustler::nif(schedule = "DirtyIo")]
 fn store_append_many_dirty<'a>(
     env: Env<'a>,
-    r: ResourceArc<StoreResource>,
+    r: Handle<StoreResource>,
     list: Term<'a>,
 ) -> NifResult<Term<'a>> {
     append_many(env, &r, list)
@@ -186,7 +186,7 @@ fn store_read<'a>(env: Env<'a>, r: &StoreResource, index: u64) -> NifResult<Term
 #[rustler::nif]
 fn store_read_many<'a>(
     env: Env<'a>,
-    r: ResourceArc<StoreResource>,
+    r: Handle<StoreResource>,
     from: u64,
     max_count: u64,
     max_bytes: u64,
@@ -214,7 +214,7 @@ fn store_read_many<'a>(
 
 /// `{:ok, {first_index, next_index}}`.
 #[rustler::nif]
-fn store_indices<'a>(env: Env<'a>, r: ResourceArc<StoreResource>) -> NifResult<Term<'a>> {
+fn store_indices<'a>(env: Env<'a>, r: Handle<StoreResource>) -> NifResult<Term<'a>> {
     let first = r.store.first_index();
     let next = r.store.next_index();
     Ok(match (first, next) {
@@ -224,7 +224,7 @@ fn store_indices<'a>(env: Env<'a>, r: ResourceArc<StoreResource>) -> NifResult<T
 }
 
 #[rustler::nif(schedule = "DirtyIo")]
-fn store_sync<'a>(env: Env<'a>, r: ResourceArc<StoreResource>) -> NifResult<Term<'a>> {
+fn store_sync<'a>(env: Env<'a>, r: Handle<StoreResource>) -> NifResult<Term<'a>> {
     Ok(match r.store.sync() {
         Ok(bytes) => (atoms::ok(), bytes).encode(env),
         Err(e) => store_error(env, e),
@@ -232,13 +232,13 @@ fn store_sync<'a>(env: Env<'a>, r: ResourceArc<StoreResource>) -> NifResult<Term
 }
 
 #[rustler::nif(schedule = "DirtyIo")]
-fn store_close(r: ResourceArc<StoreResource>) -> Atom {
+fn store_close(r: Handle<StoreResource>) -> Atom {
     r.store.close();
     atoms::ok()
 }
 
 #[rustler::nif]
-fn store_stats<'a>(env: Env<'a>, r: ResourceArc<StoreResource>) -> NifResult<Term<'a>> {
+fn store_stats<'a>(env: Env<'a>, r: Handle<StoreResource>) -> NifResult<Term<'a>> {
     if r.store.is_closed() {
         return Ok(store_error(env, StoreError::Closed));
     }
@@ -264,7 +264,7 @@ fn store_stats<'a>(env: Env<'a>, r: ResourceArc<StoreResource>) -> NifResult<Ter
 
 /// Queued roll events, oldest first, as maps.
 #[rustler::nif]
-fn store_take_events<'a>(env: Env<'a>, r: ResourceArc<StoreResource>) -> NifResult<Term<'a>> {
+fn store_take_events<'a>(env: Env<'a>, r: Handle<StoreResource>) -> NifResult<Term<'a>> {
     let mut out = Vec::new();
     for ev in r.store.take_events() {
         match ev {
@@ -295,7 +295,7 @@ fn store_take_events<'a>(env: Env<'a>, r: ResourceArc<StoreResource>) -> NifResu
 #[rustler::nif(schedule = "DirtyIo")]
 fn store_bench_native<'a>(
     env: Env<'a>,
-    r: ResourceArc<StoreResource>,
+    r: Handle<StoreResource>,
     count: u64,
     warmup: u64,
     size: u64,
