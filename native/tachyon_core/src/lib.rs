@@ -1,6 +1,7 @@
 //! Tachyon core: the pure-Rust half of Tachyon (no BEAM, no rustler).
 //!
 //! * [`async_store`]: the writer thread that drains a [`ring`] into a store.
+//! * [`crc`]: CRC32C with a fast path for small records.
 //! * [`hiccup`]: the machine's own hiccups (a loop that only reads the clock).
 //! * [`hist`]: HDR latency histograms and the CoralBits-style percentile report
 //!   used by every benchmark.
@@ -16,6 +17,7 @@
 #![deny(unsafe_op_in_unsafe_fn)]
 
 pub mod async_store;
+pub mod crc;
 pub mod errno;
 pub mod hiccup;
 pub mod hist;

@@ -99,8 +99,7 @@ impl Layout {
 /// CRC32C of a record: the length as u32 LE, then the payload.
 #[inline]
 pub fn record_crc(payload: &[u8]) -> u32 {
-    let len = (payload.len() as u32).to_le_bytes();
-    crc32c::crc32c_append(crc32c::crc32c(&len), payload)
+    crate::crc::crc32c_u32_prefixed(payload.len() as u32, payload)
 }
 
 /// The 8-byte record header word.
