@@ -46,6 +46,7 @@ use crossbeam_utils::CachePadded;
 
 use crate::hist::Hist;
 use crate::ring::{self, Batch, Consumer, Producer, PushError, Ring};
+use crate::spin::SpinMutex;
 use crate::store::{Mode, Store, StoreError};
 use crate::wait::{online_cores, pin_to_core, Idle, WaitStrategy};
 
@@ -419,7 +420,7 @@ static ATTACHED: Mutex<Vec<usize>> = Mutex::new(Vec::new());
 /// An asynchronous appender in front of a [`Store`].
 pub struct AsyncStore {
     shared: Arc<Shared>,
-    producer: Mutex<Producer>,
+    producer: SpinMutex<Producer>,
     handle: Mutex<Option<JoinHandle<()>>>,
     max_message_size: usize,
     on_full: OnFull,
@@ -500,7 +501,7 @@ impl AsyncStore {
         let _ = shared.thread.set(handle.thread().clone());
         Ok(AsyncStore {
             shared,
-            producer: Mutex::new(producer),
+            producer: SpinMutex::new(producer),
             handle: Mutex::new(Some(handle)),
             max_message_size,
             on_full: cfg.on_full,
@@ -546,7 +547,7 @@ impl AsyncStore {
             return Err(AppendError::TooLarge);
         }
         let sh = &*self.shared;
-        let mut p = lock(&self.producer);
+        let mut p = self.producer.lock();
         // Closing changes the state under this mutex, so no push follows it.
         let st = sh.state.load(Ordering::Relaxed);
         if st != RUNNING {
@@ -690,7 +691,7 @@ impl AsyncStore {
     /// close the store.
     pub fn close(&self) -> Result<(), Failure> {
         {
-            let _p = lock(&self.producer);
+            let _p = self.producer.lock();
             let _ = self.shared.state.compare_exchange(
                 RUNNING,
                 CLOSING,

@@ -6,6 +6,7 @@
 //! * [`hist`]: HDR latency histograms and the CoralBits-style percentile report
 //!   used by every benchmark.
 //! * [`ring`]: the SPSC byte ring.
+//! * [`spin`]: the hot paths' mutex (release-store unlock).
 //! * [`store`]: the append-only message log on memory-mapped segment files.
 //! * [`table`]: the persistent key-value table (hash index over an
 //!   append-only log).
@@ -22,6 +23,7 @@ pub mod errno;
 pub mod hiccup;
 pub mod hist;
 pub mod ring;
+pub mod spin;
 pub mod store;
 pub mod table;
 pub mod udp;

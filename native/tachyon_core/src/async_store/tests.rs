@@ -202,7 +202,7 @@ fn full_ring_spin_policy_is_bounded_and_succeeds_when_room_appears() {
     while a.stats().full_events == 0 {
         // Fill it; with a 5 s spin a full ring would block, so stop at the
         // first record that does not fit right away.
-        if !lock(&a.producer).has_room_for(500) {
+        if !a.producer.lock().has_room_for(500) {
             break;
         }
         a.append(&[8; 500]).unwrap();

@@ -27,6 +27,7 @@ use std::time::{Duration, Instant};
 use crossbeam_utils::CachePadded;
 
 use crate::hist::Hist;
+use crate::spin::SpinMutex;
 use format::*;
 pub use segment::{OpenError, RecordError, Segment};
 
@@ -232,7 +233,7 @@ struct Touch {
 pub struct Store {
     dir: PathBuf,
     cfg: Config,
-    writer: Mutex<Option<Writer>>,
+    writer: SpinMutex<Option<Writer>>,
     segments: RwLock<Vec<Arc<Segment>>>,
     next_index: CachePadded<AtomicU64>,
     first_index: CachePadded<AtomicU64>,
@@ -541,7 +542,7 @@ impl Store {
         let store = Store {
             dir,
             cfg,
-            writer: Mutex::new(Some(writer)),
+            writer: SpinMutex::new(Some(writer)),
             segments: RwLock::new(segs),
             next_index: CachePadded::new(AtomicU64::new(next)),
             first_index: CachePadded::new(AtomicU64::new(first)),
@@ -553,7 +554,7 @@ impl Store {
             recovery: rec,
         };
         {
-            let mut g = lock(&store.writer);
+            let mut g = store.writer.lock();
             let w = g.as_mut().unwrap();
             store.apply_retention(
                 w,
@@ -589,7 +590,7 @@ impl Store {
         Ok(Store {
             dir,
             cfg,
-            writer: Mutex::new(None),
+            writer: SpinMutex::new(None),
             segments: RwLock::new(segs),
             next_index: CachePadded::new(AtomicU64::new(next)),
             first_index: CachePadded::new(AtomicU64::new(first)),
@@ -624,7 +625,7 @@ impl Store {
         if data.len() > self.cfg.max_message_size {
             return Err(StoreError::MessageTooLarge);
         }
-        let mut g = lock(&self.writer);
+        let mut g = self.writer.lock();
         let Some(w) = g.as_mut() else {
             return Err(if self.cfg.mode == Mode::Read && !self.is_closed() {
                 StoreError::ReadOnly
@@ -652,7 +653,7 @@ impl Store {
         if it.clone().any(|m| m.len() > self.cfg.max_message_size) {
             return Err(StoreError::MessageTooLarge);
         }
-        let mut g = lock(&self.writer);
+        let mut g = self.writer.lock();
         let Some(w) = g.as_mut() else {
             return Err(if self.cfg.mode == Mode::Read {
                 StoreError::ReadOnly
@@ -929,7 +930,7 @@ impl Store {
     /// appenders while it waits for the disk.
     pub fn sync(&self) -> Result<u64, StoreError> {
         let (sealed, active, from, to, slot_from, slot_to, dir_dirty) = {
-            let mut g = lock(&self.writer);
+            let mut g = self.writer.lock();
             let Some(w) = g.as_mut() else {
                 return Err(if self.cfg.mode == Mode::Read && !self.is_closed() {
                     StoreError::ReadOnly
@@ -974,7 +975,7 @@ impl Store {
         })();
         if let Err(e) = result {
             // Put the work back so the next sync retries it.
-            let mut g = lock(&self.writer);
+            let mut g = self.writer.lock();
             if let Some(w) = g.as_mut() {
                 w.unsynced.extend(sealed);
                 if Arc::ptr_eq(&w.active, &active) {
@@ -995,7 +996,7 @@ impl Store {
 
     pub fn stats(&self) -> Stats {
         let mut s = Stats::default();
-        if let Some(w) = lock(&self.writer).as_ref() {
+        if let Some(w) = self.writer.lock().as_ref() {
             s.appended = w.appended;
             s.appended_bytes = w.appended_bytes;
             s.rolls = w.rolls;
@@ -1024,7 +1025,7 @@ impl Store {
         if self.closed.swap(true, Ordering::AcqRel) {
             return;
         }
-        let w = lock(&self.writer).take();
+        let w = self.writer.lock().take();
         if let Some(t) = &self.touch {
             t.stop.store(true, Ordering::Release);
         }
@@ -1050,7 +1051,7 @@ impl Store {
     /// The writer's active segment and data position (for tests).
     #[doc(hidden)]
     pub fn active_position(&self) -> Option<(u64, usize)> {
-        lock(&self.writer).as_ref().map(|w| (w.active.seq, w.pos))
+        self.writer.lock().as_ref().map(|w| (w.active.seq, w.pos))
     }
 
     /// Whether the pre-touch thread is running.
