@@ -5,6 +5,7 @@
 //! * [`hiccup`]: the machine's own hiccups (a loop that only reads the clock).
 //! * [`hist`]: HDR latency histograms and the CoralBits-style percentile report
 //!   used by every benchmark.
+//! * [`prefetch`]: write prefetches for the next record of a hot path.
 //! * [`ring`]: the SPSC byte ring.
 //! * [`spin`]: the hot paths' mutex (release-store unlock).
 //! * [`store`]: the append-only message log on memory-mapped segment files.
@@ -22,6 +23,7 @@ pub mod crc;
 pub mod errno;
 pub mod hiccup;
 pub mod hist;
+pub mod prefetch;
 pub mod ring;
 pub mod spin;
 pub mod store;

@@ -241,6 +241,11 @@ impl Producer {
         write(unsafe { at.add(HEADER) });
         self.head = pos + need;
         ring.head.store(self.head, Ordering::Release);
+        // The next record (guessing it is as long as this one) goes into
+        // lines the consumer read last, on its core: ask for them now.
+        let next = (self.head & ring.mask) as usize;
+        let len = (need as usize).min(ring.cap - next);
+        crate::prefetch::write_range(ring.at(self.head), len);
         Ok(())
     }
 

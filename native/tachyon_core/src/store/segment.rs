@@ -44,6 +44,10 @@ unsafe impl Sync for Segment {}
 
 static POPULATE_WRITE_OK: AtomicBool = AtomicBool::new(true);
 
+/// Bytes after a record that `write_record` prefetches for writing: a
+/// 256-byte record and its header span five cache lines.
+const PREFETCH_BYTES: usize = 320;
+
 impl Segment {
     /// Creates a new, not yet activated segment file of `data_cap` bytes of
     /// data, with every block allocated (so writes through the map can never
@@ -297,6 +301,14 @@ impl Segment {
         self.atomic_u64(off)
             .store(header_word(payload), Ordering::Release);
         self.slot(k).store(off as u32, Ordering::Release);
+        // Ask for the lines the next record will be written to, for
+        // writing, now: the caller goes back to its work while they come
+        // (see `crate::prefetch`).
+        let next = off + record_size(payload.len());
+        let len = PREFETCH_BYTES.min(self.layout.file_len - next);
+        // SAFETY: `next <= file_len` (the record fit), so the pointer is
+        // inside the map or one past its end (then `len` is 0).
+        crate::prefetch::write_range(unsafe { self.map.as_ptr().add(next) }, len);
     }
 
     /// Zeroes the data bytes `[from, to)` (file offsets) that are not already
