@@ -311,6 +311,8 @@ const MAX_SLOTS: usize = 1 << 16;
 const PRETOUCH_AHEAD: usize = 4 << 20;
 const PRETOUCH_STEP: usize = 1 << 20;
 const MAX_EVENTS: usize = 1024;
+/// Most bytes of the next record's place prefetched by a put.
+const PREFETCH_MAX: usize = 1024;
 
 struct Writer {
     /// `None` once closed (its map and descriptor released).
@@ -1032,6 +1034,10 @@ impl Inner {
         w.pos += rec_len;
         w.seq += batch.len() as u64;
         seg.end.store(w.pos as u64, Ordering::Release);
+        if let Some(wmap) = &w.wmap {
+            // The next record most likely has this one's size.
+            wmap.prefetch_write(w.pos, rec_len.min(PREFETCH_MAX));
+        }
         // (Sequence numbers grow: only a segment's first record lowers it.)
         if seg.min_seq.load(Ordering::Relaxed) > seq {
             seg.min_seq.fetch_min(seq, Ordering::Relaxed);
