@@ -45,7 +45,7 @@ use std::time::{Duration, Instant};
 
 use format::*;
 use index::{Index, Node};
-pub use segment::Segment;
+pub use segment::{Segment, WriteMap};
 
 /// How values are stored and read (Krati's Memory / Mapped / Channel
 /// segments).
@@ -311,10 +311,14 @@ const MAX_SLOTS: usize = 1 << 16;
 const PRETOUCH_AHEAD: usize = 4 << 20;
 const PRETOUCH_STEP: usize = 1 << 20;
 const MAX_EVENTS: usize = 1024;
+/// Most bytes of the next record's place prefetched by a put.
+const PREFETCH_MAX: usize = 1024;
 
 struct Writer {
     /// `None` once closed (its map and descriptor released).
     active: Option<Arc<Segment>>,
+    /// The active segment's writable mapping (mapped modes).
+    wmap: Option<Arc<WriteMap>>,
     pos: usize,
     seq: u64,
     /// Encoding buffer for the `File` mode.
@@ -562,6 +566,7 @@ impl Table {
             stopping: AtomicBool::new(false),
             writer: Mutex::new(Writer {
                 active: None,
+                wmap: None,
                 pos: 0,
                 seq: 1,
                 buf: Vec::new(),
@@ -876,6 +881,7 @@ impl Table {
             Ok(())
         };
         // Give back the preallocated tail of the active segment.
+        w.wmap = None;
         if let Some(a) = w.active.take() {
             let _ = a.truncate(w.pos as u64);
         }
@@ -1002,27 +1008,40 @@ impl Inner {
                 }
             }
         }
-        // Start loading the index slots while the record is written.
-        for (_, k, _) in batch.iter().take(8) {
+        // Start loading the index slots while the record is written (the
+        // first key's hash is kept: a batch of one hashes once).
+        let h0 = batch.first().map_or(0, |(_, k, _)| self.index.hash(k));
+        self.index.prefetch(h0);
+        for (_, k, _) in batch.iter().skip(1).take(7) {
             self.index.prefetch(self.index.hash(k));
         }
-        let mut w = lock(&self.writer);
-        let Some(active) = &w.active else {
+        let mut guard = lock(&self.writer);
+        let Some(active) = &guard.active else {
             return Err(TableError::Closed);
         };
-        if w.pos + rec_len > active.cap {
-            self.roll(&mut w)?;
+        if guard.pos + rec_len > active.cap {
+            self.roll(&mut guard)?;
         }
+        // Field borrows of the writer, so that the active segment is used
+        // without an `Arc` clone (two atomic operations) per put.
+        let w = &mut *guard;
+        let Some(seg) = &w.active else {
+            return Err(TableError::Closed);
+        };
         let seq = w.seq;
         let pos = w.pos;
-        let Some(seg) = w.active.clone() else {
-            return Err(TableError::Closed);
-        };
-        self.encode_and_write(&mut w, &seg, pos, seq, batch, payload)?;
+        Self::encode_and_write(w.wmap.as_deref(), &mut w.buf, seg, pos, seq, batch, payload)?;
         w.pos += rec_len;
         w.seq += batch.len() as u64;
         seg.end.store(w.pos as u64, Ordering::Release);
-        seg.min_seq.fetch_min(seq, Ordering::Relaxed);
+        if let Some(wmap) = &w.wmap {
+            // The next record most likely has this one's size.
+            wmap.prefetch_write(w.pos, rec_len.min(PREFETCH_MAX));
+        }
+        // (Sequence numbers grow: only a segment's first record lowers it.)
+        if seg.min_seq.load(Ordering::Relaxed) > seq {
+            seg.min_seq.fetch_min(seq, Ordering::Relaxed);
+        }
         seg.max_seq
             .store(seq + batch.len() as u64 - 1, Ordering::Relaxed);
         if batch.len() > 1 {
@@ -1038,7 +1057,16 @@ impl Inner {
             if *kind == KIND_PUT {
                 seg.live.fetch_add(cost, Ordering::Relaxed);
                 let node = nodes.next();
-                self.index_put(k, v.len() as u32, seg.slot, val_off, seq + i as u64, node);
+                let h = if i == 0 { h0 } else { self.index.hash(k) };
+                self.index_put(
+                    k,
+                    h,
+                    v.len() as u32,
+                    seg.slot,
+                    val_off,
+                    seq + i as u64,
+                    node,
+                );
                 w.puts += 1;
             } else {
                 seg.tombs.fetch_add(cost, Ordering::Relaxed);
@@ -1058,8 +1086,8 @@ impl Inner {
     }
 
     fn encode_and_write(
-        &self,
-        w: &mut Writer,
+        wmap: Option<&WriteMap>,
+        buf: &mut Vec<u8>,
         seg: &Segment,
         pos: usize,
         seq: u64,
@@ -1067,12 +1095,12 @@ impl Inner {
         payload: usize,
     ) -> Result<()> {
         let rec_len = REC_HEADER + payload;
-        if seg.is_mapped() {
+        if let Some(wmap) = wmap {
             // SAFETY: we hold the writer lock (the only writer of the active
             // segment) and [pos, pos + rec_len) is past `end` and inside
             // `cap` (checked by the caller's roll). The slice is dropped
             // before `end` moves.
-            let rec = unsafe { seg.map_slice_mut(pos, rec_len) };
+            let rec = unsafe { wmap.slice_mut(pos, rec_len) };
             let mut p = REC_HEADER;
             for (kind, k, v) in batch {
                 p += write_entry(&mut rec[p..], *kind, k, v);
@@ -1082,26 +1110,35 @@ impl Inner {
             rec[0..4].copy_from_slice(&crc.to_le_bytes());
             Ok(())
         } else {
-            w.buf.clear();
-            w.buf.resize(rec_len, 0);
+            buf.clear();
+            buf.resize(rec_len, 0);
             let mut p = REC_HEADER;
             for (kind, k, v) in batch {
-                p += write_entry(&mut w.buf[p..], *kind, k, v);
+                p += write_entry(&mut buf[p..], *kind, k, v);
             }
-            let crc = finish_record_header(&mut w.buf, payload, seq);
-            w.buf[0..4].copy_from_slice(&crc.to_le_bytes());
-            seg.write_record(pos, &w.buf)?;
-            if w.buf.capacity() > 1 << 20 {
-                w.buf = Vec::new();
+            let crc = finish_record_header(buf, payload, seq);
+            buf[0..4].copy_from_slice(&crc.to_le_bytes());
+            seg.write_record(pos, buf)?;
+            if buf.capacity() > 1 << 20 {
+                *buf = Vec::new();
             }
             Ok(())
         }
     }
 
-    /// Points `key` at a new value (the writer lock is held). `node`: the
-    /// new node holding the value (Memory mode).
-    fn index_put(&self, key: &[u8], vlen: u32, slot: u32, off: u32, seq: u64, node: Option<Node>) {
-        let h = self.index.hash(key);
+    /// Points `key` (hash `h`) at a new value (the writer lock is held).
+    /// `node`: the new node holding the value (Memory mode).
+    #[allow(clippy::too_many_arguments)]
+    fn index_put(
+        &self,
+        key: &[u8],
+        h: u64,
+        vlen: u32,
+        slot: u32,
+        off: u32,
+        seq: u64,
+        node: Option<Node>,
+    ) {
         let node = node.map(|mut n| {
             n.set_loc(slot, off, vlen, seq);
             n
@@ -1172,6 +1209,11 @@ impl Inner {
             Some(s) => s,
             None => self.new_segment()?,
         };
+        // The old segment's writable mapping: the writer's hold goes now,
+        // before the segment is sealed; the background thread releases the
+        // segment's own before syncing it (`finish_segment`), which unmaps
+        // it off the writer's path.
+        w.wmap = new.writable_map();
         if let Some(old) = w.active.replace(new) {
             old.end.store(w.pos as u64, Ordering::Release);
             old.sealed.store(true, Ordering::Release);
@@ -1191,7 +1233,7 @@ impl Inner {
             if let Some((seg, to)) = want {
                 let from = seg.touched.load(Ordering::Acquire);
                 if to > from && !seg.sealed.load(Ordering::Acquire) {
-                    seg.populate(from, to);
+                    seg.populate(from, to, self.cfg.mode == ValueMode::Mapped);
                     seg.touched.store(to, Ordering::Release);
                 }
             }
@@ -1210,7 +1252,7 @@ impl Inner {
                             drop(next);
                             // Faulting in does not change the bytes: fine even
                             // if the writer has already taken the segment.
-                            s.populate(0, PRETOUCH_STEP);
+                            s.populate(0, PRETOUCH_STEP, self.cfg.mode == ValueMode::Mapped);
                             s.touched.store(PRETOUCH_STEP, Ordering::Release);
                             failed_at = None;
                         }
@@ -1433,12 +1475,13 @@ impl Inner {
         {
             let w = self.writer.get_mut().unwrap_or_else(|p| p.into_inner());
             w.active = Some(active.clone());
+            w.wmap = active.writable_map();
             w.pos = pos;
             w.seq = max_seq + 1;
             w.touched_to = pos;
         }
         if self.cfg.pretouch {
-            active.populate(pos, pos + PRETOUCH_STEP);
+            active.populate(pos, pos + PRETOUCH_STEP, self.cfg.mode == ValueMode::Mapped);
             active.touched.store(pos + PRETOUCH_STEP, Ordering::Release);
             self.writer
                 .get_mut()
@@ -1614,6 +1657,9 @@ impl Inner {
     }
 
     fn finish_segment(&self, s: &Segment) -> Result<()> {
+        // No writable mapping left when the pages are written back (see
+        // `segment`'s module doc): no TLB shootdown per page.
+        s.release_writable();
         let end = s.end.load(Ordering::Acquire);
         if s.file_len()? > end {
             s.truncate(end)?;

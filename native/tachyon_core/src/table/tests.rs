@@ -189,6 +189,60 @@ fn hints_are_used_on_reopen() {
 }
 
 #[test]
+fn sealed_segments_drop_their_writable_mapping_before_sync() {
+    for mode in MODES {
+        let d = TmpDir::new();
+        let t = Table::open(&d.0, small(mode)).unwrap();
+        for i in 0..3000 {
+            t.put(&key(i), &val(i, 0)).unwrap();
+        }
+        {
+            let _g = lock(&t.inner.bg);
+            t.inner.write_hints().unwrap();
+        }
+        let active = lock(&t.inner.writer).active.clone().unwrap();
+        let segs: Vec<Arc<Segment>> = lock(&t.inner.segs).by_id.values().cloned().collect();
+        let mut hinted = 0;
+        for s in &segs {
+            assert_eq!(s.is_mapped(), mode != ValueMode::File, "{mode:?}");
+            if s.hinted.load(Ordering::Acquire) {
+                hinted += 1;
+                // Synced without a writable mapping; writing is refused.
+                assert!(s.writable_map().is_none(), "{mode:?} segment {}", s.id);
+                if s.is_mapped() {
+                    assert!(s.write_record(s.cap - 64, &[1u8; 32]).is_err());
+                }
+            }
+        }
+        assert!(hinted >= 3, "{mode:?}: {hinted} hinted segments");
+        assert_eq!(
+            active.writable_map().is_some(),
+            mode != ValueMode::File,
+            "{mode:?}"
+        );
+        drop((active, segs));
+        // Values in sealed segments and the active one still read (through
+        // the read-only mapping in the Mapped mode), and new puts land.
+        for i in 0..3000 {
+            assert_eq!(t.get(&key(i)).unwrap(), Some(val(i, 0)), "{mode:?} key {i}");
+        }
+        for i in 0..500 {
+            t.put(&key(i), &val(i, 1)).unwrap();
+        }
+        t.close().unwrap();
+        let t = Table::open(&d.0, small(mode)).unwrap();
+        for i in 0..3000 {
+            let v = if i < 500 { val(i, 1) } else { val(i, 0) };
+            assert_eq!(
+                t.get(&key(i)).unwrap(),
+                Some(v),
+                "{mode:?} key {i} after reopen"
+            );
+        }
+    }
+}
+
+#[test]
 fn put_many_is_atomic_and_checked() {
     for mode in MODES {
         let d = TmpDir::new();
