@@ -127,9 +127,9 @@ defmodule Tachyon.StoreTest do
       s = open!(Path.join(dir, "store"))
       h = Tachyon.Native.hist_new()
 
-      # The store's hot NIFs decode their resource without rustler's type
-      # lookup: another resource type, a plain reference or another term
-      # must still be refused.
+      # The hot NIFs of the store, async store and table decode their
+      # resource without rustler's type lookup: another resource type, a
+      # plain reference or another term must still be refused.
       for bad <- [a.ref, h, make_ref(), :atom, 1] do
         assert_raise ArgumentError, fn -> Tachyon.Native.store_append(bad, "x") end
         assert_raise ArgumentError, fn -> Tachyon.Native.bench_noop_store(bad, "x") end
@@ -137,6 +137,8 @@ defmodule Tachyon.StoreTest do
 
       for bad <- [s.ref, h, make_ref()] do
         assert_raise ArgumentError, fn -> Tachyon.Native.async_append(bad, "x") end
+        assert_raise ArgumentError, fn -> Tachyon.Native.table_get(bad, "k") end
+        assert_raise ArgumentError, fn -> Tachyon.Native.table_put(bad, "k", "v") end
       end
 
       assert {:ok, 0} = Store.append(s, "x")

@@ -5,7 +5,7 @@
 //! list). Modules:
 //! * `async_store`: `Tachyon.AsyncStore` (ring + writer thread before a store).
 //! * `hist`: HDR histogram resources for the benchmarks.
-//! * `res`: resource types for the hot NIFs (store, async store), decoded
+//! * `res`: resource types for the hot NIFs (store, async store, table), decoded
 //!   without rustler's per-call type lookup.
 //! * `store`: `Tachyon.Store` (message log).
 //! * `table`: `Tachyon.Table` (persistent key-value table).
@@ -27,4 +27,5 @@ rustler::init!("Elixir.Tachyon.Native", load = load);
 fn load(env: rustler::Env, _info: rustler::Term) -> bool {
     res::register::<store::StoreResource>(env)
         && res::register::<async_store::AsyncStoreResource>(env)
+        && res::register::<table::TableResource>(env)
 }

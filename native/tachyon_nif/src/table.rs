@@ -10,9 +10,11 @@
 //! garbage-collected (`Table`'s `Drop`).
 //!
 //! The hot NIFs take the table as `&TableResource` (borrowed for the call:
-//! the argument term keeps it alive) rather than `ResourceArc`, which would
+//! the argument term keeps it alive) rather than a `Handle`, which would
 //! add a reference-count increment and decrement, on a cache line shared by
-//! every process using the table, to each call.
+//! every process using the table, to each call. `TableResource` is a
+//! `crate::res` type: decoding it is one `enif_get_resource`, without
+//! rustler's per-call type lookup.
 
 use std::sync::Mutex;
 use std::time::Duration;
@@ -23,6 +25,7 @@ use tachyon_core::table::{
 };
 
 use crate::atoms;
+use crate::res::Handle;
 
 mod names {
     rustler::atoms! {
@@ -72,8 +75,7 @@ pub struct TableResource {
     pub table: Table,
 }
 
-#[rustler::resource_impl]
-impl rustler::Resource for TableResource {}
+crate::hot_resource!(TableResource, c"TableResource");
 
 /// A `stream/1` snapshot.
 pub struct SnapshotResource(Mutex<Option<Snapshot>>);
@@ -206,7 +208,7 @@ fn table_open<'a>(env: Env<'a>, path: String, opts: Term<'a>) -> NifResult<Term<
     match Table::open(&path, cfg) {
         Ok(table) => {
             let rec = recovery_map(env, table.recovery())?;
-            let res = ResourceArc::new(TableResource { table });
+            let res = Handle::new(TableResource { table });
             Ok((atoms::ok(), res, rec).encode(env))
         }
         Err(TableError::BadConfig(_)) => Err(Error::BadArg),
@@ -255,10 +257,7 @@ fn table_put_many(t: &TableResource, pairs: Vec<(Binary, Binary)>) -> NifResult<
 }
 
 #[rustler::nif(schedule = "DirtyIo")]
-fn table_put_many_dirty(
-    t: ResourceArc<TableResource>,
-    pairs: Vec<(Binary, Binary)>,
-) -> NifResult<Atom> {
+fn table_put_many_dirty(t: Handle<TableResource>, pairs: Vec<(Binary, Binary)>) -> NifResult<Atom> {
     put_many(&t, pairs)
 }
 
@@ -268,19 +267,19 @@ fn table_count(t: &TableResource) -> NifResult<u64> {
 }
 
 #[rustler::nif(schedule = "DirtyIo")]
-fn table_sync(t: ResourceArc<TableResource>) -> NifResult<Atom> {
+fn table_sync(t: Handle<TableResource>) -> NifResult<Atom> {
     t.table.sync().map_err(err)?;
     Ok(atoms::ok())
 }
 
 #[rustler::nif(schedule = "DirtyIo")]
-fn table_compact<'a>(env: Env<'a>, t: ResourceArc<TableResource>) -> NifResult<Term<'a>> {
+fn table_compact<'a>(env: Env<'a>, t: Handle<TableResource>) -> NifResult<Term<'a>> {
     let c = t.table.compact().map_err(err)?;
     Ok((atoms::ok(), compaction_map(env, &c)?).encode(env))
 }
 
 #[rustler::nif(schedule = "DirtyIo")]
-fn table_stats<'a>(env: Env<'a>, t: ResourceArc<TableResource>) -> NifResult<Term<'a>> {
+fn table_stats<'a>(env: Env<'a>, t: Handle<TableResource>) -> NifResult<Term<'a>> {
     let s = t.table.stats().map_err(err)?;
     let m = map(
         env,
@@ -311,7 +310,7 @@ fn table_stats<'a>(env: Env<'a>, t: ResourceArc<TableResource>) -> NifResult<Ter
 
 /// Events queued by the background thread: `[{:compaction, map}]`.
 #[rustler::nif]
-fn table_take_events<'a>(env: Env<'a>, t: ResourceArc<TableResource>) -> NifResult<Vec<Term<'a>>> {
+fn table_take_events<'a>(env: Env<'a>, t: Handle<TableResource>) -> NifResult<Vec<Term<'a>>> {
     t.table
         .take_events()
         .iter()
@@ -322,13 +321,13 @@ fn table_take_events<'a>(env: Env<'a>, t: ResourceArc<TableResource>) -> NifResu
 }
 
 #[rustler::nif(schedule = "DirtyIo")]
-fn table_close(t: ResourceArc<TableResource>) -> NifResult<Atom> {
+fn table_close(t: Handle<TableResource>) -> NifResult<Atom> {
     t.table.close().map_err(err)?;
     Ok(atoms::ok())
 }
 
 #[rustler::nif(schedule = "DirtyIo")]
-fn table_snapshot(t: ResourceArc<TableResource>) -> NifResult<ResourceArc<SnapshotResource>> {
+fn table_snapshot(t: Handle<TableResource>) -> NifResult<ResourceArc<SnapshotResource>> {
     let s = t.table.snapshot().map_err(err)?;
     Ok(ResourceArc::new(SnapshotResource(Mutex::new(Some(s)))))
 }

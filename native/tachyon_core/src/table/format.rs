@@ -153,7 +153,7 @@ pub fn write_entry(dst: &mut [u8], kind: u8, key: &[u8], val: &[u8]) -> usize {
 pub fn finish_record_header(rec: &mut [u8], len: usize, seq: u64) -> u32 {
     rec[4..8].copy_from_slice(&(len as u32).to_le_bytes());
     rec[8..16].copy_from_slice(&seq.to_le_bytes());
-    crc32c::crc32c(&rec[4..REC_HEADER + len])
+    crate::crc::crc32c(&rec[4..REC_HEADER + len])
 }
 
 /// One entry found in a segment.
@@ -202,7 +202,7 @@ pub fn scan_records<'d, F: FnMut(EntryRef<'d>)>(data: &'d [u8], mut f: F) -> (us
             return (pos, ScanEnd::Torn);
         }
         let rec_end = pos + REC_HEADER + len;
-        if rec_end > data.len() || crc32c::crc32c(&data[pos + 4..rec_end]) != crc {
+        if rec_end > data.len() || crate::crc::crc32c(&data[pos + 4..rec_end]) != crc {
             return (pos, ScanEnd::Torn);
         }
         // Verified: walk its entries (a verified record can still be

@@ -124,20 +124,11 @@ impl WriteMap {
     /// copied (a lock) waits until those cold lines have come from memory.
     #[inline]
     pub fn prefetch_write(&self, off: usize, len: usize) {
-        let end = (off + len).min(self.map.len());
-        let base = self.map.as_ptr() as usize;
-        let mut a = (base + off) & !63;
-        while a < base + end {
-            #[cfg(target_arch = "x86_64")]
-            // SAFETY: a prefetch is a hint: it never faults and changes no
-            // byte (`prefetchw`; a no-op on CPUs without it).
-            unsafe {
-                std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_ET0 }>(
-                    a as *const i8,
-                );
-            }
-            a += 64;
-        }
+        let off = off.min(self.map.len());
+        let len = len.min(self.map.len() - off);
+        // SAFETY: `off <= map.len()`, so the pointer is inside the map or
+        // one past its end (then `len` is 0).
+        crate::prefetch::write_range(unsafe { self.map.as_ptr().add(off) }, len);
     }
 
     /// Writes a whole record (header included) at `off`: payload first,
