@@ -226,6 +226,9 @@ struct Touch {
     active: Mutex<Arc<Segment>>,
     write_pos: CachePadded<AtomicU64>,
     prepared: Mutex<Option<io::Result<Segment>>>,
+    /// Writable maps of sealed segments, for the thread to drop: unmapping
+    /// 64 MiB of dirty shared pages takes milliseconds, not for the writer.
+    retired: Mutex<Vec<Arc<Segment>>>,
     stop: AtomicBool,
 }
 
@@ -496,6 +499,14 @@ impl Store {
         let active = segs.last().unwrap().clone();
         // The last segment is the active one, even if a crash left it sealed.
         active.clear_seal();
+        // Recovery is over: the sealed segments are read through read-only
+        // maps from now on (see `Segment::read_only_twin`).
+        let n = segs.len();
+        for s in &mut segs[..n - 1] {
+            if let Ok(t) = s.read_only_twin() {
+                *s = Arc::new(t);
+            }
+        }
         // The loop above scanned the last segment (or it was just created).
         let (active_count, active_end) = active_scan;
         let first = segs[0].base();
@@ -530,6 +541,7 @@ impl Store {
                 active: Mutex::new(active.clone()),
                 write_pos: CachePadded::new(AtomicU64::new(active_end as u64)),
                 prepared: Mutex::new(None),
+                retired: Mutex::new(Vec::new()),
                 stop: AtomicBool::new(false),
             }))
         } else {
@@ -732,7 +744,15 @@ impl Store {
         let next = Arc::new(next);
         w.active.seal(w.slot as u64, w.pos as u64);
         let old = std::mem::replace(&mut w.active, next.clone());
-        w.unsynced.push(old);
+        // From now on the sealed segment is read through a read-only map
+        // (see `Segment::read_only_twin`); the writable one is unmapped once
+        // the last reader holding it lets go. (If the twin cannot be made,
+        // the writable map stays: correct, only slower under writeback.)
+        let sealed = match old.read_only_twin() {
+            Ok(t) => Arc::new(t),
+            Err(_) => old.clone(),
+        };
+        w.unsynced.push(sealed.clone());
         w.pos = 0;
         w.slot = 0;
         w.synced_pos = 0;
@@ -744,11 +764,15 @@ impl Store {
         }
         let deleted = {
             let mut segs = self.segments.write().unwrap_or_else(|p| p.into_inner());
+            if let Some(slot) = segs.iter_mut().find(|s| Arc::ptr_eq(s, &old)) {
+                *slot = sealed;
+            }
             segs.push(next.clone());
             self.apply_retention(w, &mut segs)
         };
         if let Some(t) = &self.touch {
             *lock(&t.active) = next.clone();
+            lock(&t.retired).push(old);
             t.write_pos.store(0, Ordering::Relaxed);
             if let Some(h) = lock(&self.toucher).as_ref() {
                 h.thread().unpark();
@@ -1100,6 +1124,9 @@ fn pretouch_loop(t: Arc<Touch>, dir: PathBuf, cap: usize, ahead: usize) {
     let mut touched_to = 0usize;
     let mut last_pos = u64::MAX;
     while !t.stop.load(Ordering::Acquire) {
+        // Unmap the writable maps of sealed segments (the last reference,
+        // unless a reader still holds one) here, off the writer's path.
+        drop(std::mem::take(&mut *lock(&t.retired)));
         let active = lock(&t.active).clone();
         let pos = t.write_pos.load(Ordering::Relaxed);
         let l = active.layout;

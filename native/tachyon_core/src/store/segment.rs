@@ -359,12 +359,43 @@ impl Segment {
 
     /// msync (MS_SYNC) of `[from, to)` (file offsets): durable on return.
     pub fn sync_range(&self, from: usize, to: usize) -> io::Result<()> {
+        if !self.writable {
+            // A read-only map has nothing of its own to flush; the pages
+            // written through the writer's (now gone) map are the file's.
+            return self.file.sync_data();
+        }
         let from = from & !(PAGE - 1);
         let to = align_up(to.min(self.layout.file_len), PAGE).min(self.layout.file_len);
         if to <= from {
             return Ok(());
         }
         self.map.flush_range(from, to - from)
+    }
+
+    /// A read-only twin of this (sealed) segment: the same file (a
+    /// duplicate descriptor) mapped without write permission.
+    ///
+    /// The writer swaps a sealed segment for its twin so that the writable
+    /// map goes away. While a shared file map is writable, every page the
+    /// kernel writes back (after 30 s, under dirty-page pressure, or on
+    /// `sync`) must first be write-protected in it, and that costs a
+    /// TLB-shootdown interrupt on every CPU running the BEAM, the appending
+    /// scheduler included. A read-only map has no writable entries to clean.
+    pub fn read_only_twin(&self) -> io::Result<Segment> {
+        let file = self.file.try_clone()?;
+        let map = MmapOptions::new()
+            .len(self.layout.file_len)
+            .map_raw_read_only(&file)?;
+        Ok(Segment {
+            seq: self.seq,
+            base: AtomicU64::new(self.base()),
+            path: self.path.clone(),
+            layout: self.layout,
+            writable: false,
+            file,
+            map,
+            deleted: AtomicBool::new(self.deleted.load(Ordering::Acquire)),
+        })
     }
 
     /// Starts writeback of the whole file without waiting.

@@ -392,3 +392,66 @@ fn pretouched_writer_takes_no_page_faults() {
     fs::remove_dir_all(&d).unwrap();
     fs::remove_dir_all(&d2).unwrap();
 }
+
+/// The permissions ("rw-s", "r--s") of this process's maps of files in `d`.
+fn maps_of(d: &Path) -> Vec<(String, String)> {
+    let d = fs::canonicalize(d).unwrap();
+    let prefix = d.to_string_lossy().into_owned();
+    fs::read_to_string("/proc/self/maps")
+        .unwrap()
+        .lines()
+        .filter_map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            let path = f.get(5)?;
+            path.starts_with(&prefix).then(|| {
+                (
+                    f[1].to_string(),
+                    path.rsplit('/').next().unwrap().to_string(),
+                )
+            })
+        })
+        .collect()
+}
+
+#[test]
+fn sealed_segments_are_mapped_read_only() {
+    let d = tmp();
+    let cfg = Config {
+        pretouch: false,
+        ..small()
+    };
+    let s = Store::open(&d, cfg.clone()).unwrap();
+    for i in 0..2000u64 {
+        s.append(&msg(i)).unwrap();
+    }
+    let segments = s.stats().segments;
+    assert!(segments >= 4, "{segments} segments");
+    // Only the active segment (the last) is writable; every sealed one is
+    // mapped once, read-only.
+    let check = |s: &Store| {
+        let maps = maps_of(&d);
+        let active = segment_file_name(s.segments.read().unwrap().last().unwrap().seq);
+        for (perms, name) in &maps {
+            if *name == active {
+                assert_eq!(perms, "rw-s", "{name}");
+            } else {
+                assert_eq!(perms, "r--s", "{name}: {maps:?}");
+            }
+        }
+        assert_eq!(maps.len() as u64, s.stats().segments, "{maps:?}");
+    };
+    check(&s);
+    // Reads and sync still work through the read-only maps.
+    for i in 0..2000u64 {
+        assert_eq!(s.read(i).unwrap(), msg(i));
+    }
+    assert!(s.sync().unwrap() > 0);
+    drop(s);
+    // Reopened: the same after recovery.
+    let s = Store::open(&d, cfg).unwrap();
+    check(&s);
+    assert_eq!(s.read(1999).unwrap(), msg(1999));
+    assert_eq!(s.append(b"after").unwrap(), 2000);
+    drop(s);
+    let _ = fs::remove_dir_all(&d);
+}
