@@ -65,8 +65,14 @@ defmodule Tachyon.AsyncStore do
     * `:store` - instead of `:path`: a `Tachyon.Store` handle or the name of
       a started store to write to. It stays open after `close/1`.
     * `:ring_size` - ring bytes, a power of two from 4096 to 1 GiB (default
-      4 MiB). Allocated and faulted in once, at open. A message takes its
-      length plus an 8-byte header, rounded up to 8 bytes.
+      256 KiB: about 990 messages of 256 bytes). Allocated and faulted in
+      once, at open. A message takes its length plus an 8-byte header,
+      rounded up to 8 bytes, and can be at most half the ring (so 128 KiB by
+      default: give a bigger ring for bigger messages or longer bursts). A
+      ring that stays in the cores' L2 caches is cheaper to write: with a
+      4 MiB ring the 256-byte append from Elixir cost about what a direct
+      `Tachyon.Store.append/2` costs (0.82-1.09x in four runs), with 256 KiB
+      0.65-0.86x (docs/BENCHMARKS.md).
     * `:wait` - what the writer thread does when the ring is empty:
       `:busy_spin` (lowest latency, burns a core), `:yield`, `:backoff`
       (spin, then yield, then naps up to 1 ms) or `:park` (sleeps until a
@@ -156,7 +162,7 @@ defmodule Tachyon.AsyncStore do
           | atom()
 
   @async_defaults [
-    ring_size: 4 * 1024 * 1024,
+    ring_size: 256 * 1024,
     wait: nil,
     core: nil,
     on_full: :spin,
@@ -384,6 +390,17 @@ defmodule Tachyon.AsyncStore do
   """
   @spec default_wait() :: :busy_spin | :backoff
   def default_wait, do: Native.async_default_wait()
+
+  @doc """
+  The default `:ring_size` in bytes.
+
+  ## Example
+
+      Tachyon.AsyncStore.default_ring_size()
+      #=> 262144
+  """
+  @spec default_ring_size() :: pos_integer()
+  def default_ring_size, do: @async_defaults[:ring_size]
 
   defp default_linger(wait) when wait in [:backoff, :park], do: 50
   defp default_linger(_wait), do: 0

@@ -28,7 +28,7 @@ defmodule Tachyon.Bench.Async do
   # GCs of each timed loop.
   #
   # Extra options: --cases a,b   --hiccup-ms N   --wait busy_spin|yield|backoff|park (writer; default by cores)
-  #                --core N (pin the writer)   --ring-size BYTES (default 4 MiB)
+  #                --core N (pin the writer)   --ring-size BYTES (default: AsyncStore's, 256 KiB)
 
   alias Tachyon.{AsyncStore, Bench, Native}
 
@@ -62,7 +62,7 @@ defmodule Tachyon.Bench.Async do
     async_opts = [
       wait: wait,
       core: opts[:core],
-      ring_size: opts[:ring_size] || 4 * 1024 * 1024,
+      ring_size: opts[:ring_size] || Tachyon.AsyncStore.default_ring_size(),
       stats_interval: nil
     ]
 

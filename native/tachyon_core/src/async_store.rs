@@ -89,7 +89,7 @@ pub struct Config {
 impl Default for Config {
     fn default() -> Self {
         Config {
-            ring_size: 4 << 20,
+            ring_size: 256 << 10,
             wait: WaitStrategy::default_for_cores(online_cores()),
             max_park: Duration::from_millis(1),
             core: None,
