@@ -146,18 +146,25 @@ fn put_get_delete_reopen_all_modes() {
     }
 }
 
+/// A table in `d` with keys 0..3000 put and the hint files of its sealed
+/// segments written.
+fn filled_with_hints(d: &TmpDir, mode: ValueMode) -> Table {
+    let t = Table::open(&d.0, small(mode)).unwrap();
+    for i in 0..3000 {
+        t.put(&key(i), &val(i, 0)).unwrap();
+    }
+    {
+        let _g = lock(&t.inner.bg);
+        t.inner.write_hints().unwrap();
+    }
+    t
+}
+
 #[test]
 fn hints_are_used_on_reopen() {
     for mode in MODES {
         let d = TmpDir::new();
-        let t = Table::open(&d.0, small(mode)).unwrap();
-        for i in 0..3000 {
-            t.put(&key(i), &val(i, 0)).unwrap();
-        }
-        {
-            let _g = lock(&t.inner.bg);
-            t.inner.write_hints().unwrap();
-        }
+        let t = filled_with_hints(&d, mode);
         let sealed = sealed(&t);
         assert!(sealed >= 3);
         drop(t);
@@ -192,14 +199,7 @@ fn hints_are_used_on_reopen() {
 fn sealed_segments_drop_their_writable_mapping_before_sync() {
     for mode in MODES {
         let d = TmpDir::new();
-        let t = Table::open(&d.0, small(mode)).unwrap();
-        for i in 0..3000 {
-            t.put(&key(i), &val(i, 0)).unwrap();
-        }
-        {
-            let _g = lock(&t.inner.bg);
-            t.inner.write_hints().unwrap();
-        }
+        let t = filled_with_hints(&d, mode);
         let active = lock(&t.inner.writer).active.clone().unwrap();
         let segs: Vec<Arc<Segment>> = lock(&t.inner.segs).by_id.values().cloned().collect();
         let mut hinted = 0;
