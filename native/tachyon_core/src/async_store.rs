@@ -38,7 +38,7 @@
 
 use std::io;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, AtomicUsize, Ordering};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock};
+use std::sync::{Arc, Condvar, Mutex, OnceLock};
 use std::thread::{JoinHandle, Thread};
 use std::time::{Duration, Instant};
 
@@ -48,6 +48,7 @@ use crate::hist::Hist;
 use crate::ring::{self, Batch, Consumer, Producer, PushError, Ring};
 use crate::spin::SpinMutex;
 use crate::store::{Mode, Store, StoreError};
+use crate::sys::lock;
 use crate::wait::{online_cores, pin_to_core, Idle, WaitStrategy};
 
 /// What an append does when the ring is full.
@@ -364,10 +365,6 @@ struct Shared {
     wake: Mutex<()>,
     cv: Condvar,
     thread: OnceLock<Thread>,
-}
-
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 impl Shared {

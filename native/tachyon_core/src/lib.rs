@@ -27,6 +27,7 @@ pub mod prefetch;
 pub mod ring;
 pub mod spin;
 pub mod store;
+mod sys;
 pub mod table;
 pub mod udp;
 pub mod wait;

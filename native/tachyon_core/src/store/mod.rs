@@ -20,7 +20,7 @@ use std::io;
 use std::os::unix::io::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, RwLock};
+use std::sync::{Arc, Mutex, RwLock};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -28,6 +28,7 @@ use crossbeam_utils::CachePadded;
 
 use crate::hist::Hist;
 use crate::spin::SpinMutex;
+use crate::sys::{fsync_dir, lock};
 use format::*;
 pub use segment::{OpenError, RecordError, Segment};
 
@@ -248,10 +249,6 @@ pub struct Store {
     recovery: Recovery,
 }
 
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
-}
-
 fn list_segments(dir: &Path) -> io::Result<Vec<(u64, PathBuf)>> {
     let mut v = Vec::new();
     for e in fs::read_dir(dir)? {
@@ -262,10 +259,6 @@ fn list_segments(dir: &Path) -> io::Result<Vec<(u64, PathBuf)>> {
     }
     v.sort_by_key(|(s, _)| *s);
     Ok(v)
-}
-
-fn fsync_dir(dir: &Path) -> io::Result<()> {
-    File::open(dir)?.sync_all()
 }
 
 /// Result of scanning one segment's records.

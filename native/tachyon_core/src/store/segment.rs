@@ -3,7 +3,6 @@
 
 use std::fs::{File, OpenOptions};
 use std::io;
-use std::os::unix::io::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 
@@ -61,13 +60,7 @@ impl Segment {
             .create_new(true)
             .open(&path)?;
         let res = (|| {
-            // SAFETY: fallocate on a valid fd we own; mode 0 allocates and
-            // extends the file.
-            let rc =
-                unsafe { libc::fallocate(file.as_raw_fd(), 0, 0, layout.file_len as libc::off_t) };
-            if rc != 0 {
-                return Err(io::Error::last_os_error());
-            }
+            crate::sys::fallocate(&file, layout.file_len)?;
             let map = MmapOptions::new().len(layout.file_len).map_raw(&file)?;
             Ok(map)
         })();

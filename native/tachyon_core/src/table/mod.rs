@@ -39,12 +39,14 @@ use std::io;
 use std::os::unix::io::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, Ordering};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use format::*;
 use index::{Index, Node};
+
+use crate::sys::{fsync_dir, lock};
 pub use segment::{Segment, WriteMap};
 
 /// How values are stored and read (Krati's Memory / Mapped / Channel
@@ -403,14 +405,6 @@ pub struct Table {
     thread: Mutex<Option<JoinHandle<()>>>,
     prep_thread: Mutex<Option<JoinHandle<()>>>,
     recovery: Recovery,
-}
-
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
-}
-
-fn fsync_dir(dir: &Path) -> io::Result<()> {
-    File::open(dir)?.sync_all()
 }
 
 fn write_file_durably(path: &Path, bytes: &[u8]) -> io::Result<()> {

@@ -22,7 +22,6 @@ use std::borrow::Cow;
 use std::fs::{File, OpenOptions};
 use std::io;
 use std::os::unix::fs::FileExt;
-use std::os::unix::io::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -165,16 +164,6 @@ fn advise(map: &MmapRaw, from: usize, to: usize, advice: libc::c_int) {
     }
 }
 
-fn fallocate(file: &File, len: usize) -> io::Result<()> {
-    // SAFETY: fallocate on a valid fd we own; mode 0 allocates blocks and
-    // extends the file size.
-    let rc = unsafe { libc::fallocate(file.as_raw_fd(), 0, 0, len as libc::off_t) };
-    if rc != 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok(())
-}
-
 impl Segment {
     fn build(
         id: u64,
@@ -221,7 +210,7 @@ impl Segment {
             .create_new(true)
             .open(&path)?;
         let res = (|| {
-            fallocate(&file, cap)?;
+            crate::sys::fallocate(&file, cap)?;
             file.write_all_at(&segment_header(id), 0)?;
             if mapped {
                 let o = MmapOptions::new().len(cap).clone();
@@ -258,7 +247,7 @@ impl Segment {
         let (cap, writable) = match write_cap {
             Some(c) => {
                 let c = c.max(len);
-                fallocate(&file, c)?;
+                crate::sys::fallocate(&file, c)?;
                 (c, true)
             }
             None => (len, false),

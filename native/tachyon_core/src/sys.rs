@@ -1,0 +1,31 @@
+//! Small system helpers shared by the store, the async store and the table.
+
+use std::fs::File;
+use std::io;
+use std::os::fd::AsRawFd;
+use std::path::Path;
+use std::sync::{Mutex, MutexGuard};
+
+/// Locks `m`, ignoring poisoning: a panic elsewhere never leaves these
+/// structures half-updated in a way a later caller could not handle, and a
+/// NIF must not turn one panic into a cascade.
+pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Allocates `len` bytes of `file` (and extends it): writes through a map
+/// of that range can then never hit ENOSPC, which would be a SIGBUS.
+pub(crate) fn fallocate(file: &File, len: usize) -> io::Result<()> {
+    // SAFETY: fallocate on a valid fd the caller owns; mode 0 allocates
+    // blocks and extends the file size.
+    let rc = unsafe { libc::fallocate(file.as_raw_fd(), 0, 0, len as libc::off_t) };
+    if rc != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// Makes the directory's entries (files created, renamed, removed) durable.
+pub(crate) fn fsync_dir(dir: &Path) -> io::Result<()> {
+    File::open(dir)?.sync_all()
+}
