@@ -185,6 +185,32 @@ defmodule Tachyon.Bench do
     })
   end
 
+  @doc """
+  Runs the cases of `all` that are in `wanted`, in order, printing each
+  report, and returns them. `machine.hiccup` is run by `hiccup_case/1`
+  (`opts[:hiccup_ms]`); any other case by `run_case.(name, dir)` with a fresh
+  temporary directory (`tmp_dir/2` under `label`), removed afterwards.
+  """
+  def run_cases(all, wanted, opts, label, run_case) do
+    for name <- all, name in wanted do
+      c =
+        if name == "machine.hiccup" do
+          hiccup_case(opts[:hiccup_ms])
+        else
+          dir = tmp_dir(opts, label)
+
+          try do
+            run_case.(name, dir)
+          after
+            File.rm_rf!(dir)
+          end
+        end
+
+      print_report(c, stdev: false)
+      c
+    end
+  end
+
   @doc "Prints one target line: `label: value unit MET|NOT MET`."
   def target(label, value, ok?, unit) do
     v = :erlang.float_to_binary(value * 1.0, decimals: 2)

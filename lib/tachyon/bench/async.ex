@@ -77,21 +77,9 @@ defmodule Tachyon.Bench.Async do
     )
 
     cases =
-      for name <- @all, name in wanted do
-        dir = Bench.tmp_dir(opts, "async")
-
-        try do
-          c =
-            if name == "machine.hiccup",
-              do: Bench.hiccup_case(opts[:hiccup_ms]),
-              else: run_case(name, dir, n, warmup, size, msg, async_opts)
-
-          Bench.print_report(c, stdev: false)
-          c
-        after
-          File.rm_rf!(dir)
-        end
-      end
+      Bench.run_cases(@all, wanted, opts, "async", fn name, dir ->
+        run_case(name, dir, n, warmup, size, msg, async_opts)
+      end)
 
     Bench.print_table(cases, "tachyon.store.append")
     print_targets(cases)

@@ -39,21 +39,9 @@ defmodule Tachyon.Bench.Store do
     )
 
     cases =
-      for name <- @all, name in wanted do
-        dir = Bench.tmp_dir(opts, "store")
-
-        try do
-          c =
-            if name == "machine.hiccup",
-              do: Bench.hiccup_case(opts[:hiccup_ms]),
-              else: run_case(name, dir, n, warmup, size, msg)
-
-          Bench.print_report(c, stdev: false)
-          c
-        after
-          File.rm_rf!(dir)
-        end
-      end
+      Bench.run_cases(@all, wanted, opts, "store", fn name, dir ->
+        run_case(name, dir, n, warmup, size, msg)
+      end)
 
     Bench.print_table(cases, "tachyon.store.append")
     print_targets(cases)
