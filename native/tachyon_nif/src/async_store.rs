@@ -25,7 +25,7 @@ use tachyon_core::wait::WaitStrategy;
 use crate::atoms;
 use crate::hist::HistResource;
 use crate::store::{store_error, StoreResource};
-use crate::terms::{atom, errno_atom, get};
+use crate::terms::{atom, errno_atom, get, map};
 
 /// The BEAM's handle on an AsyncStore. Dropping it (GC) or `async_close`
 /// stops the writer after it has written everything queued and joins it.
@@ -86,27 +86,26 @@ fn opt_bool<'a>(env: Env<'a>, v: Option<bool>) -> Term<'a> {
 }
 
 fn stats_term<'a>(env: Env<'a>, s: &Stats) -> NifResult<Term<'a>> {
-    let pairs: Vec<(Term<'a>, Term<'a>)> = [
-        ("enqueued", s.enqueued.encode(env)),
-        ("written", s.written.encode(env)),
-        ("pending", s.pending().encode(env)),
-        ("written_bytes", s.written_bytes.encode(env)),
-        ("batches", s.batches.encode(env)),
-        ("full_events", s.full_events.encode(env)),
-        ("rejected", s.rejected.encode(env)),
-        ("high_water_bytes", s.high_water_bytes.encode(env)),
-        ("ring_size", s.ring_size.encode(env)),
-        ("ring_used", s.ring_used.encode(env)),
-        ("base_index", s.base_index.encode(env)),
-        ("next_index", s.next_index.encode(env)),
-        ("state", atom(env, s.state)),
-        ("wait", atom(env, s.wait)),
-        ("pinned", opt_bool(env, s.pinned)),
-    ]
-    .into_iter()
-    .map(|(k, v)| (atom(env, k), v))
-    .collect();
-    Term::map_from_pairs(env, &pairs)
+    map(
+        env,
+        &[
+            ("enqueued", s.enqueued.encode(env)),
+            ("written", s.written.encode(env)),
+            ("pending", s.pending().encode(env)),
+            ("written_bytes", s.written_bytes.encode(env)),
+            ("batches", s.batches.encode(env)),
+            ("full_events", s.full_events.encode(env)),
+            ("rejected", s.rejected.encode(env)),
+            ("high_water_bytes", s.high_water_bytes.encode(env)),
+            ("ring_size", s.ring_size.encode(env)),
+            ("ring_used", s.ring_used.encode(env)),
+            ("base_index", s.base_index.encode(env)),
+            ("next_index", s.next_index.encode(env)),
+            ("state", atom(env, s.state)),
+            ("wait", atom(env, s.wait)),
+            ("pinned", opt_bool(env, s.pinned)),
+        ],
+    )
 }
 
 /// The reason term of a writer failure.

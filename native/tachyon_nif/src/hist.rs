@@ -3,6 +3,8 @@
 use std::sync::Mutex;
 
 use rustler::{Encoder, Env, NifResult, ResourceArc, Term};
+
+use crate::terms::map;
 use tachyon_core::hist::Hist;
 
 /// A histogram owned by a BEAM term. The mutex is uncontended in practice
@@ -64,61 +66,24 @@ fn hist_report<'a>(env: Env<'a>, h: ResourceArc<HistResource>) -> NifResult<Term
         .iter()
         .map(|t| (t.percentile, t.avg, t.stdev, t.max))
         .collect();
-    let pairs: Vec<(Term<'a>, Term<'a>)> = vec![
-        (
-            rustler::types::atom::Atom::from_str(env, "count")?.encode(env),
-            r.count.encode(env),
-        ),
-        (
-            rustler::types::atom::Atom::from_str(env, "avg")?.encode(env),
-            r.avg.encode(env),
-        ),
-        (
-            rustler::types::atom::Atom::from_str(env, "stdev")?.encode(env),
-            r.stdev.encode(env),
-        ),
-        (
-            rustler::types::atom::Atom::from_str(env, "min")?.encode(env),
-            r.min.encode(env),
-        ),
-        (
-            rustler::types::atom::Atom::from_str(env, "max")?.encode(env),
-            r.max.encode(env),
-        ),
-        (
-            rustler::types::atom::Atom::from_str(env, "p50")?.encode(env),
-            r.p50.encode(env),
-        ),
-        (
-            rustler::types::atom::Atom::from_str(env, "p75")?.encode(env),
-            r.p75.encode(env),
-        ),
-        (
-            rustler::types::atom::Atom::from_str(env, "p90")?.encode(env),
-            r.p90.encode(env),
-        ),
-        (
-            rustler::types::atom::Atom::from_str(env, "p99")?.encode(env),
-            r.p99.encode(env),
-        ),
-        (
-            rustler::types::atom::Atom::from_str(env, "p999")?.encode(env),
-            r.p999.encode(env),
-        ),
-        (
-            rustler::types::atom::Atom::from_str(env, "p9999")?.encode(env),
-            r.p9999.encode(env),
-        ),
-        (
-            rustler::types::atom::Atom::from_str(env, "p99999")?.encode(env),
-            r.p99999.encode(env),
-        ),
-        (
-            rustler::types::atom::Atom::from_str(env, "tails")?.encode(env),
-            tails.encode(env),
-        ),
-    ];
-    Term::map_from_pairs(env, &pairs)
+    map(
+        env,
+        &[
+            ("count", r.count.encode(env)),
+            ("avg", r.avg.encode(env)),
+            ("stdev", r.stdev.encode(env)),
+            ("min", r.min.encode(env)),
+            ("max", r.max.encode(env)),
+            ("p50", r.p50.encode(env)),
+            ("p75", r.p75.encode(env)),
+            ("p90", r.p90.encode(env)),
+            ("p99", r.p99.encode(env)),
+            ("p999", r.p999.encode(env)),
+            ("p9999", r.p9999.encode(env)),
+            ("p99999", r.p99999.encode(env)),
+            ("tails", tails.encode(env)),
+        ],
+    )
 }
 
 /// An empty NIF taking two arguments: the cost of a NIF call from Elixir,
