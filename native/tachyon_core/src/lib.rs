@@ -12,13 +12,16 @@
 //! * [`table`]: the persistent key-value table (hash index over an
 //!   append-only log).
 //! * [`udp`]: UDP loops (echo server, ping client, endpoint for BEAM processes).
-//! * [`wait`]: wait strategies for every loop that polls.
+//! * [`wait`]: wait strategies and wake-ups for every loop that polls.
+//! * [`worker`]: the one thread type (name, pinning, stop, wake, join).
+//! * [`counter`]: single-writer statistics counters.
 //!
 //! Every module is usable from plain Rust and tested with `cargo test`; the
 //! `tachyon_nif` crate only converts terms and owns resources and threads.
 #![deny(unsafe_op_in_unsafe_fn)]
 
 pub mod async_store;
+pub mod counter;
 pub mod crc;
 pub mod errno;
 pub mod hiccup;
@@ -31,3 +34,4 @@ mod sys;
 pub mod table;
 pub mod udp;
 pub mod wait;
+pub mod worker;

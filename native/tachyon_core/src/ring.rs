@@ -23,8 +23,8 @@
 //! let (mut p, mut c) = Ring::with_capacity(4096).unwrap().split();
 //! p.try_push(b"hello").unwrap();
 //! let batch = c.batch(16, usize::MAX);
-//! assert_eq!(c.iter(&batch).collect::<Vec<_>>(), vec![&b"hello"[..]]);
-//! c.release(&batch);
+//! assert_eq!(batch.iter().collect::<Vec<_>>(), vec![&b"hello"[..]]);
+//! batch.release();
 //! assert!(c.is_empty());
 //! ```
 
@@ -297,17 +297,30 @@ pub struct Consumer {
     cached_head: u64,
 }
 
-/// A run of consecutive records ready to be read; valid until released.
-/// Iterating it (any number of times: it is `Clone`) yields the payloads.
-#[derive(Debug, Clone, Copy)]
-pub struct Batch {
-    start: u64,
+/// A run of consecutive records ready to be read, borrowed from the
+/// [`Consumer`] (as rtrb's `ReadChunk`): while it lives the consumer can take
+/// no other batch, and [`Batch::release`] consumes it, so no safe code can
+/// read the bytes of a released batch (the producer may already be
+/// overwriting them). A batch dropped without `release` gives nothing back:
+/// the next batch starts at the same records.
+///
+/// ```compile_fail
+/// use tachyon_core::ring::Ring;
+/// let (mut p, mut c) = Ring::with_capacity(4096).unwrap().split();
+/// p.try_push(b"x").unwrap();
+/// let b = c.batch(1, usize::MAX);
+/// let it = b.iter();
+/// b.release(); // error: `b` is still borrowed by `it`
+/// assert_eq!(it.count(), 1);
+/// ```
+pub struct Batch<'c> {
+    consumer: &'c mut Consumer,
     end: u64,
     count: usize,
     bytes: usize,
 }
 
-impl Batch {
+impl<'c> Batch<'c> {
     /// Number of records.
     pub fn len(&self) -> usize {
         self.count
@@ -324,7 +337,29 @@ impl Batch {
 
     /// Ring bytes the batch spans (headers and padding included).
     pub fn span(&self) -> u64 {
-        self.end - self.start
+        self.end - self.consumer.tail
+    }
+
+    /// Bytes written by the producer and not released yet (this batch
+    /// included), as seen now.
+    pub fn backlog(&self) -> u64 {
+        self.consumer.ring.head.load(Ordering::Acquire) - self.consumer.tail
+    }
+
+    /// The payloads, in order. Any number of times.
+    pub fn iter(&self) -> BatchIter<'_> {
+        BatchIter {
+            ring: &self.consumer.ring,
+            pos: self.consumer.tail,
+            left: self.count,
+        }
+    }
+
+    /// Gives the bytes of the batch back to the producer.
+    pub fn release(self) {
+        let c = self.consumer;
+        c.tail = self.end;
+        c.ring.tail.store(c.tail, Ordering::Release);
     }
 }
 
@@ -346,8 +381,8 @@ impl<'a> Iterator for BatchIter<'a> {
         }
         // SAFETY: the batch was built from published records in [tail, head),
         // which the producer does not touch until they are released; this
-        // iterator borrows the consumer and `release` takes `&mut self`, so
-        // it cannot outlive the bytes it reads.
+        // iterator borrows the batch and `Batch::release` consumes it, so it
+        // cannot outlive the bytes it reads.
         let (len, at) = unsafe { read_header(self.ring, &mut self.pos) };
         self.left -= 1;
         // SAFETY: `len` payload bytes follow the header inside the buffer.
@@ -396,9 +431,9 @@ impl Consumer {
     }
 
     /// Up to `max_count` records and about `max_bytes` payload bytes (at
-    /// least one record when any is waiting) of what is published now. Call [`Consumer::release`]
-    /// with it once done with the bytes.
-    pub fn batch(&mut self, max_count: usize, max_bytes: usize) -> Batch {
+    /// least one record when any is waiting) of what is published now.
+    /// Call [`Batch::release`] once done with the bytes.
+    pub fn batch(&mut self, max_count: usize, max_bytes: usize) -> Batch<'_> {
         // One load per batch (not per record): see everything published.
         self.cached_head = self.ring.head.load(Ordering::Acquire);
         let mut pos = self.tail;
@@ -413,28 +448,11 @@ impl Consumer {
             bytes += len;
         }
         Batch {
-            start: self.tail,
+            consumer: self,
             end: pos,
             count,
             bytes,
         }
-    }
-
-    /// The payloads of `batch`.
-    pub fn iter(&self, batch: &Batch) -> BatchIter<'_> {
-        debug_assert_eq!(batch.start, self.tail, "batch of another consumer position");
-        BatchIter {
-            ring: &self.ring,
-            pos: batch.start,
-            left: batch.count,
-        }
-    }
-
-    /// Gives the bytes of `batch` back to the producer.
-    pub fn release(&mut self, batch: &Batch) {
-        debug_assert_eq!(batch.start, self.tail, "batches must be released in order");
-        self.tail = batch.end;
-        self.ring.tail.store(self.tail, Ordering::Release);
     }
 
     /// Bytes written by the producer and not released yet, as seen now.
@@ -454,8 +472,8 @@ mod tests {
 
     fn drain(c: &mut Consumer) -> Vec<Vec<u8>> {
         let b = c.batch(usize::MAX, usize::MAX);
-        let v = c.iter(&b).map(|s| s.to_vec()).collect();
-        c.release(&b);
+        let v = b.iter().map(|s| s.to_vec()).collect();
+        b.release();
         v
     }
 
@@ -498,6 +516,19 @@ mod tests {
     }
 
     #[test]
+    fn a_batch_dropped_without_release_gives_nothing_back() {
+        let (mut p, mut c) = Ring::with_capacity(4096).unwrap().split();
+        p.try_push(b"one").unwrap();
+        p.try_push(b"two").unwrap();
+        {
+            let b = c.batch(1, usize::MAX);
+            assert_eq!(b.iter().next(), Some(&b"one"[..]));
+        }
+        assert_eq!(drain(&mut c), vec![b"one".to_vec(), b"two".to_vec()]);
+        assert!(c.is_empty());
+    }
+
+    #[test]
     fn batch_limits() {
         let (mut p, mut c) = Ring::with_capacity(4096).unwrap().split();
         for i in 0..10u8 {
@@ -507,21 +538,21 @@ mod tests {
         assert_eq!(b.len(), 3);
         assert_eq!(b.payload_bytes(), 300);
         assert_eq!(b.span(), 3 * record_size(100) as u64);
-        let got: Vec<u8> = c.iter(&b).map(|s| s[0]).collect();
+        let got: Vec<u8> = b.iter().map(|s| s[0]).collect();
         assert_eq!(got, vec![0, 1, 2]);
         // Iterating twice (the iterator is Clone) sees the same records.
-        let it = c.iter(&b);
+        let it = b.iter();
         assert_eq!(it.clone().count(), 3);
         assert_eq!(it.len(), 3);
-        c.release(&b);
+        b.release();
         // A byte limit stops after the record that crosses it, but always
         // returns at least one.
         let b = c.batch(usize::MAX, 150);
         assert_eq!(b.len(), 2);
-        c.release(&b);
+        b.release();
         let b = c.batch(usize::MAX, 1);
         assert_eq!(b.len(), 1);
-        c.release(&b);
+        b.release();
         assert_eq!(drain(&mut c).len(), 4);
     }
 
@@ -536,7 +567,7 @@ mod tests {
         assert_eq!(p.try_push(&[]), Err(PushError::Full));
         assert!(!p.has_room_for(0));
         let b = c.batch(1, usize::MAX);
-        c.release(&b);
+        b.release();
         assert!(p.has_room_for(2040));
         p.try_push(&[3; 2040]).unwrap();
         assert_eq!(p.try_push(&[]), Err(PushError::Full));
@@ -578,7 +609,7 @@ mod tests {
             let m: Vec<u8> = (0..len).map(|k| (i as usize + k) as u8).collect();
             while p.try_push(&m) == Err(PushError::Full) {
                 let b = c.batch(5, usize::MAX);
-                for s in c.iter(&b) {
+                for s in b.iter() {
                     let l = (next_out * 7919 % 700) as usize;
                     assert_eq!(s.len(), l);
                     assert!(s
@@ -587,7 +618,7 @@ mod tests {
                         .all(|(k, &x)| x == (next_out as usize + k) as u8));
                     next_out += 1;
                 }
-                c.release(&b);
+                b.release();
             }
         }
         next_out += drain(&mut c).len() as u64;
@@ -640,7 +671,7 @@ mod tests {
                 continue;
             }
             empties = 0;
-            for s in c.iter(&b) {
+            for s in b.iter() {
                 let i = u64::from_le_bytes(s[..8].try_into().unwrap());
                 assert_eq!(i, expect, "records out of order");
                 assert_eq!(s.len(), 8 + (i * 31 % 590) as usize);
@@ -653,7 +684,7 @@ mod tests {
                 );
                 expect += 1;
             }
-            c.release(&b);
+            b.release();
         }
         producer.join().unwrap();
         assert!(c.is_empty());

@@ -41,13 +41,11 @@ crate::hot_resource!(AsyncStoreResource, c"AsyncStoreResource", down = on_down);
 
 impl AsyncStoreResource {
     fn on_down(&self, _env: Env<'_>, _pid: LocalPid, _monitor: Monitor) {
-        // The owner died without closing (e.g. killed): write what is queued,
-        // stop and join the writer, and release the store it opened. The
-        // ring is bounded, so this takes at most a few milliseconds.
-        let _ = self.inner.close();
-        if self.owns_store {
-            self.inner.store().close();
-        }
+        // The owner died without closing (e.g. killed): the writer writes
+        // what is queued, closes the store if it was opened for it, and
+        // ends. A monitor callback runs on a normal scheduler: nothing here
+        // waits (the writer's join goes to the worker reaper).
+        self.inner.close_in_background(self.owns_store);
     }
 }
 

@@ -23,9 +23,11 @@ mod udp;
 
 rustler::init!("Elixir.Tachyon.Native", load = load);
 
-/// Opens the resource types of `res` (rustler opens its own before this).
+/// Opens the resource types of `res` (rustler opens its own before this)
+/// and starts the worker reaper (see `tachyon_core::worker`).
 fn load(env: rustler::Env, _info: rustler::Term) -> bool {
-    res::register::<store::StoreResource>(env)
+    tachyon_core::worker::start_reaper()
+        && res::register::<store::StoreResource>(env)
         && res::register::<async_store::AsyncStoreResource>(env)
         && res::register::<table::TableResource>(env)
 }

@@ -205,14 +205,9 @@ fn udp_ping<'a>(env: Env<'a>, opts: Term<'a>) -> NifResult<Term<'a>> {
     cfg.core = get::<Option<u64>>(env, opts, "core")?.map(|c| c as usize);
     cfg.timeout = Duration::from_millis(get(env, opts, "timeout_ms")?);
     cfg.max_lost = get(env, opts, "max_lost")?;
-    let handle = match spawn_ping(cfg, Arc::new(AtomicBool::new(false))) {
-        Ok(h) => h,
+    let out = match spawn_ping(cfg, Arc::new(AtomicBool::new(false))) {
+        Ok(out) => out,
         Err(e) => return Ok(error_term(env, &e)),
-    };
-    let out = match handle.join() {
-        Ok(Ok(out)) => out,
-        Ok(Err(e)) => return Ok(error_term(env, &e)),
-        Err(_) => return Ok((atoms::error(), atom(env, "panic")).encode(env)),
     };
     let mut info = vec![
         ("sent", out.sent.encode(env)),

@@ -115,10 +115,7 @@ fn main() -> ExitCode {
     ping.size = args.size;
     ping.wait = args.ping_wait;
     ping.core = args.ping_core;
-    let outcome = spawn_ping(ping, Arc::new(AtomicBool::new(false)))
-        .map_err(|e| e.to_string())
-        .and_then(|h| h.join().map_err(|_| "the ping thread panicked".to_string()))
-        .and_then(|r| r.map_err(|e| e.to_string()));
+    let outcome = spawn_ping(ping, Arc::new(AtomicBool::new(false))).map_err(|e| e.to_string());
     let pong = server.placement();
     server.stop();
     let out = match outcome {

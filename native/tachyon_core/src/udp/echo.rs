@@ -3,17 +3,15 @@
 
 use std::io;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{mpsc, Arc};
-use std::thread::JoinHandle;
+use std::sync::Arc;
 
 use crossbeam_utils::CachePadded;
 
-use super::stats::Counter;
-use super::sys::{Batch, Socket, SocketOptions, Waker, MAX_UDP_PAYLOAD};
-use super::waiter::Waiter;
+use super::sys::{Batch, Socket, SocketOptions, MAX_UDP_PAYLOAD};
 use super::{validate_sizes, Placement};
-use crate::wait::{online_cores, pin_to_core, WaitStrategy};
+use crate::counter::Counter;
+use crate::wait::{WaitStrategy, Waiter};
+use crate::worker::{Ctx, Worker};
 
 /// How to run an [`EchoServer`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -39,7 +37,7 @@ impl EchoConfig {
     pub fn new(bind: SocketAddr) -> EchoConfig {
         EchoConfig {
             bind,
-            wait: WaitStrategy::default_for_cores(online_cores()),
+            wait: WaitStrategy::machine_default(),
             core: None,
             batch: 32,
             max_datagram: MAX_UDP_PAYLOAD,
@@ -93,18 +91,13 @@ impl EchoStats {
     }
 }
 
-struct Shared {
-    stop: CachePadded<AtomicBool>,
-    counters: CachePadded<EchoCounters>,
-    waker: Waker,
-}
-
-/// A running echo server. Stopping it (or dropping it) stops and joins the
-/// thread, which closes the socket: the port is free when `stop` returns.
+/// A running echo server. Stopping it stops and joins the thread, which
+/// closes the socket: the port is free when `stop` returns. Dropping it
+/// stops the thread without waiting (see [`crate::worker`]).
 pub struct EchoServer {
     local: SocketAddr,
-    shared: Arc<Shared>,
-    thread: Option<JoinHandle<()>>,
+    counters: Arc<CachePadded<EchoCounters>>,
+    worker: Option<Worker>,
     placement: Placement,
     buffers: (usize, usize),
 }
@@ -117,30 +110,20 @@ impl EchoServer {
         let sock = Socket::bind(cfg.bind, &cfg.socket)?;
         let local = sock.local_addr()?;
         let buffers = sock.buffer_sizes()?;
-        let shared = Arc::new(Shared {
-            stop: CachePadded::new(AtomicBool::new(false)),
-            counters: CachePadded::new(EchoCounters::default()),
-            waker: Waker::new()?,
-        });
-        let (ready_tx, ready_rx) = mpsc::sync_channel::<bool>(1);
-        let thread_shared = shared.clone();
-        let thread = std::thread::Builder::new()
-            .name("tachyon-echo".into())
-            .spawn(move || {
-                let pinned = cfg.core.map(pin_to_core).unwrap_or(false);
-                let _ = ready_tx.send(pinned);
-                drop(ready_tx);
-                let mut batch = Batch::new(cfg.batch, cfg.max_datagram);
-                echo_loop(&sock, &thread_shared, &mut batch, Waiter::new(cfg.wait));
-                // The socket is closed here, before the thread ends: a `stop`
-                // that joined us finds the port free.
-                drop(sock);
-            })?;
-        let pinned = ready_rx.recv().unwrap_or(false);
+        let counters = Arc::new(CachePadded::new(EchoCounters::default()));
+        let c = counters.clone();
+        let worker = Worker::spawn("tachyon-echo", cfg.core, move |ctx| {
+            let mut batch = Batch::new(cfg.batch, cfg.max_datagram);
+            echo_loop(ctx, &sock, &c, &mut batch, cfg.wait);
+            // The socket is closed here, before the thread ends: a `stop`
+            // that joined us finds the port free.
+            drop(sock);
+        })?;
+        let pinned = worker.placement().1;
         Ok(EchoServer {
             local,
-            shared,
-            thread: Some(thread),
+            counters,
+            worker: Some(worker),
             placement: Placement {
                 core: cfg.core,
                 pinned,
@@ -167,11 +150,11 @@ impl EchoServer {
 
     /// Whether the thread is still running.
     pub fn is_running(&self) -> bool {
-        self.thread.as_ref().is_some_and(|t| !t.is_finished())
+        self.worker.as_ref().is_some_and(|w| !w.is_finished())
     }
 
     pub fn stats(&self) -> EchoStats {
-        let c = &self.shared.counters;
+        let c = &self.counters;
         // Packet counts first (each is bumped after its companions).
         let packets_out = c.packets_out.get();
         let packets_in = c.packets_in.get();
@@ -189,25 +172,17 @@ impl EchoServer {
     }
 
     /// Stops and joins the thread (idempotent). The port is free on return.
+    /// Blocks: from the BEAM, on a dirty scheduler.
     pub fn stop(&mut self) {
-        self.shared.stop.store(true, Ordering::Release);
-        self.shared.waker.wake();
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
+        if let Some(w) = self.worker.take() {
+            let _ = w.join();
         }
     }
 }
 
-impl Drop for EchoServer {
-    fn drop(&mut self) {
-        self.stop();
-    }
-}
-
-fn echo_loop(sock: &Socket, shared: &Shared, batch: &mut Batch, mut waiter: Waiter) {
-    let c = &shared.counters;
-    let waker = shared.waker.fd();
-    while !shared.stop.load(Ordering::Relaxed) {
+fn echo_loop(ctx: &Ctx, sock: &Socket, c: &EchoCounters, batch: &mut Batch, wait: WaitStrategy) {
+    let mut waiter = Waiter::with_socket(wait, ctx.wake().clone(), sock.fd());
+    while !ctx.stopped() {
         match batch.recv(sock) {
             Ok(n) if n > 0 => {
                 waiter.reset();
@@ -232,14 +207,14 @@ fn echo_loop(sock: &Socket, shared: &Shared, batch: &mut Batch, mut waiter: Wait
                 c.bytes_out.bump(out.bytes);
                 c.packets_out.bump(out.sent);
             }
-            Ok(_) => waiter.wait(sock.fd(), waker, None),
+            Ok(_) => waiter.idle(|| false),
             Err(e) => match e.kind() {
-                io::ErrorKind::WouldBlock => waiter.wait(sock.fd(), waker, None),
+                io::ErrorKind::WouldBlock => waiter.idle(|| false),
                 io::ErrorKind::Interrupted => {}
                 _ => {
                     // e.g. ENOMEM: count it and back off rather than spin on it.
                     c.recv_errors.bump(1);
-                    waiter.wait(sock.fd(), waker, None);
+                    waiter.idle(|| false);
                 }
             },
         }

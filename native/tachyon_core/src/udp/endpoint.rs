@@ -22,16 +22,15 @@
 use std::io;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{mpsc, Arc, Mutex, RwLock};
-use std::thread::JoinHandle;
+use std::sync::{Arc, Mutex, RwLock};
 
 use crossbeam_utils::CachePadded;
 
-use super::stats::Counter;
-use super::sys::{Batch, Socket, SocketOptions, Waker, MAX_UDP_PAYLOAD};
-use super::waiter::Waiter;
+use super::sys::{Batch, Socket, SocketOptions, MAX_UDP_PAYLOAD};
 use super::{validate_sizes, Placement};
-use crate::wait::{pin_to_core, WaitStrategy};
+use crate::counter::Counter;
+use crate::wait::{WaitStrategy, Waiter};
+use crate::worker::{Ctx, Worker};
 
 /// How to run an [`Endpoint`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -152,7 +151,6 @@ struct Shared {
     /// `None` once closed. Senders take it shared; the receive thread holds it
     /// shared for its whole life; closing takes it exclusively.
     sock: RwLock<Option<Socket>>,
-    waker: Waker,
     placement: Mutex<Placement>,
 }
 
@@ -168,7 +166,7 @@ pub struct Endpoint {
     cfg: EndpointConfig,
     local: SocketAddr,
     shared: Arc<Shared>,
-    thread: Mutex<Option<JoinHandle<()>>>,
+    worker: Mutex<Option<Worker>>,
 }
 
 impl Endpoint {
@@ -189,7 +187,6 @@ impl Endpoint {
             rx: CachePadded::new(RxCounters::default()),
             tx: CachePadded::new(TxCounters::default()),
             sock: RwLock::new(Some(sock)),
-            waker: Waker::new()?,
             placement: Mutex::new(Placement {
                 core: cfg.core,
                 pinned: false,
@@ -200,14 +197,14 @@ impl Endpoint {
             cfg,
             local,
             shared,
-            thread: Mutex::new(None),
+            worker: Mutex::new(None),
         })
     }
 
     /// Starts the receive thread with `sink`; returns once it runs (and is
     /// pinned). At most once per endpoint.
     pub fn start<S: Sink>(&self, mut sink: S) -> io::Result<()> {
-        let mut slot = self.thread.lock().unwrap_or_else(|e| e.into_inner());
+        let mut slot = self.worker.lock().unwrap_or_else(|e| e.into_inner());
         if slot.is_some() {
             return Err(io::Error::new(
                 io::ErrorKind::AlreadyExists,
@@ -219,42 +216,32 @@ impl Endpoint {
         }
         let shared = self.shared.clone();
         let cfg = self.cfg;
-        let (ready_tx, ready_rx) = mpsc::sync_channel::<()>(1);
-        let handle = std::thread::Builder::new()
-            .name("tachyon-udp-rx".into())
-            .spawn(move || {
-                // Closes the socket when the thread ends, even by a panic in the
-                // sink, so an owner-death stop frees the port without a join.
-                struct CloseOnExit(Arc<Shared>);
-                impl Drop for CloseOnExit {
-                    fn drop(&mut self) {
-                        self.0.close_socket();
-                    }
+        let worker = Worker::spawn("tachyon-udp-rx", cfg.core, move |ctx| {
+            // Closes the socket when the thread ends, even by a panic in the
+            // sink, so an owner-death stop frees the port without a join.
+            struct CloseOnExit(Arc<Shared>);
+            impl Drop for CloseOnExit {
+                fn drop(&mut self) {
+                    self.0.close_socket();
                 }
-                let closer = CloseOnExit(shared.clone());
-                if let Some(core) = cfg.core {
-                    let pinned = pin_to_core(core);
-                    if let Ok(mut p) = shared.placement.lock() {
-                        p.pinned = pinned;
-                    }
+            }
+            let closer = CloseOnExit(shared.clone());
+            let mut batch = Batch::new(cfg.batch, cfg.max_datagram);
+            {
+                let guard = shared.sock.read().unwrap_or_else(|e| e.into_inner());
+                if let Some(sock) = guard.as_ref() {
+                    receive_loop(ctx, &shared, sock, &mut batch, &cfg, &mut sink);
                 }
-                let _ = ready_tx.send(());
-                drop(ready_tx);
-                let mut batch = Batch::new(cfg.batch, cfg.max_datagram);
-                {
-                    let guard = shared.sock.read().unwrap_or_else(|e| e.into_inner());
-                    if let Some(sock) = guard.as_ref() {
-                        receive_loop(&shared, sock, &mut batch, &cfg, &mut sink);
-                    }
-                }
-                drop(closer);
-                // The sink (which may hold the last reference to whatever owns
-                // this endpoint) goes last.
-                drop(sink);
-            })?;
-        *slot = Some(handle);
-        drop(slot);
-        let _ = ready_rx.recv();
+            }
+            drop(closer);
+            // The sink (which may hold the last reference to whatever owns
+            // this endpoint) goes last.
+            drop(sink);
+        })?;
+        if let Ok(mut p) = self.shared.placement.lock() {
+            p.pinned = worker.placement().1;
+        }
+        *slot = Some(worker);
         Ok(())
     }
 
@@ -343,31 +330,44 @@ impl Endpoint {
     /// not starved of CPU).
     pub fn request_stop(&self) {
         self.shared.stop.store(true, Ordering::Release);
-        self.shared.waker.wake();
+        if let Some(w) = self
+            .worker
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .as_ref()
+        {
+            w.stop();
+        }
     }
 
     /// Stops the receive thread, waits for it, and closes the socket
     /// (idempotent). On return the port is free. Called on the receive thread
     /// itself (by a sink dropping the last owner), it does not wait for itself.
+    /// Blocks: from the BEAM, on a dirty scheduler.
     pub fn close(&self) {
         self.request_stop();
-        let handle = self.thread.lock().unwrap_or_else(|e| e.into_inner()).take();
-        if let Some(h) = handle {
-            if h.thread().id() != std::thread::current().id() {
-                let _ = h.join();
-            }
+        let worker = self.worker.lock().unwrap_or_else(|e| e.into_inner()).take();
+        if let Some(w) = worker {
+            let _ = w.join();
         }
         self.shared.close_socket();
     }
 }
 
 impl Drop for Endpoint {
+    /// Stops the thread without waiting for it (the worker's reaper joins
+    /// it; a destructor may run on a normal scheduler). The thread closes
+    /// the socket as it exits.
     fn drop(&mut self) {
-        self.close();
+        self.request_stop();
+        if self.worker.get_mut().map_or(true, |w| w.is_none()) {
+            self.shared.close_socket();
+        }
     }
 }
 
 fn receive_loop<S: Sink>(
+    ctx: &Ctx,
     shared: &Shared,
     sock: &Socket,
     batch: &mut Batch,
@@ -375,11 +375,10 @@ fn receive_loop<S: Sink>(
     sink: &mut S,
 ) {
     let rx = &shared.rx;
-    let waker = shared.waker.fd();
     let max_queue = cfg.max_queue.unwrap_or(u64::MAX);
-    let mut waiter = Waiter::new(cfg.wait);
+    let mut waiter = Waiter::with_socket(cfg.wait, ctx.wake().clone(), sock.fd());
     let mut delivered = 0u64;
-    while !shared.stop.load(Ordering::Relaxed) {
+    while !ctx.stopped() {
         match batch.recv(sock) {
             Ok(n) if n > 0 => {
                 waiter.reset();
@@ -421,13 +420,13 @@ fn receive_loop<S: Sink>(
                 // counter of these datagrams.
                 rx.received.bump(n as u64);
             }
-            Ok(_) => waiter.wait(sock.fd(), waker, None),
+            Ok(_) => waiter.idle(|| false),
             Err(e) => match e.kind() {
-                io::ErrorKind::WouldBlock => waiter.wait(sock.fd(), waker, None),
+                io::ErrorKind::WouldBlock => waiter.idle(|| false),
                 io::ErrorKind::Interrupted => {}
                 _ => {
                     rx.recv_errors.bump(1);
-                    waiter.wait(sock.fd(), waker, None);
+                    waiter.idle(|| false);
                 }
             },
         }

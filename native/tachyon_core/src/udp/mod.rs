@@ -1,7 +1,7 @@
 //! UDP loops on non-blocking sockets, for `Tachyon.Echo` and `Tachyon.UDP`.
 //!
 //! * [`sys`]: the libc layer: [`Socket`], `recvmmsg`/`sendmmsg` batches
-//!   ([`Batch`]), the eventfd [`sys::Waker`], `poll`.
+//!   ([`Batch`]).
 //! * [`echo`]: [`EchoServer`], a thread that sends every datagram back to its
 //!   sender (the pong of the round-trip benchmark).
 //! * [`ping`]: the benchmark's ping client: send, wait for the echo, record
@@ -11,10 +11,11 @@
 //!   can send on, with an optional bound on unacknowledged deliveries.
 //!
 //! Every loop polls its socket without blocking and, when nothing is
-//! waiting, waits according to a [`crate::wait::WaitStrategy`] (see
-//! [`waiter`]): `BusySpin` for the lowest latency on a core of its own,
-//! `Yield`, `Backoff` (spin, yield, then block in `poll`), or `Park` (block in
-//! `poll` at once: no CPU while idle). Threads can be pinned to a core.
+//! waiting, waits according to a [`crate::wait::WaitStrategy`] (a
+//! [`crate::wait::Waiter`] on the socket): `BusySpin` for the lowest latency
+//! on a core of its own, `Yield`, `Backoff` (yield, then block in `ppoll` on
+//! the socket), or `Park` (block at once: no CPU while idle). Every thread is
+//! a [`crate::worker::Worker`] and can be pinned to a core.
 //!
 //! Loops take every datagram waiting in one `recvmmsg` (up to `batch`), and
 //! the echo server answers them with one `sendmmsg`. Nothing is allocated per
@@ -23,9 +24,7 @@
 pub mod echo;
 pub mod endpoint;
 pub mod ping;
-pub mod stats;
 pub mod sys;
-pub mod waiter;
 
 #[cfg(test)]
 mod tests;

@@ -9,15 +9,14 @@
 use std::io;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
-use std::thread::JoinHandle;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use super::sys::{unspecified_like, Socket, SocketOptions, MAX_UDP_PAYLOAD};
-use super::waiter::Waiter;
 use super::Placement;
 use crate::hist::Hist;
-use crate::wait::{pin_to_core, WaitStrategy};
+use crate::wait::{WaitStrategy, Waiter, Wake};
+use crate::worker::Worker;
 
 /// How to run a ping.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -99,25 +98,32 @@ pub fn ping(cfg: &PingConfig, stop: &AtomicBool) -> io::Result<PingOutcome> {
     )
 }
 
-/// Runs a ping on a new thread, pinned to `cfg.core` if set.
-pub fn spawn_ping(
-    cfg: PingConfig,
-    stop: Arc<AtomicBool>,
-) -> io::Result<JoinHandle<io::Result<PingOutcome>>> {
-    std::thread::Builder::new()
-        .name("tachyon-ping".into())
-        .spawn(move || {
-            let pinned = cfg.core.map(pin_to_core).unwrap_or(false);
-            ping_placed(
-                &cfg,
-                &stop,
-                Placement {
-                    core: cfg.core,
-                    pinned,
-                    wait: cfg.wait,
-                },
-            )
-        })
+/// Runs a ping on a worker thread (`tachyon-ping`, pinned to `cfg.core` if
+/// set) and waits for it. `stop` aborts it with `Interrupted`. Blocks: from
+/// the BEAM, on a dirty scheduler.
+pub fn spawn_ping(cfg: PingConfig, stop: Arc<AtomicBool>) -> io::Result<PingOutcome> {
+    let out: Arc<Mutex<Option<io::Result<PingOutcome>>>> = Arc::new(Mutex::new(None));
+    let slot = out.clone();
+    let worker = Worker::spawn("tachyon-ping", cfg.core, move |_| {
+        let r = ping(&cfg, &stop);
+        *crate::sys::lock(&slot) = Some(r);
+    })?;
+    // The worker pinned the thread before it ran the ping.
+    let (core, pinned) = worker.placement();
+    if worker.join().is_err() {
+        return Err(io::Error::other("the ping thread panicked"));
+    }
+    let r = crate::sys::lock(&out).take();
+    let mut r =
+        r.unwrap_or_else(|| Err(io::Error::other("the ping thread ended without a result")));
+    if let Ok(o) = r.as_mut() {
+        o.placement = Placement {
+            core,
+            pinned,
+            wait: cfg.wait,
+        };
+    }
+    r
 }
 
 fn ping_placed(
@@ -141,7 +147,7 @@ fn ping_placed(
     let mut payload: Vec<u8> = (0..cfg.size).map(|i| i as u8).collect();
     let mut buf = vec![0u8; MAX_UDP_PAYLOAD + 1];
     let mut hist = Hist::new();
-    let mut waiter = Waiter::new(cfg.wait);
+    let mut waiter = Waiter::with_socket(cfg.wait, Arc::new(Wake::new()?), sock.fd());
     let (mut sent, mut received, mut lost, mut stale, mut mismatched) =
         (0u64, 0u64, 0u64, 0u64, 0u64);
     let total = cfg.warmup.saturating_add(cfg.count);
@@ -158,7 +164,7 @@ fn ping_placed(
         loop {
             match sock.send(&payload) {
                 Ok(_) => break,
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => waiter.wait(-1, -1, None),
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => waiter.idle(|| false),
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                 Err(e) => return Err(e),
             }
@@ -192,11 +198,7 @@ fn ping_placed(
                             return Err(io::Error::new(io::ErrorKind::Interrupted, "ping stopped"));
                         }
                     }
-                    waiter.wait(
-                        sock.fd(),
-                        -1,
-                        Some(cfg.timeout.saturating_sub(t0.elapsed())),
-                    );
+                    waiter.idle_at_most(Some(cfg.timeout.saturating_sub(t0.elapsed())), || false);
                 }
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                 Err(e) => return Err(e),

@@ -499,7 +499,7 @@ impl Batch {
                 io::ErrorKind::Interrupted => {}
                 io::ErrorKind::WouldBlock if full_waits < 10 => {
                     full_waits += 1;
-                    let _ = poll_fds(
+                    let _ = crate::wait::poll_fds(
                         &[(sock.fd(), libc::POLLOUT)],
                         Some(Duration::from_millis(1)),
                     );
@@ -522,71 +522,6 @@ impl Batch {
         out.bytes = bytes;
         out
     }
-}
-
-/// An eventfd used to wake a thread blocked in `poll` (stop requests).
-#[derive(Debug)]
-pub struct Waker {
-    fd: RawFd,
-}
-
-impl Waker {
-    pub fn new() -> io::Result<Waker> {
-        // SAFETY: plain syscall; the result is checked.
-        let fd = cvt(unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) })?;
-        Ok(Waker { fd })
-    }
-
-    pub fn fd(&self) -> RawFd {
-        self.fd
-    }
-
-    /// Makes the eventfd readable (wakes every poller). Never blocks.
-    pub fn wake(&self) {
-        let one: u64 = 1;
-        // SAFETY: writes 8 bytes from a live u64 to our eventfd.
-        unsafe {
-            libc::write(self.fd, &one as *const u64 as *const libc::c_void, 8);
-        }
-    }
-}
-
-impl Drop for Waker {
-    fn drop(&mut self) {
-        // SAFETY: we own fd and close it exactly once.
-        unsafe {
-            libc::close(self.fd);
-        }
-    }
-}
-
-/// `poll(2)` on `(fd, events)` pairs; `None` waits forever. Returns how many
-/// descriptors are ready (0 on timeout). `EINTR` counts as a timeout.
-pub fn poll_fds(fds: &[(RawFd, libc::c_short)], timeout: Option<Duration>) -> io::Result<usize> {
-    let mut pfds = [libc::pollfd {
-        fd: -1,
-        events: 0,
-        revents: 0,
-    }; 4];
-    let n = fds.len().min(pfds.len());
-    for (p, &(fd, events)) in pfds.iter_mut().zip(fds.iter()) {
-        p.fd = fd;
-        p.events = events;
-    }
-    let ms = match timeout {
-        None => -1,
-        Some(d) => d.as_millis().min(i32::MAX as u128) as libc::c_int,
-    };
-    // SAFETY: pfds holds n initialised pollfd entries.
-    let r = unsafe { libc::poll(pfds.as_mut_ptr(), n as libc::nfds_t, ms) };
-    if r < 0 {
-        let e = io::Error::last_os_error();
-        if e.kind() == io::ErrorKind::Interrupted {
-            return Ok(0);
-        }
-        return Err(e);
-    }
-    Ok(r as usize)
 }
 
 /// The errno name of `err` (see [`crate::errno::name`]).

@@ -1,9 +1,10 @@
-//! Counters shared between a UDP loop's thread and its readers.
+//! Statistics counters shared between a part's threads and its readers.
 //!
-//! Counters are grouped by writer and each group sits on its own cache lines
-//! (`CachePadded`): the loop thread's counters never share a line with the
-//! ones BEAM processes bump when they send, nor with the stop flag. Readers
-//! (`stats/1`) only load them, rarely.
+//! Every part groups its counters by writer and puts each group on its own
+//! cache lines (`CachePadded`): a loop thread's counters never share a line
+//! with the ones BEAM processes bump, nor with a stop flag. A counter with a
+//! single writer is bumped with a plain load and store ([`Counter::bump`]),
+//! no locked instruction. Readers (`stats/1`) only load them, rarely.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 

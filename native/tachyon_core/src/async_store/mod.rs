@@ -14,42 +14,52 @@
 //!   messages. [`AsyncStore::flush`] waits until `written` reaches the
 //!   `enqueued` it saw at the call; [`AsyncStore::drain`] until the ring is
 //!   empty.
-//! * Waiting: the writer takes a [`WaitStrategy`] when the ring is empty,
-//!   and may nap for `linger` after a small batch so that messages
-//!   accumulate (fewer, larger batches; a core left to the BEAM under a
-//!   steady trickle). Before it naps it publishes `sleeping` (LINGERING or
-//!   PARKED), which a producer reads after each push (a plain load of a line
-//!   written only at those transitions). A producer unparks the writer only
-//!   when the ring is past half full, or, with [`WaitStrategy::Park`], when
-//!   the writer is parked on an empty ring: the steady producer path makes
-//!   no system call. `flush`, `drain` and `close` always wake the writer.
-//!   Otherwise a message waits at most one nap (`linger`, or `max_park` after
-//!   an idle spell) before the writer takes it.
+//! * Waiting: the writer is a [`Worker`] and waits with a
+//!   [`crate::wait::Waiter`] when the ring is empty, and may nap for
+//!   `linger` after a small batch so that messages accumulate (fewer, larger
+//!   batches; a core left to the BEAM under a steady trickle). Before it
+//!   naps or sleeps it says so on its [`Wake`] line, which a producer reads
+//!   after each push (a plain load of a line written only at those
+//!   transitions, no fence: a wake-up missed in the race costs at most one
+//!   nap). A producer wakes the writer only when the ring is past half full,
+//!   or, with [`WaitStrategy::Park`], when the writer sleeps on an empty
+//!   ring: the steady producer path makes no system call. `flush`, `drain`
+//!   and `close` always wake the writer. Otherwise a message waits at most
+//!   one nap (`linger`, or `max_park` after an idle spell) before the
+//!   writer takes it.
 //! * Failures: a store error (disk full, a segment that cannot be created,
 //!   the store closed under it) stops the writer. Messages already written
 //!   stay valid in the store (the store never leaves a partial record);
 //!   messages still in the ring are not written ("lost", counted in
 //!   [`Stats`]); later appends and flushes get the failure.
 //! * Close: refuses new appends, lets the writer write everything queued,
-//!   then joins it. `Drop` does the same.
+//!   then joins it. [`AsyncStore::close_in_background`] and `Drop` do the
+//!   same without waiting (the writer finishes on its own; its join goes to
+//!   the worker reaper), so a BEAM destructor or monitor callback never
+//!   waits for a thread or the disk.
 //! * Reports: an optional callback, called on the writer thread only, gets
 //!   periodic [`Stats`], the failure, and a final report when the thread
 //!   stops.
 
-use std::io;
+mod error;
+mod writer;
+
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, AtomicUsize, Ordering};
-use std::sync::{Arc, Condvar, Mutex, OnceLock};
-use std::thread::{JoinHandle, Thread};
+use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 use crossbeam_utils::CachePadded;
 
+use crate::counter::Counter;
 use crate::hist::Hist;
-use crate::ring::{self, Batch, Consumer, Producer, PushError, Ring};
+use crate::ring::{self, Producer, PushError, Ring};
 use crate::spin::SpinMutex;
-use crate::store::{Mode, Store, StoreError};
+use crate::store::{Mode, Store};
 use crate::sys::lock;
-use crate::wait::{online_cores, pin_to_core, Idle, WaitStrategy};
+use crate::wait::{Sleep, WaitStrategy, Wake};
+use crate::worker::Worker;
+
+pub use error::{AppendError, Failure, OpenError, State, WaitError};
 
 /// What an append does when the ring is full.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -91,7 +101,7 @@ impl Default for Config {
     fn default() -> Self {
         Config {
             ring_size: 256 << 10,
-            wait: WaitStrategy::default_for_cores(online_cores()),
+            wait: WaitStrategy::machine_default(),
             max_park: Duration::from_millis(1),
             core: None,
             on_full: OnFull::Spin(Duration::from_micros(100)),
@@ -102,168 +112,6 @@ impl Default for Config {
         }
     }
 }
-
-/// Why the writer stopped. `Clone`, unlike [`StoreError`], so that every
-/// later caller can be told.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Failure {
-    NoSpace,
-    Closed,
-    ReadOnly,
-    Corrupt {
-        segment: u64,
-        offset: u64,
-    },
-    /// Another I/O error (`errno` when the OS gave one).
-    Io {
-        errno: Option<i32>,
-        message: String,
-    },
-    /// The store's next index is not the one the writer expected: something
-    /// else appended to the store.
-    IndexConflict {
-        expected: u64,
-        found: u64,
-    },
-    /// The writer thread panicked (a bug).
-    Panicked,
-}
-
-impl Failure {
-    pub fn from_store(e: StoreError) -> Failure {
-        match e {
-            StoreError::NoSpace => Failure::NoSpace,
-            StoreError::Closed => Failure::Closed,
-            StoreError::ReadOnly => Failure::ReadOnly,
-            StoreError::Corrupt { segment, offset } => Failure::Corrupt { segment, offset },
-            StoreError::Io(e) => Failure::Io {
-                errno: e.raw_os_error(),
-                message: e.to_string(),
-            },
-            other => Failure::Io {
-                errno: None,
-                message: other.to_string(),
-            },
-        }
-    }
-
-    /// The equivalent store error, for failures that are store errors.
-    pub fn to_store_error(&self) -> Option<StoreError> {
-        Some(match self {
-            Failure::NoSpace => StoreError::NoSpace,
-            Failure::Closed => StoreError::Closed,
-            Failure::ReadOnly => StoreError::ReadOnly,
-            Failure::Corrupt { segment, offset } => StoreError::Corrupt {
-                segment: *segment,
-                offset: *offset,
-            },
-            Failure::Io { errno: Some(n), .. } => StoreError::Io(io::Error::from_raw_os_error(*n)),
-            Failure::Io {
-                errno: None,
-                message,
-            } => StoreError::Io(io::Error::other(message.clone())),
-            Failure::IndexConflict { .. } | Failure::Panicked => return None,
-        })
-    }
-}
-
-impl std::fmt::Display for Failure {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Failure::IndexConflict { expected, found } => {
-                write!(
-                    f,
-                    "index conflict: expected next index {expected}, the store is at {found}"
-                )
-            }
-            Failure::Io { message, .. } => write!(f, "{message}"),
-            Failure::NoSpace => write!(f, "no space left on device"),
-            Failure::Closed => write!(f, "the store was closed"),
-            Failure::ReadOnly => write!(f, "the store is read-only"),
-            Failure::Corrupt { segment, offset } => {
-                write!(f, "corrupt record in segment {segment} at offset {offset}")
-            }
-            Failure::Panicked => write!(f, "the writer thread panicked"),
-        }
-    }
-}
-
-/// Why [`AsyncStore::open`] failed.
-#[derive(Debug)]
-pub enum OpenError {
-    /// The store is a reader.
-    ReadOnly,
-    Closed,
-    /// Another `AsyncStore` already writes to this store.
-    Busy,
-    /// `ring_size` is not a power of two in range.
-    BadRingSize,
-    NoMemory,
-    /// Spawning the writer thread failed.
-    Io(io::Error),
-}
-
-impl std::fmt::Display for OpenError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{self:?}")
-    }
-}
-
-impl std::error::Error for OpenError {}
-
-/// Why an append did not enqueue the message.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum AppendError {
-    /// [`AsyncStore::close`] was called.
-    Closed,
-    /// The ring stayed full (see [`OnFull`]).
-    Full,
-    /// Larger than [`AsyncStore::max_message_size`].
-    TooLarge,
-    /// The writer failed earlier; nothing more is accepted.
-    Failed(Failure),
-}
-
-/// Why a flush or drain returned without reaching its target.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum WaitError {
-    Timeout,
-    Closed,
-    Failed(Failure),
-}
-
-/// Life cycle of the writer as seen by callers.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum State {
-    Running,
-    Failed,
-    Closing,
-    Closed,
-}
-
-impl State {
-    pub fn name(self) -> &'static str {
-        match self {
-            State::Running => "running",
-            State::Failed => "failed",
-            State::Closing => "closing",
-            State::Closed => "closed",
-        }
-    }
-
-    fn from_u8(v: u8) -> State {
-        match v {
-            RUNNING => State::Running,
-            FAILED => State::Failed,
-            CLOSING => State::Closing,
-            _ => State::Closed,
-        }
-    }
-}
-
-const AWAKE: u8 = 0;
-const LINGERING: u8 = 1;
-const PARKED: u8 = 2;
 
 const RUNNING: u8 = 0;
 const FAILED: u8 = 1;
@@ -323,21 +171,24 @@ pub enum Report {
 /// Called on the writer thread.
 pub type Reporter = Box<dyn FnMut(Report) + Send>;
 
-/// Producer-written counters, on their own cache line.
+/// Producer-written counters (under the producer mutex: one writer at a
+/// time), on their own cache line.
 #[derive(Default)]
 struct ProducerCounters {
+    /// Messages enqueued; the release store that publishes a push.
     enqueued: AtomicU64,
-    full_events: AtomicU64,
-    rejected: AtomicU64,
+    full_events: Counter,
+    rejected: Counter,
 }
 
 /// Writer-written counters, on their own cache line.
 #[derive(Default)]
 struct WriterCounters {
+    /// Messages in the store; what flushes wait for.
     written: AtomicU64,
-    written_bytes: AtomicU64,
-    batches: AtomicU64,
-    high_water: AtomicU64,
+    written_bytes: Counter,
+    batches: Counter,
+    high_water: Counter,
 }
 
 struct Shared {
@@ -350,10 +201,6 @@ struct Shared {
     wr: CachePadded<WriterCounters>,
     /// RUNNING / FAILED / CLOSING / CLOSED. Read by every append.
     state: CachePadded<AtomicU8>,
-    /// AWAKE, LINGERING (napping after a small batch) or PARKED (napping
-    /// on an empty ring). Written by the writer at those transitions only;
-    /// read by every append.
-    sleeping: CachePadded<AtomicU8>,
     /// Test hook: the writer takes nothing from the ring while set.
     paused: AtomicBool,
     /// 0: no core asked, 1: pinned, 2: refused.
@@ -361,21 +208,16 @@ struct Shared {
     failure: Mutex<Option<Failure>>,
     /// Set (also on a panic) when the writer thread is about to end.
     exited: AtomicBool,
+    /// Close the store when the writer ends (set by a background close).
+    close_store: AtomicBool,
     waiters: AtomicUsize,
     wake: Mutex<()>,
     cv: Condvar,
-    thread: OnceLock<Thread>,
 }
 
 impl Shared {
     fn failure(&self) -> Option<Failure> {
         lock(&self.failure).clone()
-    }
-
-    fn wake_writer(&self) {
-        if let Some(t) = self.thread.get() {
-            t.unpark();
-        }
     }
 
     fn notify_waiters(&self) {
@@ -390,11 +232,11 @@ impl Shared {
         Stats {
             enqueued,
             written: self.wr.written.load(Ordering::Acquire),
-            written_bytes: self.wr.written_bytes.load(Ordering::Relaxed),
-            batches: self.wr.batches.load(Ordering::Relaxed),
-            full_events: self.prod.full_events.load(Ordering::Relaxed),
-            rejected: self.prod.rejected.load(Ordering::Relaxed),
-            high_water_bytes: self.wr.high_water.load(Ordering::Relaxed),
+            written_bytes: self.wr.written_bytes.get(),
+            batches: self.wr.batches.get(),
+            full_events: self.prod.full_events.get(),
+            rejected: self.prod.rejected.get(),
+            high_water_bytes: self.wr.high_water.get(),
             ring_size: self.ring_size as u64,
             ring_used: self.ring.used() as u64,
             base_index: self.base,
@@ -414,15 +256,38 @@ impl Shared {
 /// the shared `Store`, which stays alive while the `AsyncStore` holds it).
 static ATTACHED: Mutex<Vec<usize>> = Mutex::new(Vec::new());
 
+/// This async store's claim on its store: released when dropped (by the
+/// writer thread as it ends, or by a failed open).
+struct Attach(usize);
+
+impl Attach {
+    fn claim(store: &Arc<Store>) -> Option<Attach> {
+        let key = Arc::as_ptr(store) as usize;
+        let mut a = lock(&ATTACHED);
+        if a.contains(&key) {
+            return None;
+        }
+        a.push(key);
+        Some(Attach(key))
+    }
+}
+
+impl Drop for Attach {
+    fn drop(&mut self) {
+        lock(&ATTACHED).retain(|k| *k != self.0);
+    }
+}
+
 /// An asynchronous appender in front of a [`Store`].
 pub struct AsyncStore {
     shared: Arc<Shared>,
     producer: SpinMutex<Producer>,
-    handle: Mutex<Option<JoinHandle<()>>>,
+    /// The writer's wake-up line (producers read its [`Sleep`] state).
+    wake: Arc<Wake>,
+    worker: Mutex<Option<Worker>>,
     max_message_size: usize,
     on_full: OnFull,
     wake_on_push: bool,
-    attached: AtomicBool,
 }
 
 impl AsyncStore {
@@ -444,22 +309,8 @@ impl AsyncStore {
             ring::RingError::NoMemory => OpenError::NoMemory,
         })?;
         let max_message_size = store.config().max_message_size.min(ring.max_payload());
-        let key = Arc::as_ptr(&store) as usize;
-        {
-            let mut a = lock(&ATTACHED);
-            if a.contains(&key) {
-                return Err(OpenError::Busy);
-            }
-            a.push(key);
-        }
-        let detach = || lock(&ATTACHED).retain(|k| *k != key);
-        let base = match store.next_index() {
-            Ok(n) => n,
-            Err(_) => {
-                detach();
-                return Err(OpenError::Closed);
-            }
-        };
+        let attach = Attach::claim(&store).ok_or(OpenError::Busy)?;
+        let base = store.next_index().map_err(|_| OpenError::Closed)?;
         let (producer, consumer) = ring.split();
         let shared = Arc::new(Shared {
             store,
@@ -470,40 +321,35 @@ impl AsyncStore {
             prod: CachePadded::new(ProducerCounters::default()),
             wr: CachePadded::new(WriterCounters::default()),
             state: CachePadded::new(AtomicU8::new(RUNNING)),
-            sleeping: CachePadded::new(AtomicU8::new(AWAKE)),
             paused: AtomicBool::new(false),
             pinned: AtomicU8::new(0),
             failure: Mutex::new(None),
             exited: AtomicBool::new(false),
+            close_store: AtomicBool::new(false),
             waiters: AtomicUsize::new(0),
             wake: Mutex::new(()),
             cv: Condvar::new(),
-            thread: OnceLock::new(),
         });
         let sh = shared.clone();
         let wcfg = cfg.clone();
-        let (started_tx, started_rx) = std::sync::mpsc::channel::<()>();
-        let handle = std::thread::Builder::new()
-            .name("tachyon-async".into())
-            .spawn(move || writer_main(sh, consumer, wcfg, reporter, started_tx));
-        let handle = match handle {
-            Ok(h) => h,
-            Err(e) => {
-                detach();
-                return Err(OpenError::Io(e));
-            }
-        };
-        // Return once the thread runs (named, pinned): callers can count it.
-        let _ = started_rx.recv_timeout(Duration::from_secs(5));
-        let _ = shared.thread.set(handle.thread().clone());
+        let worker = Worker::spawn("tachyon-async", cfg.core, move |ctx| {
+            writer::run(ctx, sh, consumer, wcfg, reporter, attach)
+        })
+        .map_err(OpenError::Io)?;
+        let (core, pinned) = worker.placement();
+        if core.is_some() {
+            shared
+                .pinned
+                .store(if pinned { 1 } else { 2 }, Ordering::Relaxed);
+        }
         Ok(AsyncStore {
             shared,
             producer: SpinMutex::new(producer),
-            handle: Mutex::new(Some(handle)),
+            wake: worker.wake_line().clone(),
+            worker: Mutex::new(Some(worker)),
             max_message_size,
             on_full: cfg.on_full,
             wake_on_push: cfg.wait == WaitStrategy::Park,
-            attached: AtomicBool::new(true),
         })
     }
 
@@ -560,12 +406,13 @@ impl AsyncStore {
         // `Park` (the strategy that trades producer cost for CPU). Otherwise
         // a napping writer is only woken when the ring passes half full: no
         // syscall on a producer's steady path; the writer's naps are short.
-        let nap = sh.sleeping.load(Ordering::Relaxed);
-        let wake = nap != AWAKE
-            && ((nap == PARKED && self.wake_on_push) || p.backlog_over(sh.ring_size as u64 / 2));
+        let nap = self.wake.state();
+        let wake = nap != Sleep::Awake
+            && ((nap == Sleep::Sleeping && self.wake_on_push)
+                || p.backlog_over(sh.ring_size as u64 / 2));
         drop(p);
         if wake {
-            sh.wake_writer();
+            self.wake.wake();
         }
         Ok(sh.base + seq)
     }
@@ -574,13 +421,9 @@ impl AsyncStore {
     #[inline(never)]
     fn push_slow(&self, p: &mut Producer, data: &[u8]) -> Result<(), AppendError> {
         let sh = &*self.shared;
-        let c = &sh.prod.full_events;
-        c.store(c.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
-        sh.wake_writer();
-        let reject = || {
-            let r = &sh.prod.rejected;
-            r.store(r.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
-        };
+        sh.prod.full_events.bump(1);
+        self.wake.wake();
+        let reject = || sh.prod.rejected.bump(1);
         let limit = match self.on_full {
             OnFull::Error => {
                 reject();
@@ -588,7 +431,7 @@ impl AsyncStore {
             }
             OnFull::Spin(limit) => limit,
         };
-        let deadline = Instant::now() + limit;
+        let deadline = Instant::now().checked_add(limit);
         loop {
             for _ in 0..64 {
                 std::hint::spin_loop();
@@ -602,7 +445,7 @@ impl AsyncStore {
             if st != RUNNING {
                 return Err(self.refused(st));
             }
-            if Instant::now() >= deadline {
+            if deadline.is_some_and(|d| Instant::now() >= d) {
                 reject();
                 return Err(AppendError::Full);
             }
@@ -611,7 +454,8 @@ impl AsyncStore {
 
     /// Waits until every message enqueued before the call is in the store.
     /// Returns the store's next index covered by the flush (`base +
-    /// enqueued`).
+    /// enqueued`). A timeout too large to add to the clock waits without
+    /// a deadline.
     pub fn flush(&self, timeout: Duration) -> Result<u64, WaitError> {
         let target = self.shared.prod.enqueued.load(Ordering::Acquire);
         self.wait_until(timeout, |sh| sh.wr.written.load(Ordering::SeqCst) >= target)?;
@@ -636,9 +480,9 @@ impl AsyncStore {
         if st == CLOSING || st == CLOSED {
             return Err(WaitError::Closed);
         }
-        let deadline = Instant::now() + timeout;
+        let deadline = Instant::now().checked_add(timeout);
         sh.waiters.fetch_add(1, Ordering::SeqCst);
-        sh.wake_writer();
+        self.wake.wake();
         let r = loop {
             if done(sh) {
                 break Ok(());
@@ -655,14 +499,15 @@ impl AsyncStore {
                 };
             }
             let now = Instant::now();
-            if now >= deadline {
+            if deadline.is_some_and(|d| now >= d) {
                 break Err(WaitError::Timeout);
             }
             let g = lock(&sh.wake);
             if done(sh) {
                 break Ok(());
             }
-            let nap = (deadline - now).min(Duration::from_millis(2));
+            let nap = deadline.map_or(Duration::MAX, |d| d - now);
+            let nap = nap.min(Duration::from_millis(2));
             let _ = sh.cv.wait_timeout(g, nap);
         };
         sh.waiters.fetch_sub(1, Ordering::SeqCst);
@@ -679,33 +524,33 @@ impl AsyncStore {
     #[doc(hidden)]
     pub fn set_paused(&self, paused: bool) {
         self.shared.paused.store(paused, Ordering::Release);
-        self.shared.wake_writer();
+        self.wake.wake();
     }
 
-    /// Refuses further appends, lets the writer write everything queued,
-    /// stops and joins it. Returns the writer's failure if it had one (the
-    /// messages it had not written are then lost). Idempotent. Does not
-    /// close the store.
-    pub fn close(&self) -> Result<(), Failure> {
-        {
-            let _p = self.producer.lock();
+    /// Refuses further appends and tells the writer to write what is
+    /// queued and stop.
+    fn begin_close(&self) {
+        let _p = self.producer.lock();
+        for from in [RUNNING, FAILED] {
             let _ = self.shared.state.compare_exchange(
-                RUNNING,
-                CLOSING,
-                Ordering::AcqRel,
-                Ordering::Acquire,
-            );
-            let _ = self.shared.state.compare_exchange(
-                FAILED,
+                from,
                 CLOSING,
                 Ordering::AcqRel,
                 Ordering::Acquire,
             );
         }
         self.shared.paused.store(false, Ordering::Release);
-        self.shared.wake_writer();
-        if let Some(h) = lock(&self.handle).take() {
-            if h.join().is_err() {
+    }
+
+    /// Refuses further appends, lets the writer write everything queued,
+    /// stops and joins it. Returns the writer's failure if it had one (the
+    /// messages it had not written are then lost). Idempotent. Does not
+    /// close the store. Blocks: from the BEAM, on a dirty scheduler.
+    pub fn close(&self) -> Result<(), Failure> {
+        self.begin_close();
+        let worker = lock(&self.worker).take();
+        if let Some(w) = worker {
+            if w.join().is_err() {
                 let mut f = lock(&self.shared.failure);
                 if f.is_none() {
                     *f = Some(Failure::Panicked);
@@ -714,14 +559,23 @@ impl AsyncStore {
         }
         self.shared.state.store(CLOSED, Ordering::Release);
         self.shared.notify_waiters();
-        if self.attached.swap(false, Ordering::AcqRel) {
-            let key = Arc::as_ptr(&self.shared.store) as usize;
-            lock(&ATTACHED).retain(|k| *k != key);
-        }
         match self.shared.failure() {
             Some(f) => Err(f),
             None => Ok(()),
         }
+    }
+
+    /// [`AsyncStore::close`] without waiting: the writer writes what is
+    /// queued, then (with `close_store`) closes the store, and ends; its join
+    /// goes to the worker reaper. For callers that must not block (a BEAM
+    /// monitor callback or destructor).
+    pub fn close_in_background(&self, close_store: bool) {
+        if close_store {
+            self.shared.close_store.store(true, Ordering::Release);
+        }
+        self.begin_close();
+        // Dropping the worker wakes it and hands its join to the reaper.
+        drop(lock(&self.worker).take());
     }
 
     /// Whether the writer thread has ended.
@@ -775,177 +629,8 @@ impl AsyncStore {
 
 impl Drop for AsyncStore {
     fn drop(&mut self) {
-        let _ = self.close();
+        self.close_in_background(false);
     }
-}
-
-/// Sets `exited` and wakes waiters when the writer ends, even by a panic.
-struct ExitGuard(Arc<Shared>);
-
-impl Drop for ExitGuard {
-    fn drop(&mut self) {
-        self.0.exited.store(true, Ordering::Release);
-        let _g = lock(&self.0.wake);
-        self.0.cv.notify_all();
-    }
-}
-
-/// Empty polls after which `Backoff` leaves its spin and yield phases
-/// (200 + 300 in `wait.rs`) and starts to sleep: raise `sleeping` a little
-/// before, so producers unpark the writer.
-const BACKOFF_SLEEPS_AFTER: u32 = 480;
-
-fn writer_main(
-    sh: Arc<Shared>,
-    mut cons: Consumer,
-    cfg: Config,
-    mut reporter: Option<Reporter>,
-    started: std::sync::mpsc::Sender<()>,
-) {
-    let _guard = ExitGuard(sh.clone());
-    if let Some(core) = cfg.core {
-        let ok = pin_to_core(core);
-        sh.pinned.store(if ok { 1 } else { 2 }, Ordering::Relaxed);
-    }
-    let _ = started.send(());
-    drop(started);
-    let mut report = |r: Report| {
-        if let Some(f) = reporter.as_mut() {
-            f(r);
-        }
-    };
-    let mut idle = Idle::new(cfg.wait, cfg.max_park);
-    let mut empty_polls = 0u32;
-    let mut sleeping = AWAKE;
-    let mut next_stats = cfg.stats_interval.map(|d| (Instant::now() + d, d));
-    let mut stats_due = |report: &mut dyn FnMut(Report)| {
-        if let Some((at, every)) = next_stats.as_mut() {
-            let now = Instant::now();
-            if now >= *at {
-                *at = now + *every;
-                report(Report::Stats(sh.stats()));
-            }
-        }
-    };
-    let failure = loop {
-        if !sh.paused.load(Ordering::Acquire) {
-            let b = cons.batch(cfg.batch_count, cfg.batch_bytes);
-            if !b.is_empty() {
-                if sleeping != AWAKE {
-                    sh.sleeping.store(AWAKE, Ordering::Relaxed);
-                    sleeping = AWAKE;
-                }
-                empty_polls = 0;
-                idle.reset();
-                let used = cons.backlog();
-                if used > sh.wr.high_water.load(Ordering::Relaxed) {
-                    sh.wr.high_water.store(used, Ordering::Relaxed);
-                }
-                let r = write_batch(&sh, &cons, &b);
-                if let Err(f) = r {
-                    break Some(f);
-                }
-                cons.release(&b);
-                sh.notify_waiters();
-                stats_due(&mut report);
-                if !cfg.linger.is_zero()
-                    && b.len() < cfg.batch_count
-                    && sh.waiters.load(Ordering::Relaxed) == 0
-                    && sh.state.load(Ordering::Relaxed) == RUNNING
-                {
-                    sh.sleeping.store(LINGERING, Ordering::SeqCst);
-                    sleeping = LINGERING;
-                    std::thread::park_timeout(cfg.linger);
-                }
-                continue;
-            }
-        }
-        let st = sh.state.load(Ordering::Acquire);
-        if st == CLOSING || st == CLOSED {
-            // Every push happened before the state change (same mutex), so
-            // an empty ring now means everything was written.
-            if cons.is_empty() {
-                break None;
-            }
-            continue;
-        }
-        stats_due(&mut report);
-        empty_polls = empty_polls.saturating_add(1);
-        let may_sleep = match cfg.wait {
-            WaitStrategy::Park => true,
-            WaitStrategy::Backoff => empty_polls >= BACKOFF_SLEEPS_AFTER,
-            WaitStrategy::BusySpin | WaitStrategy::Yield => false,
-        };
-        if may_sleep && sleeping != PARKED {
-            sh.sleeping.store(PARKED, Ordering::SeqCst);
-            sleeping = PARKED;
-            // A push that raced with the flag may not have seen it.
-            if !cons.is_empty() && !sh.paused.load(Ordering::Acquire) {
-                continue;
-            }
-        }
-        idle.idle();
-    };
-    if sleeping != AWAKE {
-        sh.sleeping.store(AWAKE, Ordering::Relaxed);
-    }
-    match failure {
-        Some(f) => {
-            *lock(&sh.failure) = Some(f.clone());
-            let _ = sh
-                .state
-                .compare_exchange(RUNNING, FAILED, Ordering::AcqRel, Ordering::Acquire);
-            sh.notify_waiters();
-            report(Report::Failed(f, sh.stats()));
-        }
-        None => report(Report::Stopped(sh.stats())),
-    }
-}
-
-/// Writes one batch; updates `written`. On a failure, `written` counts the
-/// messages of the batch that did reach the store.
-fn write_batch(sh: &Shared, cons: &Consumer, b: &Batch) -> Result<(), Failure> {
-    let done = sh.wr.written.load(Ordering::Relaxed);
-    let expected = sh.base + done;
-    match sh.store.next_index() {
-        Ok(n) if n != expected => return Err(Failure::IndexConflict { expected, found: n }),
-        Ok(_) => {}
-        Err(e) => return Err(Failure::from_store(e)),
-    }
-    let n = b.len() as u64;
-    let (stored, result) = match sh.store.append_many(cons.iter(b)) {
-        Ok(Some(last)) if last == expected + n - 1 => (n, Ok(())),
-        Ok(Some(last)) => (
-            n,
-            Err(Failure::IndexConflict {
-                expected: expected + n - 1,
-                found: last,
-            }),
-        ),
-        Ok(None) => (0, Ok(())),
-        Err(e) => {
-            let stored = sh
-                .store
-                .next_index()
-                .map(|x| x.saturating_sub(expected).min(n))
-                .unwrap_or(0);
-            (stored, Err(Failure::from_store(e)))
-        }
-    };
-    let bytes: u64 = if stored == n {
-        b.payload_bytes() as u64
-    } else {
-        cons.iter(b)
-            .take(stored as usize)
-            .map(|s| s.len() as u64)
-            .sum()
-    };
-    let wb = &sh.wr.written_bytes;
-    wb.store(wb.load(Ordering::Relaxed) + bytes, Ordering::Relaxed);
-    let nb = &sh.wr.batches;
-    nb.store(nb.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
-    sh.wr.written.store(done + stored, Ordering::SeqCst);
-    result
 }
 
 #[cfg(test)]

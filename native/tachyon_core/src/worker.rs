@@ -1,0 +1,310 @@
+//! The one thread type of Tachyon: every OS thread a part starts (the
+//! store's pre-touch thread, the async store's writer, the table's
+//! background threads, the UDP receive and echo loops) is a [`Worker`].
+//!
+//! A worker has a name, may be pinned to a core, and carries a stop flag and
+//! a [`Wake`] line. [`Worker::spawn`] returns once the thread runs (named and
+//! pinned), so callers can count it and report where it landed.
+//!
+//! Ending a worker:
+//! * [`Worker::join`] asks it to stop, wakes it and waits for it. It blocks:
+//!   from the BEAM, call it on a dirty scheduler or a Rust thread.
+//! * Dropping a worker asks it to stop and hands its join to the reaper, a
+//!   single background thread that joins what it is given. A resource
+//!   destructor runs on whichever scheduler collected the resource, often a
+//!   normal one, which must never wait for a thread (nor for the disk work a
+//!   stopping thread may still do). The thread still ends and is still
+//!   joined, shortly after.
+//! * A worker dropped or joined on its own thread (the last owner went away
+//!   inside its loop) is detached, never self-joined.
+
+use std::io;
+use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
+use std::sync::mpsc::{self, Sender};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use crossbeam_utils::CachePadded;
+
+use crate::wait::{pin_to_core, Sleep, WaitStrategy, Waiter, Wake};
+
+/// What a worker's body gets: its stop flag and wake-up line.
+#[derive(Debug)]
+pub struct Ctx {
+    stop: CachePadded<AtomicBool>,
+    wake: Arc<Wake>,
+    pinned: AtomicU8,
+    finished: AtomicBool,
+}
+
+impl Ctx {
+    /// Whether the worker was asked to stop.
+    #[inline]
+    pub fn stopped(&self) -> bool {
+        self.stop.load(Ordering::Acquire)
+    }
+
+    /// The wake-up line (for a [`Waiter`], or to publish [`Sleep`] states).
+    pub fn wake(&self) -> &Arc<Wake> {
+        &self.wake
+    }
+
+    /// A waiter on this worker's wake-up line.
+    pub fn waiter(&self, strategy: WaitStrategy, max_park: Duration) -> Waiter {
+        Waiter::new(strategy, self.wake.clone(), max_park)
+    }
+
+    /// Sleeps for `d`, or until woken or asked to stop.
+    pub fn sleep(&self, d: Duration) {
+        self.wake.sleep(Sleep::Sleeping, d, None, || self.stopped())
+    }
+}
+
+/// A named OS thread with a stop flag, a wake-up line and a join that never
+/// blocks a caller that must not block (see the module doc).
+#[derive(Debug)]
+pub struct Worker {
+    ctx: Arc<Ctx>,
+    handle: Option<JoinHandle<()>>,
+    core: Option<usize>,
+}
+
+/// The worker's body panicked.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Panicked;
+
+/// Marks the worker finished when its body ends, even by a panic.
+struct Finish(Arc<Ctx>);
+
+impl Drop for Finish {
+    fn drop(&mut self) {
+        self.0.finished.store(true, Ordering::Release);
+    }
+}
+
+impl Worker {
+    /// Starts thread `name` (pinned to `core` if given) running `body`, and
+    /// returns once it runs.
+    pub fn spawn<F>(name: &str, core: Option<usize>, body: F) -> io::Result<Worker>
+    where
+        F: FnOnce(&Ctx) + Send + 'static,
+    {
+        let ctx = Arc::new(Ctx {
+            stop: CachePadded::new(AtomicBool::new(false)),
+            wake: Arc::new(Wake::new()?),
+            pinned: AtomicU8::new(0),
+            finished: AtomicBool::new(false),
+        });
+        let (ready_tx, ready_rx) = mpsc::sync_channel::<()>(1);
+        let c = ctx.clone();
+        let handle = std::thread::Builder::new()
+            .name(name.to_owned())
+            .spawn(move || {
+                let finish = Finish(c.clone());
+                if let Some(core) = core {
+                    let ok = pin_to_core(core);
+                    c.pinned.store(if ok { 1 } else { 2 }, Ordering::Release);
+                }
+                let _ = ready_tx.send(());
+                drop(ready_tx);
+                body(&c);
+                drop(finish);
+            })?;
+        // The sender is dropped if the thread dies before it sends: recv
+        // returns either way.
+        let _ = ready_rx.recv();
+        Ok(Worker {
+            ctx,
+            handle: Some(handle),
+            core,
+        })
+    }
+
+    /// Asks the worker to stop and wakes it. Never blocks.
+    pub fn stop(&self) {
+        self.ctx.stop.store(true, Ordering::Release);
+        self.ctx.wake.wake();
+    }
+
+    /// Wakes the worker (a system call; see [`Wake::wake_if_sleeping`] for
+    /// the one that is free while the worker is awake).
+    pub fn wake(&self) {
+        self.ctx.wake.wake();
+    }
+
+    /// The worker's wake-up line.
+    pub fn wake_line(&self) -> &Arc<Wake> {
+        &self.ctx.wake
+    }
+
+    /// Whether the body has returned (or panicked).
+    pub fn is_finished(&self) -> bool {
+        self.ctx.finished.load(Ordering::Acquire)
+    }
+
+    /// The core asked for, and whether pinning to it worked.
+    pub fn placement(&self) -> (Option<usize>, bool) {
+        (self.core, self.ctx.pinned.load(Ordering::Acquire) == 1)
+    }
+
+    /// Stops the worker and waits for it. Blocks: not on a normal BEAM
+    /// scheduler. Called on the worker's own thread it only asks it to stop.
+    pub fn join(mut self) -> Result<(), Panicked> {
+        self.stop();
+        match self.handle.take() {
+            Some(h) if h.thread().id() != std::thread::current().id() => {
+                h.join().map_err(|_| Panicked)
+            }
+            _ => Ok(()),
+        }
+    }
+}
+
+impl Drop for Worker {
+    fn drop(&mut self) {
+        self.stop();
+        if let Some(h) = self.handle.take() {
+            if h.thread().id() != std::thread::current().id() {
+                reap(h);
+            }
+        }
+    }
+}
+
+/// Starts the reaper thread (`tachyon-reaper`) now rather than at the first
+/// dropped worker, so that a process's thread count does not change later
+/// (the NIF library calls it when it loads). Idempotent.
+pub fn start_reaper() -> bool {
+    reaper().is_some()
+}
+
+/// Hands `h` to the reaper thread, which joins it. If the reaper cannot be
+/// started the thread is detached (it still stops: its stop flag is set).
+fn reap(h: JoinHandle<()>) {
+    if let Some(tx) = reaper() {
+        let _ = crate::sys::lock(tx).send(h);
+    }
+}
+
+fn reaper() -> Option<&'static Mutex<Sender<JoinHandle<()>>>> {
+    static REAPER: OnceLock<Option<Mutex<Sender<JoinHandle<()>>>>> = OnceLock::new();
+    REAPER
+        .get_or_init(|| {
+            let (tx, rx) = mpsc::channel::<JoinHandle<()>>();
+            std::thread::Builder::new()
+                .name("tachyon-reaper".into())
+                .spawn(move || {
+                    for h in rx {
+                        let _ = h.join();
+                    }
+                })
+                .ok()
+                .map(|_| Mutex::new(tx))
+        })
+        .as_ref()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::AtomicU64;
+    use std::time::Instant;
+
+    fn threads_named(name: &str) -> usize {
+        std::fs::read_dir("/proc/self/task")
+            .unwrap()
+            .filter_map(|e| std::fs::read_to_string(e.ok()?.path().join("comm")).ok())
+            .filter(|c| c.trim_end() == name)
+            .count()
+    }
+
+    fn wait_until(mut f: impl FnMut() -> bool) -> bool {
+        let t0 = Instant::now();
+        while t0.elapsed() < Duration::from_secs(10) {
+            if f() {
+                return true;
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        false
+    }
+
+    #[test]
+    fn spawn_runs_named_and_join_stops_it() {
+        let n = Arc::new(AtomicU64::new(0));
+        let n2 = n.clone();
+        let w = Worker::spawn("tw-join", None, move |ctx| {
+            while !ctx.stopped() {
+                n2.fetch_add(1, Ordering::Relaxed);
+                ctx.sleep(Duration::from_secs(60));
+            }
+        })
+        .unwrap();
+        assert_eq!(threads_named("tw-join"), 1);
+        let t0 = Instant::now();
+        w.join().unwrap();
+        // The 60 s sleep was ended by the stop's wake-up.
+        assert!(t0.elapsed() < Duration::from_secs(10));
+        // The kernel lists a joined thread for a moment after its exit.
+        assert!(wait_until(|| threads_named("tw-join") == 0));
+        assert!(n.load(Ordering::Relaxed) >= 1);
+    }
+
+    #[test]
+    fn drop_does_not_block_and_the_reaper_joins() {
+        let w = Worker::spawn("tw-drop", None, |ctx| {
+            // Slow to stop: a drop must not wait for this.
+            while !ctx.stopped() {
+                ctx.sleep(Duration::from_secs(60));
+            }
+            std::thread::sleep(Duration::from_millis(300));
+        })
+        .unwrap();
+        let t0 = Instant::now();
+        drop(w);
+        assert!(t0.elapsed() < Duration::from_millis(250));
+        assert!(wait_until(|| threads_named("tw-drop") == 0));
+    }
+
+    #[test]
+    fn a_panic_is_reported_and_marks_it_finished() {
+        let w = Worker::spawn("tw-panic", None, |_| panic!("boom")).unwrap();
+        assert!(wait_until(|| w.is_finished()));
+        assert_eq!(w.join(), Err(Panicked));
+    }
+
+    #[test]
+    fn dropped_on_its_own_thread_is_not_self_joined() {
+        let slot: Arc<Mutex<Option<Worker>>> = Arc::new(Mutex::new(None));
+        let s2 = slot.clone();
+        let go = Arc::new(AtomicBool::new(false));
+        let go2 = go.clone();
+        let w = Worker::spawn("tw-self", None, move |_| {
+            while !go2.load(Ordering::Acquire) {
+                std::thread::yield_now();
+            }
+            // The last owner goes away on the worker's own thread.
+            drop(s2.lock().unwrap().take());
+        })
+        .unwrap();
+        *slot.lock().unwrap() = Some(w);
+        go.store(true, Ordering::Release);
+        assert!(wait_until(|| threads_named("tw-self") == 0));
+        assert!(slot.lock().unwrap().is_none());
+    }
+
+    #[test]
+    fn pinning_is_reported() {
+        let w = Worker::spawn("tw-pin", Some(0), |ctx| {
+            while !ctx.stopped() {
+                ctx.sleep(Duration::from_secs(1));
+            }
+        })
+        .unwrap();
+        assert_eq!(w.placement(), (Some(0), true));
+        w.join().unwrap();
+        let w = Worker::spawn("tw-pin2", Some(100_000), |_| {}).unwrap();
+        assert_eq!(w.placement(), (Some(100_000), false));
+    }
+}
