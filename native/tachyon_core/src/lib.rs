@@ -6,6 +6,7 @@
 //! * [`hist`]: HDR latency histograms and the CoralBits-style percentile report
 //!   used by every benchmark.
 //! * [`prefetch`]: write prefetches for the next record of a hot path.
+//! * [`report`]: the report channel (stats and events) from a part's threads.
 //! * [`ring`]: the SPSC byte ring.
 //! * [`spin`]: the hot paths' mutex (release-store unlock).
 //! * [`store`]: the append-only message log on memory-mapped segment files.
@@ -15,6 +16,7 @@
 //! * [`wait`]: wait strategies and wake-ups for every loop that polls.
 //! * [`worker`]: the one thread type (name, pinning, stop, wake, join).
 //! * [`counter`]: single-writer statistics counters.
+//! * [`credit`]: credits between a delivering thread and its consumer.
 //!
 //! Every module is usable from plain Rust and tested with `cargo test`; the
 //! `tachyon_nif` crate only converts terms and owns resources and threads.
@@ -23,10 +25,12 @@
 pub mod async_store;
 pub mod counter;
 pub mod crc;
+pub mod credit;
 pub mod errno;
 pub mod hiccup;
 pub mod hist;
 pub mod prefetch;
+pub mod report;
 pub mod ring;
 pub mod spin;
 pub mod store;

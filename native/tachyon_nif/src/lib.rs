@@ -4,6 +4,8 @@
 //! Every NIF is registered automatically by `rustler::init!` (no function
 //! list). Modules:
 //! * `async_store`: `Tachyon.AsyncStore` (ring + writer thread before a store).
+//! * `deliver`: messages from Rust threads to processes, and the report
+//!   channel (`{:tachyon_report, part, id, kind, fields}`).
 //! * `hist`: HDR histogram resources for the benchmarks.
 //! * `res`: resource types for the hot NIFs (store, async store, table), decoded
 //!   without rustler's per-call type lookup.
@@ -14,6 +16,7 @@
 
 mod async_store;
 mod atoms;
+mod deliver;
 mod hist;
 mod res;
 mod store;

@@ -19,8 +19,7 @@ use std::time::Duration;
 
 use rustler::types::atom::Atom;
 use rustler::{
-    Binary, Encoder, Env, Error, LocalPid, Monitor, NewBinary, NifResult, OwnedEnv, ResourceArc,
-    Term,
+    Binary, Encoder, Env, Error, LocalPid, Monitor, NewBinary, NifResult, ResourceArc, Term,
 };
 use tachyon_core::udp::{
     spawn_ping, EchoConfig, EchoServer, EchoStats, Endpoint, EndpointConfig, EndpointStats,
@@ -29,6 +28,7 @@ use tachyon_core::udp::{
 use tachyon_core::wait::WaitStrategy;
 
 use crate::atoms;
+use crate::deliver::ProcessSender;
 use crate::hist::HistResource;
 use crate::terms::{atom, errno_atom, get, map};
 
@@ -252,7 +252,7 @@ impl rustler::Resource for UdpResource {
 /// Runs on the receive thread only (never a scheduler thread).
 struct BeamSink {
     res: ResourceArc<UdpResource>,
-    env: OwnedEnv,
+    out: ProcessSender,
     pid: LocalPid,
 }
 
@@ -263,30 +263,25 @@ impl Sink for BeamSink {
     }
 
     fn deliver(&mut self, from: SocketAddr, data: &[u8]) -> bool {
-        let BeamSink { res, env, pid } = self;
-        // Built in our env and *copied* into the owner's heap (`msg_env`
-        // NULL): a tight heap fragment of a few words per message. Handing
-        // the env itself over (`send_and_clear`) would give the owner this
-        // env's whole heap block per message and make it collect garbage
-        // hundreds of times more often while it reads them.
-        env.run(|env| {
+        let BeamSink { res, out, pid } = self;
+        out.send(pid, |env| {
             let mut bin = NewBinary::new(env, data.len());
             bin.as_mut_slice().copy_from_slice(data);
             let bin: Binary = bin.into();
             // The socket by reference: no refcount round trip for a clone.
-            let msg = (
+            (
                 udp_atoms::tachyon_udp(),
                 &*res,
                 encode_addr(env, &from),
                 bin,
-            );
-            env.send(pid, msg).is_ok()
+            )
+                .encode(env)
         })
     }
 
     fn end_batch(&mut self) {
         // Frees the terms built for this batch (already copied to the owner).
-        self.env.clear();
+        self.out.end_batch();
     }
 }
 
@@ -348,7 +343,7 @@ fn udp_open<'a>(env: Env<'a>, opts: Term<'a>, owner: LocalPid) -> NifResult<Term
     }
     let sink = BeamSink {
         res: res.clone(),
-        env: OwnedEnv::new(),
+        out: ProcessSender::new(),
         pid: owner,
     };
     if let Err(e) = res.ep.start(sink) {

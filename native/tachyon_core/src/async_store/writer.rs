@@ -2,8 +2,8 @@
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
 
+use crate::report::Ticker;
 use crate::ring::{Batch, Consumer};
 use crate::sys::lock;
 use crate::worker::Ctx;
@@ -18,34 +18,6 @@ impl Drop for ExitGuard {
         self.0.exited.store(true, Ordering::Release);
         let _g = lock(&self.0.wake);
         self.0.cv.notify_all();
-    }
-}
-
-/// When the next periodic stats report is due. An interval too large to add
-/// to the clock means never (no panic on any user value).
-struct StatsClock {
-    every: Option<Duration>,
-    at: Option<Instant>,
-}
-
-impl StatsClock {
-    fn new(every: Option<Duration>) -> StatsClock {
-        StatsClock {
-            every,
-            at: every.and_then(|d| Instant::now().checked_add(d)),
-        }
-    }
-
-    fn due(&mut self) -> bool {
-        let Some(at) = self.at else {
-            return false;
-        };
-        let now = Instant::now();
-        if now < at {
-            return false;
-        }
-        self.at = self.every.and_then(|d| now.checked_add(d));
-        true
     }
 }
 
@@ -67,7 +39,7 @@ pub(super) fn run(
         }
     };
     let mut waiter = ctx.waiter(cfg.wait, cfg.max_park);
-    let mut clock = StatsClock::new(cfg.stats_interval);
+    let mut clock = Ticker::new(cfg.stats_interval);
     let failure = loop {
         if !sh.paused.load(Ordering::Acquire) {
             let b = cons.batch(cfg.batch_count, cfg.batch_bytes);
@@ -171,22 +143,4 @@ fn write_batch(sh: &Shared, b: &Batch<'_>) -> Result<(), Failure> {
     sh.wr.batches.bump(1);
     sh.wr.written.store(done + stored, Ordering::SeqCst);
     result
-}
-
-#[cfg(test)]
-mod tests {
-    use super::StatsClock;
-    use std::time::Duration;
-
-    #[test]
-    fn a_huge_stats_interval_never_fires_and_never_panics() {
-        let mut c = StatsClock::new(Some(Duration::from_millis(u64::MAX)));
-        assert!(!c.due());
-        let mut c = StatsClock::new(Some(Duration::MAX));
-        assert!(!c.due());
-        let mut c = StatsClock::new(None);
-        assert!(!c.due());
-        let mut c = StatsClock::new(Some(Duration::ZERO));
-        assert!(c.due());
-    }
 }

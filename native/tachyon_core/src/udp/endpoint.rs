@@ -12,16 +12,17 @@
 //! closed under them (nor reused by another file).
 //!
 //! ## Backpressure
-//! Datagrams handed to the sink are counted (`delivered`); the consumer
-//! acknowledges what it processed with [`Endpoint::ack`]. With a
-//! `max_queue` bound, a datagram that arrives while `delivered - acked`
-//! is at the bound is dropped and counted (`dropped`): tail drop, the newest
-//! datagram goes, the kernel buffer keeps draining and stale data never
-//! queues up. Without a bound nothing is dropped by the endpoint.
+//! Credits ([`crate::credit::Credits`]): datagrams handed to the sink are
+//! counted (`delivered`); the consumer acknowledges what it processed with
+//! [`Endpoint::ack`]. With a `max_queue` bound, a datagram that arrives
+//! while `delivered - acked` is at the bound is dropped and counted
+//! (`dropped`): tail drop, the newest datagram goes, the kernel buffer keeps
+//! draining and stale data never queues up. Without a bound nothing is
+//! dropped by the endpoint.
 
 use std::io;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 
 use crossbeam_utils::CachePadded;
@@ -29,6 +30,7 @@ use crossbeam_utils::CachePadded;
 use super::sys::{Batch, Socket, SocketOptions, MAX_UDP_PAYLOAD};
 use super::{validate_sizes, Placement};
 use crate::counter::Counter;
+use crate::credit::Credits;
 use crate::wait::{WaitStrategy, Waiter};
 use crate::worker::{Ctx, Worker};
 
@@ -88,7 +90,6 @@ impl<F: FnMut(SocketAddr, &[u8]) -> bool + Send + 'static> Sink for F {
 struct RxCounters {
     received: Counter,
     received_bytes: Counter,
-    delivered: Counter,
     dropped: Counter,
     undelivered: Counter,
     truncated: Counter,
@@ -145,7 +146,7 @@ pub enum SendError {
 
 struct Shared {
     stop: CachePadded<AtomicBool>,
-    acked: CachePadded<AtomicU64>,
+    credits: Credits,
     rx: CachePadded<RxCounters>,
     tx: CachePadded<TxCounters>,
     /// `None` once closed. Senders take it shared; the receive thread holds it
@@ -183,7 +184,7 @@ impl Endpoint {
         let local = sock.local_addr()?;
         let shared = Arc::new(Shared {
             stop: CachePadded::new(AtomicBool::new(false)),
-            acked: CachePadded::new(AtomicU64::new(0)),
+            credits: Credits::new(cfg.max_queue),
             rx: CachePadded::new(RxCounters::default()),
             tx: CachePadded::new(TxCounters::default()),
             sock: RwLock::new(Some(sock)),
@@ -298,15 +299,15 @@ impl Endpoint {
 
     /// Acknowledges `n` delivered datagrams (frees room under `max_queue`).
     pub fn ack(&self, n: u64) {
-        self.shared.acked.fetch_add(n, Ordering::AcqRel);
+        self.shared.credits.ack(n);
     }
 
     pub fn stats(&self) -> EndpointStats {
         let rx = &self.shared.rx;
         let tx = &self.shared.tx;
         let received = rx.received.get();
-        let delivered = rx.delivered.get();
-        let acked = self.shared.acked.load(Ordering::Acquire);
+        let credits = &self.shared.credits;
+        let (delivered, acked) = (credits.delivered(), credits.acked());
         EndpointStats {
             received,
             received_bytes: rx.received_bytes.get(),
@@ -375,9 +376,7 @@ fn receive_loop<S: Sink>(
     sink: &mut S,
 ) {
     let rx = &shared.rx;
-    let max_queue = cfg.max_queue.unwrap_or(u64::MAX);
     let mut waiter = Waiter::with_socket(cfg.wait, ctx.wake().clone(), sock.fd());
-    let mut delivered = 0u64;
     while !ctx.stopped() {
         match batch.recv(sock) {
             Ok(n) if n > 0 => {
@@ -391,24 +390,16 @@ fn receive_loop<S: Sink>(
                         rx.truncated.bump(1);
                         continue;
                     }
-                    if max_queue != u64::MAX {
-                        let acked = shared.acked.load(Ordering::Acquire);
-                        if delivered.saturating_sub(acked) >= max_queue {
-                            rx.dropped.bump(1);
-                            continue;
-                        }
-                    }
                     let Some(from) = batch.addr(i) else {
                         rx.recv_errors.bump(1);
                         continue;
                     };
-                    // Count before handing over: a consumer may ack it
-                    // before `deliver` even returns.
-                    delivered += 1;
-                    rx.delivered.bump(1);
+                    if !shared.credits.take() {
+                        rx.dropped.bump(1);
+                        continue;
+                    }
                     if !sink.deliver(from, data) {
-                        delivered -= 1;
-                        rx.delivered.bump(u64::MAX); // wrapping -1
+                        shared.credits.untake();
                         rx.undelivered.bump(1);
                     }
                 }
