@@ -242,13 +242,14 @@ mod tests {
         })
         .unwrap();
         assert_eq!(threads_named("tw-join"), 1);
+        // In its 60 s sleep now (or about to be).
+        assert!(wait_until(|| n.load(Ordering::Relaxed) >= 1));
         let t0 = Instant::now();
         w.join().unwrap();
         // The 60 s sleep was ended by the stop's wake-up.
         assert!(t0.elapsed() < Duration::from_secs(10));
         // The kernel lists a joined thread for a moment after its exit.
         assert!(wait_until(|| threads_named("tw-join") == 0));
-        assert!(n.load(Ordering::Relaxed) >= 1);
     }
 
     #[test]

@@ -13,7 +13,6 @@
 
 use rustler::{Env, LocalPid, OwnedEnv, Term};
 
-
 /// Sends terms built on a Rust thread (never a scheduler thread) to
 /// processes.
 pub struct ProcessSender {

@@ -1162,17 +1162,23 @@ impl Inner {
     /// Removes `key` from the index (the writer lock is held).
     fn index_remove(&self, key: &[u8]) -> bool {
         let h = self.index.hash(key);
-        let removed = self.index.write(h).remove(h, key);
-        match removed {
-            Some(e) => {
-                self.seg_at(e.slot())
-                    .live
-                    .fetch_sub(entry_cost(key.len(), e.vlen() as usize), Ordering::Relaxed);
-                self.keys.fetch_sub(1, Ordering::Release);
-                true
-            }
-            None => false,
-        }
+        // The shard lock is held until the removed entry's segment has been
+        // charged: once the entry is gone and the lock released, compaction
+        // may remove that segment (its slot becomes empty), and `seg_at`
+        // would then find nothing (a race seen as a panic in
+        // `concurrent_readers_writer_and_compaction` under load).
+        let mut shard = self.index.write(h);
+        let Some(e) = shard.remove(h, key) else {
+            return false;
+        };
+        self.seg_at(e.slot())
+            .live
+            .fetch_sub(entry_cost(key.len(), e.vlen() as usize), Ordering::Relaxed);
+        drop(shard);
+        self.keys.fetch_sub(1, Ordering::Release);
+        // The node is freed outside the shard lock.
+        drop(e);
+        true
     }
 
     fn delete(&self, key: &[u8]) -> Result<bool> {

@@ -607,13 +607,18 @@ fn concurrent_readers_writer_and_compaction() {
             t.put(&key(i), &val(i, 0)).unwrap();
         }
         let stop = Arc::new(AtomicBool::new(false));
+        // Progress of each reader and of compaction: the writer does not
+        // stop them before each has done some work (on a loaded machine a
+        // thread may not run at all during the writes).
+        let progress: Arc<[AtomicU64; 4]> = Arc::new(Default::default());
         let mut readers = Vec::new();
         for r in 0..3 {
-            let (t, stop) = (t.clone(), stop.clone());
+            let (t, stop, progress) = (t.clone(), stop.clone(), progress.clone());
             readers.push(std::thread::spawn(move || {
                 let mut n = 0u64;
                 let mut i = r as u64;
                 while !stop.load(Ordering::Relaxed) {
+                    progress[r].fetch_add(1, Ordering::Relaxed);
                     i = (i * 31 + 7) % KEYS;
                     if let Some(v) = t.get(&key(i)).unwrap() {
                         // The value names its key and a version; check it
@@ -631,11 +636,12 @@ fn concurrent_readers_writer_and_compaction() {
             }));
         }
         let compactor = {
-            let (t, stop) = (t.clone(), stop.clone());
+            let (t, stop, progress) = (t.clone(), stop.clone(), progress.clone());
             std::thread::spawn(move || {
                 let mut n = 0;
                 while !stop.load(Ordering::Relaxed) {
                     n += t.compact().unwrap().segments_in;
+                    progress[3].store(n, Ordering::Relaxed);
                     std::thread::sleep(Duration::from_millis(1));
                 }
                 n
@@ -657,6 +663,18 @@ fn concurrent_readers_writer_and_compaction() {
                     model.insert(i, val(i, version));
                 }
             }
+        }
+        let t0 = std::time::Instant::now();
+        while progress.iter().any(|p| p.load(Ordering::Relaxed) == 0) {
+            assert!(t0.elapsed() < Duration::from_secs(30), "no progress");
+            // Keep writing: compaction needs garbage to remove segments.
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            let i = x % KEYS;
+            t.put(&key(i), &val(i, 31)).unwrap();
+            model.insert(i, val(i, 31));
+            std::thread::sleep(Duration::from_micros(100));
         }
         stop.store(true, Ordering::Relaxed);
         for r in readers {
