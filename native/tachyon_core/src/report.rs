@@ -114,7 +114,9 @@ mod tests {
     fn a_huge_interval_never_fires_and_never_panics() {
         let mut t = Ticker::new(Some(Duration::from_millis(u64::MAX)));
         assert!(!t.due());
-        assert!(t.remaining().is_some_and(|r| r > Duration::from_secs(1 << 40)));
+        assert!(t
+            .remaining()
+            .is_some_and(|r| r > Duration::from_secs(1 << 40)));
         let mut t = Ticker::new(Some(Duration::MAX));
         assert!(!t.due());
         let mut t = Ticker::new(None);

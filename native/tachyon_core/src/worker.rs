@@ -19,7 +19,7 @@
 //!   inside its loop) is detached, never self-joined.
 
 use std::io;
-use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
 use std::sync::mpsc::{self, Sender};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::thread::JoinHandle;
@@ -149,15 +149,25 @@ impl Worker {
     }
 
     /// Stops the worker and waits for it. Blocks: not on a normal BEAM
-    /// scheduler. Called on the worker's own thread it only asks it to stop.
+    /// scheduler. Called on the worker's own thread it only asks it to stop;
+    /// called where the [`set_blocking_check`] says the thread must not wait
+    /// (a normal BEAM scheduler), it does not wait either: the join goes to
+    /// the reaper and is counted in [`refused_joins`] (a bug in the caller,
+    /// which tests look for).
     pub fn join(mut self) -> Result<(), Panicked> {
         self.stop();
-        match self.handle.take() {
-            Some(h) if h.thread().id() != std::thread::current().id() => {
-                h.join().map_err(|_| Panicked)
-            }
-            _ => Ok(()),
+        let Some(h) = self.handle.take() else {
+            return Ok(());
+        };
+        if h.thread().id() == std::thread::current().id() {
+            return Ok(());
         }
+        if !may_block() {
+            REFUSED_JOINS.fetch_add(1, Ordering::Relaxed);
+            reap(h);
+            return Ok(());
+        }
+        h.join().map_err(|_| Panicked)
     }
 }
 
@@ -170,6 +180,27 @@ impl Drop for Worker {
             }
         }
     }
+}
+
+static BLOCKING_CHECK: OnceLock<fn() -> bool> = OnceLock::new();
+static REFUSED_JOINS: AtomicU64 = AtomicU64::new(0);
+
+/// Installs the check [`Worker::join`] asks whether the calling thread may
+/// wait for another one (the NIF library installs one that says no on a
+/// normal BEAM scheduler). The first call wins.
+pub fn set_blocking_check(may_block: fn() -> bool) {
+    let _ = BLOCKING_CHECK.set(may_block);
+}
+
+fn may_block() -> bool {
+    BLOCKING_CHECK.get().is_none_or(|f| f())
+}
+
+/// Joins that [`Worker::join`] refused to wait for because the calling
+/// thread must not block (each one a caller that should have run on a dirty
+/// scheduler or dropped the worker instead).
+pub fn refused_joins() -> u64 {
+    REFUSED_JOINS.load(Ordering::Relaxed)
 }
 
 /// Starts the reaper thread (`tachyon-reaper`) now rather than at the first
@@ -293,6 +324,27 @@ mod tests {
         go.store(true, Ordering::Release);
         assert!(wait_until(|| threads_named("tw-self") == 0));
         assert!(slot.lock().unwrap().is_none());
+    }
+
+    #[test]
+    fn a_join_where_blocking_is_refused_does_not_wait() {
+        thread_local!(static NO_BLOCK: std::cell::Cell<bool> = const { std::cell::Cell::new(false) });
+        set_blocking_check(|| !NO_BLOCK.with(|c| c.get()));
+        let w = Worker::spawn("tw-refuse", None, |ctx| {
+            while !ctx.stopped() {
+                ctx.sleep(Duration::from_secs(60));
+            }
+            std::thread::sleep(Duration::from_millis(300));
+        })
+        .unwrap();
+        let before = refused_joins();
+        NO_BLOCK.with(|c| c.set(true));
+        let t0 = Instant::now();
+        w.join().unwrap();
+        NO_BLOCK.with(|c| c.set(false));
+        assert!(t0.elapsed() < Duration::from_millis(250));
+        assert_eq!(refused_joins(), before + 1);
+        assert!(wait_until(|| threads_named("tw-refuse") == 0));
     }
 
     #[test]

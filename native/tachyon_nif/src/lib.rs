@@ -9,6 +9,7 @@
 //! * `hist`: HDR histogram resources for the benchmarks.
 //! * `res`: resource types for the hot NIFs (store, async store, table), decoded
 //!   without rustler's per-call type lookup.
+//! * `runtime`: the shared runtime's own NIFs (worker counters).
 //! * `store`: `Tachyon.Store` (message log).
 //! * `table`: `Tachyon.Table` (persistent key-value table).
 //! * `udp`: `Tachyon.Echo`, `Tachyon.UDP` and the UDP ping client.
@@ -19,6 +20,7 @@ mod atoms;
 mod deliver;
 mod hist;
 mod res;
+mod runtime;
 mod store;
 mod table;
 mod terms;
@@ -29,6 +31,7 @@ rustler::init!("Elixir.Tachyon.Native", load = load);
 /// Opens the resource types of `res` (rustler opens its own before this)
 /// and starts the worker reaper (see `tachyon_core::worker`).
 fn load(env: rustler::Env, _info: rustler::Term) -> bool {
+    tachyon_core::worker::set_blocking_check(runtime::may_block);
     tachyon_core::worker::start_reaper()
         && res::register::<store::StoreResource>(env)
         && res::register::<async_store::AsyncStoreResource>(env)
