@@ -68,8 +68,9 @@ impl EndpointConfig {
     }
 }
 
-/// Where received datagrams go. Called on the receive thread only.
-pub trait Sink: Send + 'static {
+/// Where received datagrams go: called on the receive thread, or (poll
+/// mode) on the thread that calls [`Endpoint::poll`].
+pub trait Sink: Send {
     /// Called before the datagrams of each received batch.
     fn begin_batch(&mut self) {}
     /// Takes one datagram. Returns false if it could not be delivered (it is
@@ -79,7 +80,7 @@ pub trait Sink: Send + 'static {
     fn end_batch(&mut self) {}
 }
 
-impl<F: FnMut(SocketAddr, &[u8]) -> bool + Send + 'static> Sink for F {
+impl<F: FnMut(SocketAddr, &[u8]) -> bool + Send> Sink for F {
     fn deliver(&mut self, from: SocketAddr, data: &[u8]) -> bool {
         self(from, data)
     }
@@ -146,6 +147,8 @@ pub enum SendError {
 
 struct Shared {
     stop: CachePadded<AtomicBool>,
+    /// A receive thread was started (no polling then).
+    threaded: AtomicBool,
     credits: Credits,
     rx: CachePadded<RxCounters>,
     tx: CachePadded<TxCounters>,
@@ -184,6 +187,7 @@ impl Endpoint {
         let local = sock.local_addr()?;
         let shared = Arc::new(Shared {
             stop: CachePadded::new(AtomicBool::new(false)),
+            threaded: AtomicBool::new(false),
             credits: Credits::new(cfg.max_queue),
             rx: CachePadded::new(RxCounters::default()),
             tx: CachePadded::new(TxCounters::default()),
@@ -204,7 +208,7 @@ impl Endpoint {
 
     /// Starts the receive thread with `sink`; returns once it runs (and is
     /// pinned). At most once per endpoint.
-    pub fn start<S: Sink>(&self, mut sink: S) -> io::Result<()> {
+    pub fn start<S: Sink + 'static>(&self, mut sink: S) -> io::Result<()> {
         let mut slot = self.worker.lock().unwrap_or_else(|e| e.into_inner());
         if slot.is_some() {
             return Err(io::Error::new(
@@ -215,6 +219,7 @@ impl Endpoint {
         if self.is_closed() {
             return Err(io::Error::new(io::ErrorKind::NotConnected, "closed"));
         }
+        self.shared.threaded.store(true, Ordering::Relaxed);
         let shared = self.shared.clone();
         let cfg = self.cfg;
         let worker = Worker::spawn("tachyon-udp-rx", cfg.core, move |ctx| {
@@ -297,6 +302,37 @@ impl Endpoint {
         }
     }
 
+    /// Poll mode: receives what is waiting on the calling thread and hands
+    /// it to `sink` (the same path and counters as the receive thread), for
+    /// an endpoint whose receive thread was never started. Never blocks:
+    /// `WouldBlock` when nothing is waiting (wait for the socket to be
+    /// readable, e.g. with the BEAM's `enif_select` on [`Endpoint::raw_fd`]).
+    /// Callers serialise their polls (the counters have one writer): the
+    /// NIF keeps the batch behind a mutex.
+    pub fn poll<S: Sink>(&self, batch: &mut Batch, sink: &mut S) -> io::Result<usize> {
+        if self.shared.threaded.load(Ordering::Relaxed) {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "the endpoint has a receive thread",
+            ));
+        }
+        if self.is_closed() {
+            return Err(io::Error::new(io::ErrorKind::NotConnected, "closed"));
+        }
+        let g = self.shared.sock.read().unwrap_or_else(|e| e.into_inner());
+        let Some(sock) = g.as_ref() else {
+            return Err(io::Error::new(io::ErrorKind::NotConnected, "closed"));
+        };
+        receive_batch(&self.shared, sock, batch, sink)
+    }
+
+    /// The socket's descriptor while open (to wait for it in an event loop;
+    /// it is closed by [`Endpoint::close`], so only use it until then).
+    pub fn raw_fd(&self) -> Option<std::os::fd::RawFd> {
+        let g = self.shared.sock.read().unwrap_or_else(|e| e.into_inner());
+        g.as_ref().map(|s| s.fd())
+    }
+
     /// Acknowledges `n` delivered datagrams (frees room under `max_queue`).
     pub fn ack(&self, n: u64) {
         self.shared.credits.ack(n);
@@ -375,51 +411,72 @@ fn receive_loop<S: Sink>(
     cfg: &EndpointConfig,
     sink: &mut S,
 ) {
-    let rx = &shared.rx;
     let mut waiter = Waiter::with_socket(cfg.wait, ctx.wake().clone(), sock.fd());
     while !ctx.stopped() {
-        match batch.recv(sock) {
-            Ok(n) if n > 0 => {
-                waiter.reset();
-                sink.begin_batch();
-                let mut bytes = 0u64;
-                for i in 0..n {
-                    let data = batch.data(i);
-                    bytes += data.len() as u64;
-                    if batch.is_truncated(i) {
-                        rx.truncated.bump(1);
-                        continue;
-                    }
-                    let Some(from) = batch.addr(i) else {
-                        rx.recv_errors.bump(1);
-                        continue;
-                    };
-                    if !shared.credits.take() {
-                        rx.dropped.bump(1);
-                        continue;
-                    }
-                    if !sink.deliver(from, data) {
-                        shared.credits.untake();
-                        rx.undelivered.bump(1);
-                    }
-                }
-                sink.end_batch();
-                rx.received_bytes.bump(bytes);
-                rx.kernel_drops.raise_to(batch.kernel_drops() as u64);
-                rx.batches.bump(1);
-                // Last: a reader that sees `received` sees every other
-                // counter of these datagrams.
-                rx.received.bump(n as u64);
-            }
+        match receive_batch(shared, sock, batch, sink) {
+            Ok(n) if n > 0 => waiter.reset(),
             Ok(_) => waiter.idle(|| false),
-            Err(e) => match e.kind() {
-                io::ErrorKind::WouldBlock => waiter.idle(|| false),
-                io::ErrorKind::Interrupted => {}
-                _ => {
-                    rx.recv_errors.bump(1);
-                    waiter.idle(|| false);
-                }
-            },
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(_) => waiter.idle(|| false),
         }
     }
+}
+
+/// Receives the datagrams waiting on `sock` (one `recvmmsg`, at most
+/// `batch.capacity()`, never blocking) and hands each to `sink`, counting
+/// them. The one receive path of both modes: the receive thread's loop and
+/// [`Endpoint::poll`]. Returns how many arrived; `WouldBlock` if none (other
+/// errors are counted in `recv_errors`).
+fn receive_batch<S: Sink>(
+    shared: &Shared,
+    sock: &Socket,
+    batch: &mut Batch,
+    sink: &mut S,
+) -> io::Result<usize> {
+    let rx = &shared.rx;
+    let n = match batch.recv(sock) {
+        Ok(n) => n,
+        Err(e) => {
+            if !matches!(
+                e.kind(),
+                io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted
+            ) {
+                rx.recv_errors.bump(1);
+            }
+            return Err(e);
+        }
+    };
+    if n == 0 {
+        return Ok(0);
+    }
+    sink.begin_batch();
+    let mut bytes = 0u64;
+    for i in 0..n {
+        let data = batch.data(i);
+        bytes += data.len() as u64;
+        if batch.is_truncated(i) {
+            rx.truncated.bump(1);
+            continue;
+        }
+        let Some(from) = batch.addr(i) else {
+            rx.recv_errors.bump(1);
+            continue;
+        };
+        if !shared.credits.take() {
+            rx.dropped.bump(1);
+            continue;
+        }
+        if !sink.deliver(from, data) {
+            shared.credits.untake();
+            rx.undelivered.bump(1);
+        }
+    }
+    sink.end_batch();
+    rx.received_bytes.bump(bytes);
+    rx.kernel_drops.raise_to(batch.kernel_drops() as u64);
+    rx.batches.bump(1);
+    // Last: a reader that sees `received` sees every other counter of these
+    // datagrams.
+    rx.received.bump(n as u64);
+    Ok(n)
 }

@@ -1,6 +1,7 @@
 //! Tests of the UDP loops. Loopback only, ephemeral ports, and no busy
 //! spinning (the test machine's cores are shared): `Park`, `Backoff`, `Yield`.
 
+use std::io;
 use std::net::{SocketAddr, UdpSocket};
 use std::sync::atomic::AtomicBool;
 use std::sync::{mpsc, Arc, Mutex};
@@ -459,4 +460,68 @@ fn bad_configs_are_rejected() {
     let bad: SocketAddr = "192.0.2.1:0".parse().unwrap(); // TEST-NET-1: not ours
     let err = EchoServer::start(EchoConfig::new(bad)).err().unwrap();
     assert_eq!(errno_name(&err), "eaddrnotavail");
+}
+
+#[test]
+fn poll_mode_receives_in_order_on_the_calling_thread() {
+    let mut cfg = EndpointConfig::new(loopback());
+    cfg.batch = 64;
+    let ep = Endpoint::bind(cfg).unwrap();
+    let mut batch = Batch::new(cfg.batch, cfg.max_datagram);
+    struct Collect(Vec<Vec<u8>>);
+    impl Sink for Collect {
+        fn deliver(&mut self, _from: SocketAddr, data: &[u8]) -> bool {
+            self.0.push(data.to_vec());
+            true
+        }
+    }
+    let mut sink = Collect(Vec::new());
+    // Nothing waiting: WouldBlock, never a wait.
+    let e = ep.poll(&mut batch, &mut sink).unwrap_err();
+    assert_eq!(e.kind(), io::ErrorKind::WouldBlock);
+    let tx = UdpSocket::bind(loopback()).unwrap();
+    const N: u32 = 10_000;
+    let mut sent = 0u32;
+    let t0 = Instant::now();
+    while sent < N || sink.0.len() < N as usize {
+        assert!(
+            t0.elapsed() < Duration::from_secs(20),
+            "stuck at {}",
+            sink.0.len()
+        );
+        // A few in flight at a time: the receive buffer never overflows.
+        while sent < N && sent < sink.0.len() as u32 + 32 {
+            tx.send_to(&sent.to_le_bytes(), ep.local_addr()).unwrap();
+            sent += 1;
+        }
+        match ep.poll(&mut batch, &mut sink) {
+            Ok(n) => assert!(n > 0 && n <= 64),
+            Err(e) => assert_eq!(e.kind(), io::ErrorKind::WouldBlock),
+        }
+    }
+    for (i, d) in sink.0.iter().enumerate() {
+        assert_eq!(d[..], (i as u32).to_le_bytes(), "datagram {i}");
+    }
+    let s = ep.stats();
+    assert_eq!(
+        (s.received, s.delivered, s.dropped),
+        (N as u64, N as u64, 0)
+    );
+    assert!(ep.raw_fd().is_some());
+    ep.close();
+    assert_eq!(ep.raw_fd(), None);
+    let e = ep.poll(&mut batch, &mut |_, _: &[u8]| true).unwrap_err();
+    assert_eq!(e.kind(), io::ErrorKind::NotConnected);
+}
+
+#[test]
+fn an_endpoint_with_a_receive_thread_cannot_be_polled() {
+    let mut cfg = EndpointConfig::new(loopback());
+    cfg.wait = WaitStrategy::Park;
+    let ep = Endpoint::bind(cfg).unwrap();
+    ep.start(|_, _: &[u8]| true).unwrap();
+    let mut batch = Batch::new(4, 64);
+    let e = ep.poll(&mut batch, &mut |_, _: &[u8]| true).unwrap_err();
+    assert_eq!(e.kind(), io::ErrorKind::InvalidInput);
+    ep.close();
 }
