@@ -4,17 +4,18 @@
 //! Every NIF is registered automatically by `rustler::init!` (no function
 //! list). Modules:
 //! * `async_store`: `Tachyon.AsyncStore` (ring + writer thread before a store).
-//! * `hist`: HDR histogram resources for the benchmarks.
+//! * `bench`: every benchmark-only NIF (histogram resources, empty NIFs, the
+//!   machine hiccup loop, the native store floors, the UDP ping client).
 //! * `res`: resource types for the hot NIFs (store, async store, table), decoded
 //!   without rustler's per-call type lookup.
 //! * `store`: `Tachyon.Store` (message log).
 //! * `table`: `Tachyon.Table` (persistent key-value table).
-//! * `udp`: `Tachyon.Echo`, `Tachyon.UDP` and the UDP ping client.
+//! * `udp`: `Tachyon.Echo` and `Tachyon.UDP`.
 #![deny(unsafe_op_in_unsafe_fn)]
 
 mod async_store;
 mod atoms;
-mod hist;
+mod bench;
 mod res;
 mod store;
 mod table;

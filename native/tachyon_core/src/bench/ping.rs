@@ -13,10 +13,10 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use super::sys::{unspecified_like, Socket, SocketOptions, MAX_UDP_PAYLOAD};
-use super::waiter::Waiter;
-use super::Placement;
 use crate::hist::Hist;
+use crate::udp::sys::{unspecified_like, Socket, SocketOptions, MAX_UDP_PAYLOAD};
+use crate::udp::waiter::Waiter;
+use crate::udp::Placement;
 use crate::wait::{pin_to_core, WaitStrategy};
 
 /// How to run a ping.
