@@ -36,6 +36,7 @@ defmodule Tachyon.Bench.Table do
   # several (on this 2-core machine, 4 processes share 2 schedulers).
 
   alias Tachyon.Bench
+  alias Tachyon.Bench.Report
   alias Tachyon.Table
 
   @engines ~w(tachyon.memory tachyon.mapped tachyon.file ets dets bitcask)
@@ -90,16 +91,16 @@ defmodule Tachyon.Bench.Table do
       Mix.raise("unknown engine #{inspect(e)}; known: #{Enum.join(@engines, ", ")}")
     end
 
-    Bench.print_machine()
+    Report.print_machine()
 
     IO.puts(
-      "Table: #{Bench.delimit(opts[:records])} records (dets, bitcask: #{Bench.delimit(opts[:peer_records])}), " <>
-        "#{Bench.delimit(opts[:messages])} random gets per case after #{Bench.delimit(opts[:warmup])} warm-up, " <>
+      "Table: #{Report.delimit(opts[:records])} records (dets, bitcask: #{Report.delimit(opts[:peer_records])}), " <>
+        "#{Report.delimit(opts[:messages])} random gets per case after #{Report.delimit(opts[:warmup])} warm-up, " <>
         "values #{Enum.join(sizes, ",")} bytes, #{Enum.join(procs, ",")} process(es), 12-byte keys"
     )
 
     overhead = Bench.timer_overhead()
-    IO.puts("Timer overhead (two :os.perf_counter calls): avg #{Bench.fmt_ns(overhead.avg_ns)}")
+    IO.puts("Timer overhead (two :os.perf_counter calls): avg #{Report.fmt_ns(overhead.avg_ns)}")
 
     # The floor of any Elixir call, timed the same way.
     noop =
@@ -117,11 +118,11 @@ defmodule Tachyon.Bench.Table do
       end
       |> List.flatten()
 
-    for c <- [noop | cases], do: Bench.print_report(c)
+    for c <- [noop | cases], do: Report.print_report(c)
 
     for size <- sizes do
       IO.puts("\n== value size #{size}")
-      Bench.print_table([noop | Enum.filter(cases, &(&1.size == size))], "ets.get.#{size}.1p")
+      Report.print_table([noop | Enum.filter(cases, &(&1.size == size))], "ets.get.#{size}.1p")
     end
 
     ratios = print_targets(cases)
@@ -129,7 +130,7 @@ defmodule Tachyon.Bench.Table do
     scale = if opts[:scale], do: run_scale(opts), else: []
     all = [noop | cases] ++ rust ++ scale
     targets = Map.merge(ratios, rust_targets(rust))
-    Bench.write_json(opts[:json], "table", all, %{"targets" => targets})
+    Report.write_json(opts[:json], "table", all, %{"targets" => targets})
     all
   end
 
@@ -614,7 +615,7 @@ defmodule Tachyon.Bench.Table do
   defp print_rust([]), do: :ok
 
   defp print_rust(cases) do
-    Bench.print_table(cases)
+    Report.print_table(cases)
     IO.puts("\n== target: Tachyon core >= 5x RocksDB ops/s (Rust, 1 thread)")
 
     for {label, %{"ratio" => ratio, "met" => met}} <- Enum.sort(rust_targets(cases)) do
@@ -643,7 +644,7 @@ defmodule Tachyon.Bench.Table do
 
   defp run_scale(opts) do
     n = opts[:scale_records]
-    IO.puts("\n== scale: #{Bench.delimit(n)} records of 256 bytes (tachyon.mapped)")
+    IO.puts("\n== scale: #{Report.delimit(n)} records of 256 bytes (tachyon.mapped)")
     dir = Bench.tmp_dir(opts, "table-scale")
     value = :crypto.strong_rand_bytes(256)
     open_opts = [mode: :mapped, capacity: n, compaction_interval_ms: nil]
@@ -684,13 +685,13 @@ defmodule Tachyon.Bench.Table do
     File.rm_rf!(dir)
 
     IO.puts(
-      "put: #{Bench.delimit(round(n * 1.0e9 / put_wall))} ops/s (wall), get: avg #{Bench.fmt_ns(get.avg_ns)}, " <>
-        "#{Bench.delimit(div(bytes, 1_048_576))} MiB on disk"
+      "put: #{Report.delimit(round(n * 1.0e9 / put_wall))} ops/s (wall), get: avg #{Report.fmt_ns(get.avg_ns)}, " <>
+        "#{Report.delimit(div(bytes, 1_048_576))} MiB on disk"
     )
 
     IO.puts(
       "reopen: #{:erlang.float_to_binary(reopen_ns / 1.0e9, decimals: 2)} s " <>
-        "(#{rec.hinted_segments} segments from hints, #{rec.scanned_segments} scanned, #{Bench.delimit(rec.keys)} keys)"
+        "(#{rec.hinted_segments} segments from hints, #{rec.scanned_segments} scanned, #{Report.delimit(rec.keys)} keys)"
     )
 
     reopen = %{
