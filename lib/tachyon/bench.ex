@@ -239,6 +239,9 @@ defmodule Tachyon.Bench do
     end
   end
 
+  @doc "The cases by name."
+  def by_name(cases), do: Map.new(cases, &{&1.name, &1})
+
   @doc "Prints one target line: `label: value unit MET|NOT MET`."
   def target(label, value, ok?, unit) do
     v = :erlang.float_to_binary(value * 1.0, decimals: 2)

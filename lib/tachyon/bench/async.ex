@@ -252,7 +252,7 @@ defmodule Tachyon.Bench.Async do
   end
 
   defp print_targets(cases) do
-    by = Map.new(cases, &{&1.name, &1})
+    by = Bench.by_name(cases)
     a = by["tachyon.async_store.append"]
     s = by["tachyon.store.append"]
     nat = by["tachyon.async_store.append.native"]

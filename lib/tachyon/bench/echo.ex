@@ -341,7 +341,7 @@ defmodule Tachyon.Bench.Echo do
   ]
 
   defp targets(cases) do
-    by = Map.new(cases, &{&1.name, &1})
+    by = Bench.by_name(cases)
 
     for {label, a, b, cmp, bound} <- @targets, by[a] && by[b], by[b].p50_ns > 0 do
       ratio = by[a].p50_ns / by[b].p50_ns
@@ -360,7 +360,7 @@ defmodule Tachyon.Bench.Echo do
   ]
 
   defp ratios(cases) do
-    by = Map.new(cases, &{&1.name, &1})
+    by = Bench.by_name(cases)
 
     for {a, b} <- @ratios, by[a] && by[b], by[b].p50_ns > 0 do
       %{"ratio" => "#{a} p50 / #{b} p50", "value" => Float.round(by[a].p50_ns / by[b].p50_ns, 3)}
@@ -375,10 +375,7 @@ defmodule Tachyon.Bench.Echo do
       ts ->
         IO.puts("\nTargets (issue 4, p50 ratios):")
 
-        for t <- ts do
-          r = :erlang.float_to_binary(t["ratio"] * 1.0, decimals: 2)
-          IO.puts("  #{t["target"]}: #{r}x #{if t["met"], do: "MET", else: "NOT MET"}")
-        end
+        for t <- ts, do: Bench.target(t["target"], t["ratio"], fn _ -> t["met"] end, "x")
     end
 
     case ratios(cases) do

@@ -172,7 +172,7 @@ defmodule Tachyon.Bench.Store do
   end
 
   defp print_targets(cases) do
-    by = Map.new(cases, &{&1.name, &1})
+    by = Bench.by_name(cases)
     t = by["tachyon.store.append"]
     IO.puts("\nTargets (issue: full run of 1,000,000 x 256 bytes):")
 

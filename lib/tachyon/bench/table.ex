@@ -151,7 +151,7 @@ defmodule Tachyon.Bench.Table do
   # -- targets -------------------------------------------------------------
 
   defp print_targets(cases) do
-    by = Map.new(cases, &{&1.name, &1})
+    by = Bench.by_name(cases)
 
     rows =
       for {label, a, b, goal} <-

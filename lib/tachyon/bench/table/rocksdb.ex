@@ -126,7 +126,7 @@ defmodule Tachyon.Bench.Table.RocksDB do
 
   @doc "The target ratios of the Rust cases (Tachyon core >= 5x RocksDB ops/s)."
   def targets(cases) do
-    by = Map.new(cases, &{&1.name, &1})
+    by = Bench.by_name(cases)
 
     for size <- Enum.uniq(Enum.map(cases, & &1.size)),
         op <- ~w(put get),
