@@ -31,6 +31,7 @@ defmodule Tachyon.Bench.Async do
   #                --core N (pin the writer)   --ring-size BYTES (default: AsyncStore's, 256 KiB)
 
   alias Tachyon.{AsyncStore, Bench, Native}
+  alias Tachyon.Bench.Report
 
   @defaults [messages: 200_000, warmup: 20_000, size: 256, hiccup_ms: 1000]
   @quick [messages: 20_000, warmup: 2_000, hiccup_ms: 200]
@@ -49,7 +50,7 @@ defmodule Tachyon.Bench.Async do
     n = opts[:messages]
     warmup = opts[:warmup]
     size = opts[:size]
-    wanted = if opts[:cases], do: String.split(opts[:cases], ","), else: @all
+    wanted = Bench.cases!(opts, @all)
     msg = :binary.copy(<<0xA5>>, size)
 
     wait =
@@ -66,14 +67,14 @@ defmodule Tachyon.Bench.Async do
       stats_interval: nil
     ]
 
-    Bench.print_machine()
+    Report.print_machine()
     overhead = Bench.timer_overhead()
 
     IO.puts(
-      "AsyncStore bench: #{Bench.delimit(n)} messages of #{size} bytes after #{Bench.delimit(warmup)} warm-up; " <>
+      "AsyncStore bench: #{Report.delimit(n)} messages of #{size} bytes after #{Report.delimit(warmup)} warm-up; " <>
         "writer wait #{wait}, core #{inspect(opts[:core])}, ring #{async_opts[:ring_size]} bytes. " <>
         "Timer overhead (two :os.perf_counter/0 calls, included in the Elixir cases): " <>
-        "avg #{Bench.fmt_ns(overhead.avg_ns)}, p50 #{Bench.fmt_ns(overhead.p50_ns)}"
+        "avg #{Report.fmt_ns(overhead.avg_ns)}, p50 #{Report.fmt_ns(overhead.p50_ns)}"
     )
 
     cases =
@@ -81,10 +82,10 @@ defmodule Tachyon.Bench.Async do
         run_case(name, dir, n, warmup, size, msg, async_opts)
       end)
 
-    Bench.print_table(cases, "tachyon.store.append")
+    Report.print_table(cases, "tachyon.store.append")
     print_targets(cases)
 
-    Bench.write_json(opts[:json], "async", cases, %{
+    Report.write_json(opts[:json], "async", cases, %{
       "timer_overhead_ns" => overhead.avg_ns,
       "warmup" => warmup,
       "wait" => Atom.to_string(wait),
@@ -173,7 +174,7 @@ defmodule Tachyon.Bench.Async do
         throughput: throughput,
         note:
           "never drained; #{full} full events, #{retries} retries after :full " <>
-            "(warm-up #{retries0}); enqueue rate #{Bench.delimit(round(n / enq_s))}/s",
+            "(warm-up #{retries0}); enqueue rate #{Report.delimit(round(n / enq_s))}/s",
         json_extra:
           Map.merge(async_extra(st, 0), %{
             throughput_per_sec: throughput,
@@ -251,7 +252,7 @@ defmodule Tachyon.Bench.Async do
   end
 
   defp print_targets(cases) do
-    by = Map.new(cases, &{&1.name, &1})
+    by = Bench.by_name(cases)
     a = by["tachyon.async_store.append"]
     s = by["tachyon.store.append"]
     nat = by["tachyon.async_store.append.native"]
@@ -259,7 +260,7 @@ defmodule Tachyon.Bench.Async do
 
     if a && s do
       Bench.target(
-        "tachyon.async_store.append avg < tachyon.store.append avg (#{Bench.short_ns(a.avg_ns)} vs #{Bench.short_ns(s.avg_ns)})",
+        "tachyon.async_store.append avg < tachyon.store.append avg (#{Report.short_ns(a.avg_ns)} vs #{Report.short_ns(s.avg_ns)})",
         a.avg_ns / s.avg_ns,
         &(&1 < 1),
         "x"

@@ -28,7 +28,9 @@ defmodule Tachyon.Bench.Echo do
   # they take 13-30 us, so the ratio is kept only to bound the default run's
   # length); the output says so.
 
-  alias Tachyon.{Bench, Native}
+  alias Tachyon.Bench
+  alias Tachyon.Bench.Echo.{Floor, Flood, Peers}
+  alias Tachyon.Bench.Report
 
   @defaults [messages: 200_000, warmup: 50_000, size: 256, flood: 100_000, max_queue: 1000]
   @quick [messages: 20_000, warmup: 5_000, flood: 10_000]
@@ -46,20 +48,10 @@ defmodule Tachyon.Bench.Echo do
     max_queue: :integer
   ]
   @loopback {127, 0, 0, 1}
-  @rt_timeout 1000
-  # Receive buffers of the flood sockets (capped by net.core.rmem_max): big
-  # enough that a burst waits in the kernel rather than being dropped while
-  # the receiving side catches up.
-  @flood_recbuf 4 * 1024 * 1024
-  @max_lost 10
 
   def run(argv) do
     opts = Bench.parse!(argv, @extra, @defaults, @quick)
-    wanted = if opts[:cases], do: String.split(opts[:cases], ","), else: @all
-
-    for c <- wanted, c not in @all do
-      Mix.raise("unknown case #{inspect(c)}; known: #{Enum.join(@all, ", ")}")
-    end
+    wanted = Bench.cases!(opts, @all)
 
     cores = Tachyon.UDP.Options.cores()
     two = cores >= 2
@@ -81,13 +73,13 @@ defmodule Tachyon.Bench.Echo do
 
     if cfg.size > 65_507, do: Mix.raise("--size must be at most 65507")
 
-    Bench.print_machine()
+    Report.print_machine()
 
     IO.puts(
       "Echo bench: UDP round trips of #{cfg.size} bytes over 127.0.0.1. " <>
-        "Rust-ping and Tachyon.UDP cases: #{Bench.delimit(cfg.n)} measured after #{Bench.delimit(cfg.warmup)} warm-up; " <>
-        "cases with a gen_udp/:socket peer: #{Bench.delimit(cfg.peer_n)} after " <>
-        "#{Bench.delimit(cfg.peer_warmup)} (--peer-messages/--peer-warmup)."
+        "Rust-ping and Tachyon.UDP cases: #{Report.delimit(cfg.n)} measured after #{Report.delimit(cfg.warmup)} warm-up; " <>
+        "cases with a gen_udp/:socket peer: #{Report.delimit(cfg.peer_n)} after " <>
+        "#{Report.delimit(cfg.peer_warmup)} (--peer-messages/--peer-warmup)."
     )
 
     IO.puts(
@@ -99,18 +91,18 @@ defmodule Tachyon.Bench.Echo do
     cases =
       for name <- @all, name in wanted, name != "tachyon.udp.flood" do
         c = run_case(name, cfg)
-        Bench.print_report(c)
+        Report.print_report(c)
         c
       end
 
     if cases != [] do
-      Bench.print_table(cases, "raw.rust")
+      Report.print_table(cases, "raw.rust")
       print_targets(cases)
     end
 
-    flood = if "tachyon.udp.flood" in wanted and cfg.flood > 0, do: run_flood(cfg), else: []
+    flood = if "tachyon.udp.flood" in wanted and cfg.flood > 0, do: Flood.run(cfg), else: []
 
-    Bench.write_json(opts[:json], "echo", cases, %{
+    Report.write_json(opts[:json], "echo", cases, %{
       "warmup" => cfg.warmup,
       "peer_warmup" => cfg.peer_warmup,
       "targets" => targets(cases),
@@ -160,41 +152,11 @@ defmodule Tachyon.Bench.Echo do
 
   # -- cases ---------------------------------------------------------------------
 
-  defp run_case("raw.rust", cfg) do
-    bin = build_floor!()
-
-    args =
-      [
-        "--messages",
-        cfg.n,
-        "--warmup",
-        cfg.warmup,
-        "--size",
-        cfg.size,
-        "--ping-core",
-        cfg.ping_core || "none",
-        "--pong-core",
-        cfg.pong_core || "none",
-        "--wait",
-        wait_arg(cfg.wait)
-      ]
-      |> Enum.map(&to_string/1)
-
-    {out, status} = System.cmd(bin, args, stderr_to_stdout: true)
-    if status != 0, do: Mix.raise("#{bin} failed (#{status}):\n#{out}")
-
-    line =
-      out
-      |> String.split("\n")
-      |> Enum.find(&String.starts_with?(&1, "tachyon_udp_floor "))
-
-    line || Mix.raise("no result line from #{bin}:\n#{out}")
-    floor_case(line, cfg.size)
-  end
+  defp run_case("raw.rust", cfg), do: Floor.run(cfg)
 
   defp run_case("tachyon.echo" = name, cfg) do
-    with_echo(cfg.pong_core, cfg.wait, fn echo, addr ->
-      {h, info} = rust_ping!(addr, cfg.n, cfg.warmup, cfg)
+    Peers.with_echo(cfg.pong_core, cfg.wait, fn echo, addr ->
+      {h, info} = Peers.rust_ping!(addr, cfg.n, cfg.warmup, cfg)
       pong = placement(Tachyon.Echo.info(echo))
 
       Bench.from_hist(name, h, cfg.size, %{
@@ -205,10 +167,10 @@ defmodule Tachyon.Bench.Echo do
   end
 
   defp run_case("gen_udp.echo" = name, cfg) do
-    {pid, port} = gen_udp_echo()
+    {pid, port} = Peers.gen_udp_echo()
 
     try do
-      {h, info} = rust_ping!({@loopback, port}, cfg.peer_n, cfg.peer_warmup, cfg)
+      {h, info} = Peers.rust_ping!({@loopback, port}, cfg.peer_n, cfg.peer_warmup, cfg)
 
       Bench.from_hist(name, h, cfg.size, %{
         note:
@@ -217,15 +179,15 @@ defmodule Tachyon.Bench.Echo do
         json_extra: %{ping: placement(info), pong: "gen_udp process", lost: info.lost}
       })
     after
-      stop_proc(pid)
+      Peers.stop_proc(pid)
     end
   end
 
   defp run_case("tachyon.udp.echo" = name, cfg) do
-    {pid, addr} = tachyon_udp_echo(cfg)
+    {pid, addr} = Peers.tachyon_udp_echo(cfg)
 
     try do
-      {h, info} = rust_ping!(addr, cfg.n, cfg.warmup, cfg)
+      {h, info} = Peers.rust_ping!(addr, cfg.n, cfg.warmup, cfg)
       rx = place(cfg.udp_core, cfg.udp_wait)
 
       Bench.from_hist(name, h, cfg.size, %{
@@ -235,7 +197,7 @@ defmodule Tachyon.Bench.Echo do
         json_extra: %{ping: placement(info), pong: "Tachyon.UDP process, receive thread #{rx}"}
       })
     after
-      stop_proc(pid)
+      Peers.stop_proc(pid)
     end
   end
 
@@ -245,122 +207,92 @@ defmodule Tachyon.Bench.Echo do
   defp run_case("tachyon.udp.roundtrip" = name, cfg), do: tachyon_udp_roundtrip(name, cfg)
 
   defp run_case("gen_udp.roundtrip" = name, cfg) do
-    {pid, port} = gen_udp_echo()
-    payload = :binary.copy(<<0xA5>>, cfg.size)
+    {pid, port} = Peers.gen_udp_echo()
 
-    try do
-      {h, lost, gcs} =
-        client(fn ->
-          {:ok, sock} = :gen_udp.open(0, [:binary, ip: @loopback, active: true])
-          send_fun = fn -> :gen_udp.send(sock, @loopback, port, payload) end
-
-          try do
-            timed(cfg.peer_warmup, cfg.peer_n, &gen_udp_loop(&1, send_fun, sock, &2, &3))
-          after
-            :gen_udp.close(sock)
-          end
-        end)
-
-      Bench.from_hist(name, h, cfg.size, %{
-        unit: :perf_counter,
-        note:
-          "client and pong: gen_udp processes (active: true) on BEAM schedulers; peer count; " <>
-            "#{gcs} minor GCs",
-        json_extra: %{
-          ping: "gen_udp process",
-          pong: "gen_udp process",
-          lost: lost,
-          minor_gcs: gcs
-        }
-      })
-    after
-      stop_proc(pid)
-    end
+    beam_roundtrip(
+      name,
+      cfg,
+      pid,
+      fn -> {:ok, _} = :gen_udp.open(0, [:binary, ip: @loopback, active: true]) end,
+      &:gen_udp.close/1,
+      &Peers.gen_udp_round_trip(&1, port, &2),
+      {"client and pong: gen_udp processes (active: true) on BEAM schedulers; peer count; ",
+       "gen_udp process", "gen_udp process"}
+    )
   end
 
   defp run_case("gen_udp.roundtrip.passive" = name, cfg) do
-    {pid, port} = gen_udp_echo(:passive)
-    payload = :binary.copy(<<0xA5>>, cfg.size)
+    {pid, port} = Peers.gen_udp_echo(:passive)
 
-    try do
-      {h, lost, gcs} =
-        client(fn ->
-          {:ok, sock} = :gen_udp.open(0, [:binary, ip: @loopback, active: false])
-
-          try do
-            timed(cfg.peer_warmup, cfg.peer_n, &passive_loop(&1, sock, port, payload, &2, &3))
-          after
-            :gen_udp.close(sock)
-          end
-        end)
-
-      Bench.from_hist(name, h, cfg.size, %{
-        unit: :perf_counter,
-        note:
-          "client and pong: gen_udp processes (active: false, recv/3); peer count; #{gcs} minor GCs",
-        json_extra: %{
-          ping: "gen_udp process (recv)",
-          pong: "gen_udp process (recv)",
-          lost: lost,
-          minor_gcs: gcs
-        }
-      })
-    after
-      stop_proc(pid)
-    end
+    beam_roundtrip(
+      name,
+      cfg,
+      pid,
+      fn -> {:ok, _} = :gen_udp.open(0, [:binary, ip: @loopback, active: false]) end,
+      &:gen_udp.close/1,
+      &Peers.passive_round_trip(&1, port, &2),
+      {"client and pong: gen_udp processes (active: false, recv/3); peer count; ",
+       "gen_udp process (recv)", "gen_udp process (recv)"}
+    )
   end
 
   defp run_case("socket.roundtrip" = name, cfg) do
-    {pid, port} = socket_echo()
+    {pid, port} = Peers.socket_echo()
     dest = %{family: :inet, addr: @loopback, port: port}
+
+    open = fn ->
+      {:ok, sock} = :socket.open(:inet, :dgram, :udp)
+      :ok = :socket.bind(sock, %{family: :inet, addr: @loopback, port: 0})
+      {:ok, sock}
+    end
+
+    beam_roundtrip(
+      name,
+      cfg,
+      pid,
+      open,
+      &:socket.close/1,
+      &Peers.socket_round_trip(&1, dest, &2),
+      {"client and pong: :socket processes (sendto/recvfrom) on BEAM schedulers; peer count; ",
+       ":socket process", ":socket process"}
+    )
+  end
+
+  # An Elixir client against the BEAM echo process `pid` (stopped
+  # afterwards), peer counts: `open.()` gives `{:ok, socket}`, `rt.(socket,
+  # payload)` its round trip.
+  defp beam_roundtrip(name, cfg, pid, open, close, rt, {note, ping, pong}) do
     payload = :binary.copy(<<0xA5>>, cfg.size)
 
     try do
-      {h, lost, gcs} =
-        client(fn ->
-          {:ok, sock} = :socket.open(:inet, :dgram, :udp)
-          :ok = :socket.bind(sock, %{family: :inet, addr: @loopback, port: 0})
-
-          try do
-            timed(cfg.peer_warmup, cfg.peer_n, &socket_loop(&1, sock, dest, payload, &2, &3))
-          after
-            :socket.close(sock)
-          end
-        end)
+      {h, lost, gcs} = client(cfg.peer_warmup, cfg.peer_n, open, close, &rt.(&1, payload))
 
       Bench.from_hist(name, h, cfg.size, %{
         unit: :perf_counter,
-        note:
-          "client and pong: :socket processes (sendto/recvfrom) on BEAM schedulers; peer count; " <>
-            "#{gcs} minor GCs",
-        json_extra: %{
-          ping: ":socket process",
-          pong: ":socket process",
-          lost: lost,
-          minor_gcs: gcs
-        }
+        note: note <> "#{gcs} minor GCs",
+        json_extra: %{ping: ping, pong: pong, lost: lost, minor_gcs: gcs}
       })
     after
-      stop_proc(pid)
+      Peers.stop_proc(pid)
     end
   end
 
   defp tachyon_udp_roundtrip(name, cfg) do
-    with_echo(cfg.pong_core, cfg.wait, fn echo, addr ->
+    Peers.with_echo(cfg.pong_core, cfg.wait, fn echo, addr ->
       payload = :binary.copy(<<0xA5>>, cfg.size)
 
+      open = fn ->
+        {:ok, _} = Tachyon.UDP.open(0, ip: :loopback, wait: cfg.udp_wait, core: cfg.udp_core)
+      end
+
       {h, lost, gcs} =
-        client(fn ->
-          {:ok, sock} = Tachyon.UDP.open(0, ip: :loopback, wait: cfg.udp_wait, core: cfg.udp_core)
-
-          send_fun = fn -> Tachyon.UDP.send(sock, addr, payload) end
-
-          try do
-            timed(cfg.warmup, cfg.n, &udp_loop(&1, send_fun, sock, &2, &3))
-          after
-            Tachyon.UDP.close(sock)
-          end
-        end)
+        client(
+          cfg.warmup,
+          cfg.n,
+          open,
+          &Tachyon.UDP.close/1,
+          &Peers.udp_round_trip(&1, addr, payload)
+        )
 
       pong = placement(Tachyon.Echo.info(echo))
       rx = place(cfg.udp_core, cfg.udp_wait)
@@ -380,287 +312,22 @@ defmodule Tachyon.Bench.Echo do
     end)
   end
 
-  # The Elixir client of a round-trip case runs in a process with a big heap
-  # (Bench.in_big_heap/1: no minor GC every few hundred round trips) and
-  # reports the minor GCs of its measured loop.
-  defp client(fun), do: Bench.in_big_heap(fun)
+  # The Elixir client of a round-trip case: a process with a big heap
+  # (Bench.in_big_heap/1: no minor GC every few hundred round trips) opens
+  # its socket, runs the warm-up and the measured round trips
+  # (`rt.(socket)`) and reports the minor GCs of the measured loop.
+  # Returns {hist, lost, minor_gcs}.
+  defp client(warmup, n, open, close, rt) do
+    Bench.in_big_heap(fn ->
+      {:ok, sock} = open.()
+      round_trip = rt.(sock)
 
-  # Runs `loop.(count, hist, lost)` for the warm-up (no histogram), then for
-  # the measured round trips. Returns {hist, lost, minor_gcs}.
-  defp timed(warmup, n, loop) do
-    lost = loop.(warmup, nil, 0)
-    h = Bench.hist()
-    {lost, gcs} = Bench.timed(fn -> loop.(n, h, lost) end)
-    {h, lost, gcs}
-  end
-
-  defp wait_arg(:block), do: "block"
-  defp wait_arg(w), do: Atom.to_string(w)
-
-  defp with_echo(core, wait, fun) do
-    {:ok, echo} = Tachyon.Echo.start_link(ip: :loopback, core: core, wait: wait)
-
-    try do
-      fun.(echo, Tachyon.Echo.address(echo))
-    after
-      Tachyon.Echo.stop(echo)
-    end
-  end
-
-  defp rust_ping!({ip, port}, n, warmup, cfg) do
-    opts = %{
-      ip: ip,
-      port: port,
-      count: n,
-      warmup: warmup,
-      size: cfg.size,
-      wait: cfg.wait,
-      core: cfg.ping_core,
-      timeout_ms: @rt_timeout,
-      max_lost: @max_lost
-    }
-
-    case Native.udp_ping(opts) do
-      {:ok, h, info} -> {h, info}
-      {:error, reason} -> Mix.raise("ping failed: #{inspect(reason)}")
-    end
-  end
-
-  # Elixir client loops: t0, send, wait for the echo, t1. A round trip
-  # with no echo within @rt_timeout ms is lost (not recorded).
-
-  defp udp_loop(0, _send, _sock, _h, lost), do: lost
-
-  defp udp_loop(n, send_fun, sock, h, lost) do
-    t0 = :os.perf_counter()
-    :ok = send_fun.()
-
-    receive do
-      {:tachyon_udp, ^sock, _from, _data} ->
-        t1 = :os.perf_counter()
-        if h, do: Native.hist_record(h, t1 - t0)
-        udp_loop(n - 1, send_fun, sock, h, lost)
-    after
-      @rt_timeout -> udp_loop(n - 1, send_fun, sock, h, lost!(lost))
-    end
-  end
-
-  defp gen_udp_loop(0, _send, _sock, _h, lost), do: lost
-
-  defp gen_udp_loop(n, send_fun, sock, h, lost) do
-    t0 = :os.perf_counter()
-    :ok = send_fun.()
-
-    receive do
-      {:udp, ^sock, _ip, _port, _data} ->
-        t1 = :os.perf_counter()
-        if h, do: Native.hist_record(h, t1 - t0)
-        gen_udp_loop(n - 1, send_fun, sock, h, lost)
-    after
-      @rt_timeout -> gen_udp_loop(n - 1, send_fun, sock, h, lost!(lost))
-    end
-  end
-
-  defp passive_loop(0, _sock, _port, _payload, _h, lost), do: lost
-
-  defp passive_loop(n, sock, port, payload, h, lost) do
-    t0 = :os.perf_counter()
-    :ok = :gen_udp.send(sock, @loopback, port, payload)
-
-    case :gen_udp.recv(sock, 0, @rt_timeout) do
-      {:ok, {_ip, _port, _data}} ->
-        t1 = :os.perf_counter()
-        if h, do: Native.hist_record(h, t1 - t0)
-        passive_loop(n - 1, sock, port, payload, h, lost)
-
-      {:error, :timeout} ->
-        passive_loop(n - 1, sock, port, payload, h, lost!(lost))
-    end
-  end
-
-  defp socket_loop(0, _sock, _dest, _payload, _h, lost), do: lost
-
-  defp socket_loop(n, sock, dest, payload, h, lost) do
-    t0 = :os.perf_counter()
-    :ok = :socket.sendto(sock, payload, dest)
-
-    case :socket.recvfrom(sock, 0, [], @rt_timeout) do
-      {:ok, {_src, _data}} ->
-        t1 = :os.perf_counter()
-        if h, do: Native.hist_record(h, t1 - t0)
-        socket_loop(n - 1, sock, dest, payload, h, lost)
-
-      {:error, :timeout} ->
-        socket_loop(n - 1, sock, dest, payload, h, lost!(lost))
-    end
-  end
-
-  defp lost!(lost) when lost >= @max_lost,
-    do: Mix.raise("more than #{@max_lost} round trips lost")
-
-  defp lost!(lost), do: lost + 1
-
-  # -- BEAM echo servers ---------------------------------------------------------
-
-  defp tachyon_udp_echo(cfg) do
-    parent = self()
-
-    pid =
-      spawn_link(fn ->
-        {:ok, s} = Tachyon.UDP.open(0, ip: :loopback, wait: cfg.udp_wait, core: cfg.udp_core)
-
-        {:ok, addr} = Tachyon.UDP.sockname(s)
-        send(parent, {:echo_addr, self(), addr})
-        tachyon_udp_echo_loop(s)
-      end)
-
-    receive do
-      {:echo_addr, ^pid, addr} -> {pid, addr}
-    after
-      5000 -> Mix.raise("Tachyon.UDP echo did not start")
-    end
-  end
-
-  defp tachyon_udp_echo_loop(s) do
-    receive do
-      {:tachyon_udp, ^s, from, data} ->
-        Tachyon.UDP.send(s, from, data)
-        tachyon_udp_echo_loop(s)
-
-      :stop ->
-        Tachyon.UDP.close(s)
-    end
-  end
-
-  defp gen_udp_echo(mode \\ :active) do
-    parent = self()
-
-    pid =
-      spawn_link(fn ->
-        {:ok, s} = :gen_udp.open(0, [:binary, ip: @loopback, active: mode == :active])
-        {:ok, port} = :inet.port(s)
-        send(parent, {:echo_port, self(), port})
-        if mode == :active, do: gen_udp_echo_loop(s), else: gen_udp_passive_echo_loop(s)
-      end)
-
-    receive do
-      {:echo_port, ^pid, port} -> {pid, port}
-    after
-      5000 -> Mix.raise("gen_udp echo did not start")
-    end
-  end
-
-  defp gen_udp_echo_loop(s) do
-    receive do
-      {:udp, ^s, ip, port, data} ->
-        :gen_udp.send(s, ip, port, data)
-        gen_udp_echo_loop(s)
-
-      :stop ->
-        :gen_udp.close(s)
-    end
-  end
-
-  defp gen_udp_passive_echo_loop(s) do
-    case :gen_udp.recv(s, 0, 200) do
-      {:ok, {ip, port, data}} ->
-        :gen_udp.send(s, ip, port, data)
-        gen_udp_passive_echo_loop(s)
-
-      {:error, :timeout} ->
-        receive do
-          :stop -> :gen_udp.close(s)
-        after
-          0 -> gen_udp_passive_echo_loop(s)
-        end
-    end
-  end
-
-  defp socket_echo do
-    parent = self()
-
-    pid =
-      spawn_link(fn ->
-        {:ok, s} = :socket.open(:inet, :dgram, :udp)
-        :ok = :socket.bind(s, %{family: :inet, addr: @loopback, port: 0})
-        {:ok, %{port: port}} = :socket.sockname(s)
-        send(parent, {:echo_port, self(), port})
-        socket_echo_loop(s)
-      end)
-
-    receive do
-      {:echo_port, ^pid, port} -> {pid, port}
-    after
-      5000 -> Mix.raise(":socket echo did not start")
-    end
-  end
-
-  defp socket_echo_loop(s) do
-    case :socket.recvfrom(s, 0, [], 200) do
-      {:ok, {src, data}} ->
-        :socket.sendto(s, data, src)
-        socket_echo_loop(s)
-
-      {:error, :timeout} ->
-        receive do
-          :stop -> :socket.close(s)
-        after
-          0 -> socket_echo_loop(s)
-        end
-    end
-  end
-
-  defp stop_proc(pid) do
-    ref = Process.monitor(pid)
-    send(pid, :stop)
-
-    receive do
-      {:DOWN, ^ref, _, _, _} -> :ok
-    after
-      5000 -> Process.exit(pid, :kill)
-    end
-  end
-
-  # -- raw.rust -------------------------------------------------------------------
-
-  defp build_floor! do
-    native = Path.join(Path.dirname(Mix.Project.project_file()), "native")
-    IO.puts("\nraw.rust: cargo build --release -p tachyon_core --bin tachyon_udp_floor")
-
-    {out, status} =
-      System.cmd(
-        "cargo",
-        ["build", "--release", "-p", "tachyon_core", "--bin", "tachyon_udp_floor"],
-        cd: native,
-        stderr_to_stdout: true,
-        env: [{"CARGO_TERM_COLOR", "never"}]
-      )
-
-    if status != 0, do: Mix.raise("cargo build failed:\n#{out}")
-    target = System.get_env("CARGO_TARGET_DIR") || Path.join(native, "target")
-    Path.join([target, "release", "tachyon_udp_floor"])
-  end
-
-  defp floor_case(line, size) do
-    # the line starts with a tag word, then key=value tokens
-    {kv, report} = Bench.parse_result_line(line)
-
-    tails =
-      kv
-      |> Map.fetch!("tails")
-      |> String.split(",")
-      |> Enum.map(fn t ->
-        [p, avg, sd, max] = t |> String.split("/") |> Enum.map(&Bench.parse_number/1)
-        {p, avg, sd, max}
-      end)
-
-    ping = String.replace(kv["ping"], "_", " ") |> String.replace("busy spin", "busy_spin")
-    pong = String.replace(kv["pong"], "_", " ") |> String.replace("busy spin", "busy_spin")
-
-    Bench.from_report("raw.rust", Map.put(report, :tails, tails), size, %{
-      note: "standalone binary, no BEAM: ping #{ping}; pong #{pong}",
-      json_extra: %{ping: ping, pong: pong, lost: trunc(Bench.parse_number(kv["lost"]))}
-    })
+      try do
+        Bench.sample(warmup, n, &Peers.round_trips(&1, round_trip, &2, &3), 0)
+      after
+        close.(sock)
+      end
+    end)
   end
 
   # -- targets ---------------------------------------------------------------------
@@ -674,7 +341,7 @@ defmodule Tachyon.Bench.Echo do
   ]
 
   defp targets(cases) do
-    by = Map.new(cases, &{&1.name, &1})
+    by = Bench.by_name(cases)
 
     for {label, a, b, cmp, bound} <- @targets, by[a] && by[b], by[b].p50_ns > 0 do
       ratio = by[a].p50_ns / by[b].p50_ns
@@ -693,7 +360,7 @@ defmodule Tachyon.Bench.Echo do
   ]
 
   defp ratios(cases) do
-    by = Map.new(cases, &{&1.name, &1})
+    by = Bench.by_name(cases)
 
     for {a, b} <- @ratios, by[a] && by[b], by[b].p50_ns > 0 do
       %{"ratio" => "#{a} p50 / #{b} p50", "value" => Float.round(by[a].p50_ns / by[b].p50_ns, 3)}
@@ -708,10 +375,7 @@ defmodule Tachyon.Bench.Echo do
       ts ->
         IO.puts("\nTargets (issue 4, p50 ratios):")
 
-        for t <- ts do
-          r = :erlang.float_to_binary(t["ratio"] * 1.0, decimals: 2)
-          IO.puts("  #{t["target"]}: #{r}x #{if t["met"], do: "MET", else: "NOT MET"}")
-        end
+        for t <- ts, do: Bench.target(t["target"], t["ratio"], fn _ -> t["met"] end, "x")
     end
 
     case ratios(cases) do
@@ -726,237 +390,6 @@ defmodule Tachyon.Bench.Echo do
               IO.puts(
                 "  #{r["ratio"]}: #{:erlang.float_to_binary(r["value"] * 1.0, decimals: 2)}x"
               )
-    end
-  end
-
-  # -- backpressure ---------------------------------------------------------------
-
-  defp run_flood(cfg) do
-    IO.puts(
-      "\n== tachyon.udp.flood: #{Bench.delimit(cfg.flood)} datagrams of #{cfg.size} bytes sent as fast as " <>
-        "one process can (Tachyon.UDP.send) to a socket (recbuf #{div(@flood_recbuf, 1_048_576)} MiB) whose " <>
-        "owner is suspended (not scheduled, not reading); then the owner is resumed and drains its mailbox " <>
-        "(acking each message)."
-    )
-
-    runs = [
-      flood_tachyon("tachyon.udp max_queue: :infinity", :infinity, cfg),
-      flood_tachyon("tachyon.udp max_queue: #{cfg.max_queue}", cfg.max_queue, cfg),
-      flood_gen_udp("gen_udp active: true", cfg)
-    ]
-
-    header = [
-      "socket",
-      "sent",
-      "delivered",
-      "dropped",
-      "kernel drops",
-      "owner mailbox",
-      "owner heap",
-      "binaries",
-      "drain"
-    ]
-
-    rows =
-      for r <- runs do
-        [
-          r["socket"],
-          Bench.delimit(r["sent"]),
-          Bench.delimit(r["delivered"]),
-          Bench.delimit(r["dropped"]),
-          Bench.delimit(r["kernel_drops"]),
-          Bench.delimit(r["mailbox"]),
-          mb(r["owner_memory"]),
-          mb(r["binary_memory"]),
-          Bench.short_ns(r["drain_ns"])
-        ]
-      end
-
-    Bench.print_rows(header, rows)
-
-    IO.puts(
-      "(delivered: messages put in the owner's mailbox; dropped: over max_queue; kernel drops: " <>
-        "receive buffer full; owner heap: Process.info(:memory) with the mailbox; binaries: " <>
-        "growth of :erlang.memory(:binary); drain: time for the owner to receive them all)"
-    )
-
-    runs
-  end
-
-  defp mb(bytes), do: "#{:erlang.float_to_binary(bytes / 1_048_576, decimals: 1)} MB"
-
-  defp flood_tachyon(label, max_queue, cfg) do
-    owner = spawn_owner()
-
-    {:ok, rx} =
-      Tachyon.UDP.open(0,
-        ip: :loopback,
-        owner: owner,
-        max_queue: max_queue,
-        recbuf: @flood_recbuf
-      )
-
-    {:ok, tx} = Tachyon.UDP.open(0, ip: :loopback)
-    {:ok, dest} = Tachyon.UDP.sockname(rx)
-    payload = :binary.copy(<<0x5A>>, cfg.size)
-    bin0 = :erlang.memory(:binary)
-    :erlang.suspend_process(owner)
-    t0 = System.monotonic_time()
-    sent = flood_send(cfg.flood, fn -> Tachyon.UDP.send(tx, dest, payload) end, 0)
-    send_ns = System.convert_time_unit(System.monotonic_time() - t0, :native, :nanosecond)
-
-    settle(fn ->
-      {:ok, s} = Tachyon.UDP.stats(rx)
-      s.received + s.kernel_drops
-    end)
-
-    {:ok, s} = Tachyon.UDP.stats(rx)
-    {mailbox, mem} = owner_info(owner)
-    bin = :erlang.memory(:binary) - bin0
-    drain_ns = drain(owner, {:tachyon, rx}, mailbox)
-    Tachyon.UDP.close(rx)
-    Tachyon.UDP.close(tx)
-    Process.exit(owner, :kill)
-
-    %{
-      "socket" => label,
-      "sent" => sent,
-      "send_ns" => send_ns,
-      "received" => s.received,
-      "delivered" => s.delivered,
-      "dropped" => s.dropped,
-      "kernel_drops" => s.kernel_drops,
-      "mailbox" => mailbox,
-      "owner_memory" => mem,
-      "binary_memory" => max(bin, 0),
-      "drain_ns" => drain_ns
-    }
-  end
-
-  defp flood_gen_udp(label, cfg) do
-    owner = spawn_owner()
-    {:ok, rx} = :gen_udp.open(0, [:binary, ip: @loopback, active: true, recbuf: @flood_recbuf])
-
-    :ok = :gen_udp.controlling_process(rx, owner)
-    {:ok, port} = :inet.port(rx)
-    {:ok, tx} = Tachyon.UDP.open(0, ip: :loopback)
-    payload = :binary.copy(<<0x5A>>, cfg.size)
-    bin0 = :erlang.memory(:binary)
-    :erlang.suspend_process(owner)
-    t0 = System.monotonic_time()
-    sent = flood_send(cfg.flood, fn -> Tachyon.UDP.send(tx, {@loopback, port}, payload) end, 0)
-    send_ns = System.convert_time_unit(System.monotonic_time() - t0, :native, :nanosecond)
-    settle(fn -> owner_info(owner) |> elem(0) end)
-    {mailbox, mem} = owner_info(owner)
-    bin = :erlang.memory(:binary) - bin0
-    drops = udp_drops(port)
-    drain_ns = drain(owner, :gen_udp, mailbox)
-    :gen_udp.close(rx)
-    Tachyon.UDP.close(tx)
-    Process.exit(owner, :kill)
-
-    %{
-      "socket" => label,
-      "sent" => sent,
-      "send_ns" => send_ns,
-      "received" => mailbox,
-      "delivered" => mailbox,
-      "dropped" => 0,
-      "kernel_drops" => drops,
-      "mailbox" => mailbox,
-      "owner_memory" => mem,
-      "binary_memory" => max(bin, 0),
-      "drain_ns" => drain_ns
-    }
-  end
-
-  defp flood_send(0, _fun, sent), do: sent
-
-  defp flood_send(n, fun, sent) do
-    case fun.() do
-      :ok -> flood_send(n - 1, fun, sent + 1)
-      {:error, :eagain} -> flood_send(n - 1, fun, sent)
-    end
-  end
-
-  # Waits until `fun` stops changing for 50 ms (the receiving side drained
-  # the kernel buffer), at most 10 s.
-  defp settle(fun, last \\ nil, since \\ nil, t0 \\ System.monotonic_time(:millisecond)) do
-    now = System.monotonic_time(:millisecond)
-    v = fun.()
-
-    cond do
-      now - t0 > 10_000 -> :ok
-      v == last and now - since >= 50 -> :ok
-      v == last -> Process.sleep(5) && settle(fun, last, since, t0)
-      true -> Process.sleep(5) && settle(fun, v, now, t0)
-    end
-  end
-
-  # The owner is suspended during the flood (a consumer that does not get to
-  # run: its mailbox grows, and no message reschedules it); once resumed it
-  # receives every message (acking Tachyon.UDP ones) and reports the time.
-  defp spawn_owner do
-    spawn(fn ->
-      receive do
-        {:drain, from, kind, count} ->
-          t0 = System.monotonic_time()
-          owner_drain(kind, count)
-          send(from, {:drained, System.monotonic_time() - t0})
-      end
-    end)
-  end
-
-  defp owner_drain(_kind, 0), do: :ok
-
-  defp owner_drain({:tachyon, sock} = kind, n) do
-    receive do
-      {:tachyon_udp, ^sock, _, _} ->
-        Tachyon.UDP.ack(sock)
-        owner_drain(kind, n - 1)
-    after
-      5000 -> :timeout
-    end
-  end
-
-  defp owner_drain(:gen_udp, n) do
-    receive do
-      {:udp, _, _, _, _} -> owner_drain(:gen_udp, n - 1)
-    after
-      5000 -> :timeout
-    end
-  end
-
-  defp drain(owner, kind, count) do
-    # The :drain message queues behind the datagrams: selective receive
-    # finds it after scanning them once, so the scan is in the time too.
-    :erlang.resume_process(owner)
-    send(owner, {:drain, self(), kind, count})
-
-    receive do
-      {:drained, native} -> System.convert_time_unit(native, :native, :nanosecond)
-    after
-      60_000 -> Mix.raise("the flood owner did not drain its mailbox")
-    end
-  end
-
-  defp owner_info(pid) do
-    case Process.info(pid, [:message_queue_len, :memory]) do
-      [message_queue_len: len, memory: mem] -> {len, mem}
-      nil -> {0, 0}
-    end
-  end
-
-  # Kernel drops of a gen_udp socket, from /proc/net/udp (the last column).
-  defp udp_drops(port) do
-    hex = port |> Integer.to_string(16) |> String.pad_leading(4, "0")
-
-    with {:ok, text} <- File.read("/proc/net/udp"),
-         line when is_binary(line) <-
-           text |> String.split("\n") |> Enum.find(&String.contains?(&1, ":#{hex} ")) do
-      line |> String.split() |> List.last() |> String.to_integer()
-    else
-      _ -> 0
     end
   end
 end

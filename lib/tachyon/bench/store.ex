@@ -16,6 +16,7 @@ defmodule Tachyon.Bench.Store do
   # Extra options: --cases a,b (run a subset), --hiccup-ms N.
 
   alias Tachyon.{Bench, Store}
+  alias Tachyon.Bench.Report
 
   @defaults [messages: 200_000, warmup: 20_000, size: 256, hiccup_ms: 1000]
   @quick [messages: 20_000, warmup: 2_000, hiccup_ms: 200]
@@ -26,16 +27,16 @@ defmodule Tachyon.Bench.Store do
     n = opts[:messages]
     warmup = opts[:warmup]
     size = opts[:size]
-    wanted = if opts[:cases], do: String.split(opts[:cases], ","), else: @all
+    wanted = Bench.cases!(opts, @all)
     msg = :binary.copy(<<0xA5>>, size)
 
-    Bench.print_machine()
+    Report.print_machine()
     overhead = Bench.timer_overhead()
 
     IO.puts(
-      "Store bench: #{Bench.delimit(n)} messages of #{size} bytes after #{Bench.delimit(warmup)} warm-up. " <>
+      "Store bench: #{Report.delimit(n)} messages of #{size} bytes after #{Report.delimit(warmup)} warm-up. " <>
         "Timer overhead (two :os.perf_counter/0 calls, included in the Elixir cases): " <>
-        "avg #{Bench.fmt_ns(overhead.avg_ns)}, p50 #{Bench.fmt_ns(overhead.p50_ns)}"
+        "avg #{Report.fmt_ns(overhead.avg_ns)}, p50 #{Report.fmt_ns(overhead.p50_ns)}"
     )
 
     cases =
@@ -43,10 +44,10 @@ defmodule Tachyon.Bench.Store do
         run_case(name, dir, n, warmup, size, msg)
       end)
 
-    Bench.print_table(cases, "tachyon.store.append")
+    Report.print_table(cases, "tachyon.store.append")
     print_targets(cases)
 
-    Bench.write_json(opts[:json], "store", cases, %{
+    Report.write_json(opts[:json], "store", cases, %{
       "timer_overhead_ns" => overhead.avg_ns,
       "warmup" => warmup
     })
@@ -100,12 +101,9 @@ defmodule Tachyon.Bench.Store do
   # The `nif.noop` case: an empty two-argument NIF timed like the Elixir
   # cases (shared with the other benches).
   def noop_case(name, n, warmup, size, msg) do
-    {h, gcs} =
+    {h, _, gcs} =
       Bench.in_big_heap(fn ->
-        noop_loop(warmup, msg, nil)
-        h = Bench.hist()
-        {_ok, gcs} = Bench.timed(fn -> noop_loop(n, msg, h) end)
-        {h, gcs}
+        Bench.sample(warmup, n, fn count, h, _ -> noop_loop(count, msg, h) end)
       end)
 
     Bench.from_hist(name, h, size, %{
@@ -121,14 +119,9 @@ defmodule Tachyon.Bench.Store do
   def elixir_append(name, dir, n, warmup, size, msg, pretouch) do
     {:ok, s} = Store.open(dir, store_opts(pretouch))
 
-    {h, gcs} =
+    {h, _, gcs} =
       Bench.in_big_heap(fn ->
-        loop(warmup, s, msg, nil)
-        h = Bench.hist()
-
-        {_ok, gcs} = Bench.timed(fn -> loop(n, s, msg, h) end)
-
-        {h, gcs}
+        Bench.sample(warmup, n, fn count, h, _ -> loop(count, s, msg, h) end)
       end)
 
     {:ok, stats} = Store.stats(s)
@@ -179,7 +172,7 @@ defmodule Tachyon.Bench.Store do
   end
 
   defp print_targets(cases) do
-    by = Map.new(cases, &{&1.name, &1})
+    by = Bench.by_name(cases)
     t = by["tachyon.store.append"]
     IO.puts("\nTargets (issue: full run of 1,000,000 x 256 bytes):")
 
@@ -216,9 +209,9 @@ defmodule Tachyon.Bench.Store do
 
     if t && np do
       IO.puts(
-        "  pre-touch on vs off: p99.9 #{Bench.short_ns(t.p999_ns)} vs #{Bench.short_ns(np.p999_ns)}, " <>
-          "p99.99 #{Bench.short_ns(t.p9999_ns)} vs #{Bench.short_ns(np.p9999_ns)}, " <>
-          "max #{Bench.short_ns(t.max_ns)} vs #{Bench.short_ns(np.max_ns)}"
+        "  pre-touch on vs off: p99.9 #{Report.short_ns(t.p999_ns)} vs #{Report.short_ns(np.p999_ns)}, " <>
+          "p99.99 #{Report.short_ns(t.p9999_ns)} vs #{Report.short_ns(np.p9999_ns)}, " <>
+          "max #{Report.short_ns(t.max_ns)} vs #{Report.short_ns(np.max_ns)}"
       )
     end
   end

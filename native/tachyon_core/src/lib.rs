@@ -1,8 +1,9 @@
 //! Tachyon core: the pure-Rust half of Tachyon (no BEAM, no rustler).
 //!
 //! * [`async_store`]: the writer thread that drains a [`ring`] into a store.
+//! * [`bench`]: the benchmark loops (store and async store floors, machine
+//!   hiccups, the UDP ping client); no engine holds benchmark code.
 //! * [`crc`]: CRC32C with a fast path for small records.
-//! * [`hiccup`]: the machine's own hiccups (a loop that only reads the clock).
 //! * [`hist`]: HDR latency histograms and the CoralBits-style percentile report
 //!   used by every benchmark.
 //! * [`prefetch`]: write prefetches for the next record of a hot path.
@@ -12,7 +13,7 @@
 //! * [`store`]: the append-only message log on memory-mapped segment files.
 //! * [`table`]: the persistent key-value table (hash index over an
 //!   append-only log).
-//! * [`udp`]: UDP loops (echo server, ping client, endpoint for BEAM processes).
+//! * [`udp`]: UDP loops (echo server, endpoint for BEAM processes).
 //! * [`wait`]: wait strategies and wake-ups for every loop that polls.
 //! * [`worker`]: the one thread type (name, pinning, stop, wake, join).
 //! * [`counter`]: single-writer statistics counters.
@@ -23,11 +24,11 @@
 #![deny(unsafe_op_in_unsafe_fn)]
 
 pub mod async_store;
+pub mod bench;
 pub mod counter;
 pub mod crc;
 pub mod credit;
 pub mod errno;
-pub mod hiccup;
 pub mod hist;
 pub mod prefetch;
 pub mod report;

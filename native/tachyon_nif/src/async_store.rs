@@ -23,7 +23,6 @@ use tachyon_core::store::Store;
 use tachyon_core::wait::WaitStrategy;
 
 use crate::atoms;
-use crate::hist::HistResource;
 use crate::store::{store_error, StoreResource};
 use crate::terms::{atom, errno_atom, get, map};
 
@@ -32,7 +31,7 @@ use crate::terms::{atom, errno_atom, get, map};
 /// With an owner process (`start_link`), the owner's death does the same and
 /// closes the store if the AsyncStore opened it.
 pub struct AsyncStoreResource {
-    inner: AsyncStore,
+    pub(crate) inner: AsyncStore,
     /// The store was opened for this AsyncStore (closed with it by `down`).
     owns_store: bool,
 }
@@ -128,7 +127,7 @@ fn error<'a>(env: Env<'a>, reason: Term<'a>) -> Term<'a> {
     (atoms::error(), reason).encode(env)
 }
 
-fn append_error<'a>(env: Env<'a>, e: &AppendError) -> Term<'a> {
+pub(crate) fn append_error<'a>(env: Env<'a>, e: &AppendError) -> Term<'a> {
     let reason = match e {
         AppendError::Closed => atoms::closed().encode(env),
         AppendError::Full => atoms::full().encode(env),
@@ -282,22 +281,6 @@ fn async_stats<'a>(env: Env<'a>, r: &AsyncStoreResource) -> NifResult<Term<'a>> 
 fn async_pause(r: &AsyncStoreResource, paused: bool) -> Atom {
     r.inner.set_paused(paused);
     atoms::ok()
-}
-
-/// The native producer benchmark (see `AsyncStore::bench_append`), on a
-/// dirty CPU scheduler: `{:ok, hist, drains}`.
-#[rustler::nif(schedule = "DirtyCpu")]
-fn async_bench_native<'a>(
-    env: Env<'a>,
-    r: Handle<AsyncStoreResource>,
-    count: u64,
-    warmup: u64,
-    size: u64,
-) -> Term<'a> {
-    match r.inner.bench_append(count, warmup, size as usize) {
-        Ok((h, drains)) => (atoms::ok(), HistResource::wrap(h), drains).encode(env),
-        Err(e) => append_error(env, &e),
-    }
 }
 
 /// The writer's default wait strategy on this machine (by core count).

@@ -4,21 +4,22 @@
 //! Every NIF is registered automatically by `rustler::init!` (no function
 //! list). Modules:
 //! * `async_store`: `Tachyon.AsyncStore` (ring + writer thread before a store).
+//! * `bench`: every benchmark-only NIF (histogram resources, empty NIFs, the
+//!   machine hiccup loop, the native store floors, the UDP ping client).
 //! * `deliver`: messages from Rust threads to processes, and the report
 //!   channel (`{:tachyon_report, part, id, kind, fields}`).
-//! * `hist`: HDR histogram resources for the benchmarks.
 //! * `res`: resource types for the hot NIFs (store, async store, table), decoded
 //!   without rustler's per-call type lookup.
 //! * `runtime`: the shared runtime's own NIFs (worker counters).
 //! * `store`: `Tachyon.Store` (message log).
 //! * `table`: `Tachyon.Table` (persistent key-value table).
-//! * `udp`: `Tachyon.Echo`, `Tachyon.UDP` and the UDP ping client.
+//! * `udp`: `Tachyon.Echo` and `Tachyon.UDP`.
 #![deny(unsafe_op_in_unsafe_fn)]
 
 mod async_store;
 mod atoms;
+mod bench;
 mod deliver;
-mod hist;
 mod res;
 mod runtime;
 mod store;

@@ -7,7 +7,6 @@ use rustler::{Binary, Encoder, Env, Error, NifResult, OwnedBinary, Term};
 use tachyon_core::store::{Config, Event, Mode, Store, StoreError, Verify};
 
 use crate::atoms;
-use crate::hist::HistResource;
 use crate::res::Handle;
 use crate::terms::{atom, errno_atom, get, map};
 
@@ -288,22 +287,4 @@ fn store_take_events<'a>(env: Env<'a>, r: Handle<StoreResource>) -> NifResult<Te
         }
     }
     Ok(out.encode(env))
-}
-
-/// The native floor: appends in a Rust loop, each timed. Runs on a dirty
-/// scheduler. Returns `{:ok, hist, page_faults_of_the_appending_thread}`.
-#[rustler::nif(schedule = "DirtyIo")]
-fn store_bench_native<'a>(
-    env: Env<'a>,
-    r: Handle<StoreResource>,
-    count: u64,
-    warmup: u64,
-    size: u64,
-) -> NifResult<Term<'a>> {
-    Ok(
-        match tachyon_core::store::bench_append(&r.store, count, warmup, size as usize) {
-            Ok(r) => (atoms::ok(), HistResource::wrap(r.hist), r.page_faults).encode(env),
-            Err(e) => store_error(env, e),
-        },
-    )
 }

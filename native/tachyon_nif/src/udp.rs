@@ -1,5 +1,5 @@
-//! `Tachyon.Native.echo_*`, `udp_*`: `Tachyon.Echo`, `Tachyon.UDP` and the
-//! benchmark's ping client, over `tachyon_core::udp`.
+//! `Tachyon.Native.echo_*`, `udp_*`: `Tachyon.Echo` and `Tachyon.UDP`, over
+//! `tachyon_core::udp` (the benchmark's ping client is in `bench`).
 //!
 //! * `EchoResource`: an echo server thread; dropping the resource (or
 //!   `echo_stop`) stops and joins it and frees the port.
@@ -9,27 +9,22 @@
 //!   stop, and the thread closes the socket as it exits. The thread holds a
 //!   reference to the resource (it puts the socket in every message), so a
 //!   socket lives until `udp_close` or its owner's death, like a gen_udp port.
-//! * `udp_ping`: runs the ping client on its own (optionally pinned) thread
-//!   and waits for it on a dirty I/O scheduler; returns a histogram resource.
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
-use std::sync::atomic::AtomicBool;
-use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::sync::Mutex;
 
 use rustler::types::atom::Atom;
 use rustler::{
     Binary, Encoder, Env, Error, LocalPid, Monitor, NewBinary, NifResult, ResourceArc, Term,
 };
 use tachyon_core::udp::{
-    spawn_ping, EchoConfig, EchoServer, EchoStats, Endpoint, EndpointConfig, EndpointStats,
-    PingConfig, Placement, SendError, Sink, SocketOptions,
+    EchoConfig, EchoServer, EchoStats, Endpoint, EndpointConfig, EndpointStats, Placement,
+    SendError, Sink, SocketOptions,
 };
 use tachyon_core::wait::WaitStrategy;
 
 use crate::atoms;
 use crate::deliver::ProcessSender;
-use crate::hist::HistResource;
 use crate::terms::{atom, errno_atom, get, map};
 
 mod udp_atoms {
@@ -41,7 +36,7 @@ mod udp_atoms {
 
 // -- term helpers ----------------------------------------------------------------
 
-fn error_term<'a>(env: Env<'a>, e: &std::io::Error) -> Term<'a> {
+pub(crate) fn error_term<'a>(env: Env<'a>, e: &std::io::Error) -> Term<'a> {
     (atoms::error(), errno_atom(env, e)).encode(env)
 }
 
@@ -82,11 +77,11 @@ fn encode_ip<'a>(env: Env<'a>, ip: &IpAddr) -> Term<'a> {
     }
 }
 
-fn encode_addr<'a>(env: Env<'a>, addr: &SocketAddr) -> Term<'a> {
+pub(crate) fn encode_addr<'a>(env: Env<'a>, addr: &SocketAddr) -> Term<'a> {
     (encode_ip(env, &addr.ip()), addr.port()).encode(env)
 }
 
-fn decode_wait(env: Env, term: Term) -> NifResult<WaitStrategy> {
+pub(crate) fn decode_wait(env: Env, term: Term) -> NifResult<WaitStrategy> {
     let a: Atom = term.decode()?;
     let name = a.to_term(env).atom_to_string()?;
     WaitStrategy::parse(&name).ok_or(Error::BadArg)
@@ -96,7 +91,7 @@ fn decode_port(term: Term) -> NifResult<u16> {
     u16::try_from(term.decode::<u64>()?).map_err(|_| Error::BadArg)
 }
 
-fn decode_addr<'a>(env: Env<'a>, opts: Term<'a>) -> NifResult<SocketAddr> {
+pub(crate) fn decode_addr<'a>(env: Env<'a>, opts: Term<'a>) -> NifResult<SocketAddr> {
     let ip = decode_ip(get::<Term>(env, opts, "ip")?)?;
     let port = decode_port(get::<Term>(env, opts, "port")?)?;
     Ok(SocketAddr::new(ip, port))
@@ -110,7 +105,7 @@ fn decode_socket_opts<'a>(env: Env<'a>, opts: Term<'a>) -> NifResult<SocketOptio
     })
 }
 
-fn encode_placement<'a>(env: Env<'a>, p: &Placement) -> Vec<(&'static str, Term<'a>)> {
+pub(crate) fn encode_placement<'a>(env: Env<'a>, p: &Placement) -> Vec<(&'static str, Term<'a>)> {
     vec![
         ("core", p.core.encode(env)),
         ("pinned", p.pinned.encode(env)),
@@ -189,38 +184,6 @@ fn echo_stop(res: ResourceArc<EchoResource>) -> Atom {
 fn echo_stats<'a>(env: Env<'a>, res: &EchoResource) -> NifResult<Term<'a>> {
     let s = res.server.lock().unwrap_or_else(|e| e.into_inner()).stats();
     echo_stats_map(env, &s)
-}
-
-// -- ping client -------------------------------------------------------------------
-
-/// Runs `warmup + count` round trips against `ip:port` on a new thread
-/// (pinned to `core` if set). `opts`: ip, port, count, warmup, size, wait,
-/// core, timeout_ms, max_lost. Returns `{:ok, hist, info}` or `{:error, reason}`.
-#[rustler::nif(schedule = "DirtyIo")]
-fn udp_ping<'a>(env: Env<'a>, opts: Term<'a>) -> NifResult<Term<'a>> {
-    let target = decode_addr(env, opts)?;
-    let mut cfg = PingConfig::new(target, get(env, opts, "count")?, get(env, opts, "warmup")?);
-    cfg.size = get::<u64>(env, opts, "size")? as usize;
-    cfg.wait = decode_wait(env, get(env, opts, "wait")?)?;
-    cfg.core = get::<Option<u64>>(env, opts, "core")?.map(|c| c as usize);
-    cfg.timeout = Duration::from_millis(get(env, opts, "timeout_ms")?);
-    cfg.max_lost = get(env, opts, "max_lost")?;
-    let out = match spawn_ping(cfg, Arc::new(AtomicBool::new(false))) {
-        Ok(out) => out,
-        Err(e) => return Ok(error_term(env, &e)),
-    };
-    let mut info = vec![
-        ("sent", out.sent.encode(env)),
-        ("received", out.received.encode(env)),
-        ("lost", out.lost.encode(env)),
-        ("stale", out.stale.encode(env)),
-        ("mismatched", out.mismatched.encode(env)),
-        ("elapsed_ns", (out.elapsed.as_nanos() as u64).encode(env)),
-        ("local", encode_addr(env, &out.local)),
-    ];
-    info.extend(encode_placement(env, &out.placement));
-    let info = map(env, &info)?;
-    Ok((atoms::ok(), HistResource::wrap(out.hist), info).encode(env))
 }
 
 // -- Tachyon.UDP -------------------------------------------------------------------

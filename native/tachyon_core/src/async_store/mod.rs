@@ -51,7 +51,6 @@ use std::time::{Duration, Instant};
 use crossbeam_utils::CachePadded;
 
 use crate::counter::Counter;
-use crate::hist::Hist;
 use crate::ring::{self, Producer, PushError, Ring};
 use crate::spin::SpinMutex;
 use crate::store::{Mode, Store};
@@ -581,49 +580,6 @@ impl AsyncStore {
     /// Whether the writer thread has ended.
     pub fn writer_exited(&self) -> bool {
         self.shared.exited.load(Ordering::Acquire)
-    }
-
-    /// The native producer benchmark: `warmup + count` appends of a
-    /// `size`-byte message, each timed with `Instant`. Like CoralStore's
-    /// AsyncBench it drains the ring (outside the timed region) before it
-    /// could fill, since it measures latency, not throughput. Returns the
-    /// histogram and the number of drains.
-    pub fn bench_append(
-        &self,
-        count: u64,
-        warmup: u64,
-        size: usize,
-    ) -> Result<(Hist, u64), AppendError> {
-        let msg = vec![0xA5u8; size];
-        let per_fill = (self.shared.ring_size / ring::record_size(size))
-            .saturating_sub(1)
-            .max(1) as u64;
-        let mut h = Hist::new();
-        let mut since_drain = 0u64;
-        let mut drains = 0u64;
-        let drain = |drains: &mut u64| -> Result<(), AppendError> {
-            *drains += 1;
-            self.drain(Duration::from_secs(60)).map_err(|e| match e {
-                WaitError::Failed(f) => AppendError::Failed(f),
-                _ => AppendError::Closed,
-            })
-        };
-        for i in 0..warmup + count {
-            if since_drain == per_fill {
-                drain(&mut drains)?;
-                since_drain = 0;
-            }
-            let t0 = Instant::now();
-            let r = self.append(&msg);
-            let ns = t0.elapsed().as_nanos() as u64;
-            r?;
-            since_drain += 1;
-            if i >= warmup {
-                h.record(ns);
-            }
-        }
-        drain(&mut drains)?;
-        Ok((h, drains))
     }
 }
 

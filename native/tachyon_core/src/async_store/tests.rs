@@ -452,25 +452,6 @@ fn periodic_stats_reports() {
     fs::remove_dir_all(&d).unwrap();
 }
 
-#[test]
-fn bench_loop_drains_before_the_ring_fills() {
-    let d = tmp();
-    let store = Arc::new(Store::open(&d, store_cfg()).unwrap());
-    let c = Config {
-        ring_size: 8192,
-        on_full: OnFull::Error,
-        ..cfg()
-    };
-    let a = AsyncStore::open(store.clone(), c, None).unwrap();
-    let (h, drains) = a.bench_append(2_000, 100, 256).unwrap();
-    assert_eq!(h.count(), 2_000);
-    assert!(drains >= 2_100 / 30, "{drains}");
-    assert_eq!(a.stats().rejected, 0);
-    assert_eq!(store.next_index().unwrap(), 2_100);
-    a.close().unwrap();
-    fs::remove_dir_all(&d).unwrap();
-}
-
 /// Without any flush, the writer takes messages on its own within a nap,
 /// for every strategy that naps (producers do not wake it below half full).
 #[test]

@@ -20,8 +20,9 @@ use std::process::ExitCode;
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 
+use tachyon_core::bench::ping::{spawn_ping, PingConfig};
 use tachyon_core::hist::format_ns;
-use tachyon_core::udp::{spawn_ping, EchoConfig, EchoServer, PingConfig};
+use tachyon_core::udp::{EchoConfig, EchoServer};
 use tachyon_core::wait::WaitStrategy;
 
 struct Args {

@@ -26,7 +26,6 @@ use std::time::{Duration, Instant};
 
 use crossbeam_utils::CachePadded;
 
-use crate::hist::Hist;
 use crate::spin::SpinMutex;
 use crate::sys::{fsync_dir, lock};
 use format::*;
@@ -1159,52 +1158,6 @@ fn pretouch_loop(t: Arc<Touch>, dir: PathBuf, cap: usize, ahead: usize) {
             Duration::from_millis(20)
         });
     }
-}
-
-/// Minor and major page faults taken so far by the calling thread.
-pub fn thread_page_faults() -> (u64, u64) {
-    // SAFETY: getrusage writes into the zeroed struct we pass.
-    unsafe {
-        let mut ru: libc::rusage = std::mem::zeroed();
-        if libc::getrusage(libc::RUSAGE_THREAD, &mut ru) == 0 {
-            (ru.ru_minflt as u64, ru.ru_majflt as u64)
-        } else {
-            (0, 0)
-        }
-    }
-}
-
-/// Result of [`bench_append`].
-pub struct BenchResult {
-    pub hist: Hist,
-    /// Page faults (minor + major) the appending thread took while measured.
-    pub page_faults: u64,
-}
-
-/// The native floor of the store benchmark: `warmup + count` appends of
-/// `size`-byte messages in a Rust loop, each timed with `Instant`.
-pub fn bench_append(
-    store: &Store,
-    count: u64,
-    warmup: u64,
-    size: usize,
-) -> Result<BenchResult, StoreError> {
-    let msg = vec![0xA5u8; size];
-    let mut h = Hist::new();
-    for _ in 0..warmup {
-        store.append(&msg)?;
-    }
-    let (min0, maj0) = thread_page_faults();
-    for _ in 0..count {
-        let t0 = Instant::now();
-        store.append(&msg)?;
-        h.record(t0.elapsed().as_nanos() as u64);
-    }
-    let (min1, maj1) = thread_page_faults();
-    Ok(BenchResult {
-        hist: h,
-        page_faults: (min1 - min0) + (maj1 - maj0),
-    })
 }
 
 #[cfg(test)]

@@ -358,41 +358,6 @@ fn leftover_prepared_file_is_removed_on_open() {
     fs::remove_dir_all(&d).unwrap();
 }
 
-#[test]
-fn pretouched_writer_takes_no_page_faults() {
-    let d = tmp();
-    let cfg = Config {
-        segment_size: 16 << 20,
-        ..Config::default()
-    };
-    let s = Store::open(&d, cfg).unwrap();
-    // 20k x 256 B = 5 MiB: inside the window faulted in at open.
-    let r = bench_append(&s, 20_000, 100, 256).unwrap();
-    assert_eq!(r.hist.count(), 20_000);
-    assert!(
-        r.page_faults <= 2,
-        "writer took {} page faults",
-        r.page_faults
-    );
-    drop(s);
-    let cfg = Config {
-        segment_size: 16 << 20,
-        pretouch: false,
-        ..Config::default()
-    };
-    let d2 = tmp();
-    let s = Store::open(&d2, cfg).unwrap();
-    let r = bench_append(&s, 20_000, 100, 256).unwrap();
-    assert!(
-        r.page_faults > 100,
-        "without pre-touch the writer faults: {}",
-        r.page_faults
-    );
-    drop(s);
-    fs::remove_dir_all(&d).unwrap();
-    fs::remove_dir_all(&d2).unwrap();
-}
-
 /// The permissions ("rw-s", "r--s") of this process's maps of files in `d`.
 fn maps_of(d: &Path) -> Vec<(String, String)> {
     let d = fs::canonicalize(d).unwrap();

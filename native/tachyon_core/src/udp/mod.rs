@@ -3,9 +3,8 @@
 //! * [`sys`]: the libc layer: [`Socket`], `recvmmsg`/`sendmmsg` batches
 //!   ([`Batch`]).
 //! * [`echo`]: [`EchoServer`], a thread that sends every datagram back to its
-//!   sender (the pong of the round-trip benchmark).
-//! * [`ping`]: the benchmark's ping client: send, wait for the echo, record
-//!   the round trip in a [`crate::hist::Hist`], send the next.
+//!   sender (the pong of the round-trip benchmark, whose ping client is
+//!   [`crate::bench::ping`]).
 //! * [`endpoint`]: [`Endpoint`], a socket whose receive thread hands every
 //!   datagram to a [`Sink`] (the BEAM owner, in the NIF) and that any thread
 //!   can send on, with an optional bound on unacknowledged deliveries.
@@ -23,7 +22,6 @@
 
 pub mod echo;
 pub mod endpoint;
-pub mod ping;
 pub mod sys;
 
 #[cfg(test)]
@@ -31,7 +29,6 @@ mod tests;
 
 pub use echo::{EchoConfig, EchoServer, EchoStats};
 pub use endpoint::{Endpoint, EndpointConfig, EndpointStats, SendError, Sink};
-pub use ping::{ping, spawn_ping, PingConfig, PingOutcome};
 pub use sys::{errno_name, Batch, Socket, SocketOptions, MAX_UDP_PAYLOAD};
 
 use crate::wait::WaitStrategy;

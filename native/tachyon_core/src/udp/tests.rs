@@ -8,6 +8,7 @@ use std::sync::{mpsc, Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use super::*;
+use crate::bench::ping::{ping, spawn_ping, PingConfig};
 use crate::wait::WaitStrategy;
 
 fn loopback() -> SocketAddr {

@@ -12,9 +12,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use super::sys::{unspecified_like, Socket, SocketOptions, MAX_UDP_PAYLOAD};
-use super::Placement;
 use crate::hist::Hist;
+use crate::udp::sys::{unspecified_like, Socket, SocketOptions, MAX_UDP_PAYLOAD};
+use crate::udp::Placement;
 use crate::wait::{WaitStrategy, Waiter, Wake};
 use crate::worker::Worker;
 

@@ -1,0 +1,85 @@
+//! Tests of the benchmark loops (the ping client's are with the echo
+//! server's, in `udp::tests`; the hiccup loop's in `hiccup`).
+
+use std::fs;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+
+use crate::async_store::{AsyncStore, Config as AsyncConfig, OnFull};
+use crate::store::{Config, Store};
+use crate::wait::WaitStrategy;
+
+static N: AtomicUsize = AtomicUsize::new(0);
+
+fn tmp() -> PathBuf {
+    let d = std::env::temp_dir().join(format!(
+        "tachyon-bench-test-{}-{}",
+        std::process::id(),
+        N.fetch_add(1, Ordering::Relaxed)
+    ));
+    let _ = fs::remove_dir_all(&d);
+    d
+}
+
+#[test]
+fn pretouched_writer_takes_no_page_faults() {
+    let d = tmp();
+    let cfg = Config {
+        segment_size: 16 << 20,
+        ..Config::default()
+    };
+    let s = Store::open(&d, cfg).unwrap();
+    // 20k x 256 B = 5 MiB: inside the window faulted in at open.
+    let r = super::store::append(&s, 20_000, 100, 256).unwrap();
+    assert_eq!(r.hist.count(), 20_000);
+    assert!(
+        r.page_faults <= 2,
+        "writer took {} page faults",
+        r.page_faults
+    );
+    drop(s);
+    let cfg = Config {
+        segment_size: 16 << 20,
+        pretouch: false,
+        ..Config::default()
+    };
+    let d2 = tmp();
+    let s = Store::open(&d2, cfg).unwrap();
+    let r = super::store::append(&s, 20_000, 100, 256).unwrap();
+    assert!(
+        r.page_faults > 100,
+        "without pre-touch the writer faults: {}",
+        r.page_faults
+    );
+    drop(s);
+    fs::remove_dir_all(&d).unwrap();
+    fs::remove_dir_all(&d2).unwrap();
+}
+
+#[test]
+fn async_loop_drains_before_the_ring_fills() {
+    let d = tmp();
+    let store_cfg = Config {
+        segment_size: 64 * 1024,
+        max_message_size: 4096,
+        pretouch: false,
+        ..Config::default()
+    };
+    let store = Arc::new(Store::open(&d, store_cfg).unwrap());
+    // Never busy-spin in tests: the writer parks.
+    let c = AsyncConfig {
+        ring_size: 8192,
+        wait: WaitStrategy::Park,
+        on_full: OnFull::Error,
+        ..AsyncConfig::default()
+    };
+    let a = AsyncStore::open(store.clone(), c, None).unwrap();
+    let (h, drains) = super::async_store::append(&a, 2_000, 100, 256).unwrap();
+    assert_eq!(h.count(), 2_000);
+    assert!(drains >= 2_100 / 30, "{drains}");
+    assert_eq!(a.stats().rejected, 0);
+    assert_eq!(store.next_index().unwrap(), 2_100);
+    a.close().unwrap();
+    fs::remove_dir_all(&d).unwrap();
+}
