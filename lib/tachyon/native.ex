@@ -18,6 +18,9 @@ defmodule Tachyon.Native do
 
   defp err, do: :erlang.nif_error(:nif_not_loaded)
 
+  # Every part's Rust Config::default() (native/tachyon_nif/src/defaults.rs)
+  def defaults, do: err()
+
   # Histograms (benchmarks)
   def hist_new, do: err()
   def hist_record(_h, _ns), do: err()

@@ -103,8 +103,8 @@ defmodule Tachyon.StoreTest do
     test "bad input gets clear errors and loses nothing" do
       s = open!(tmp_dir("store-errors"), max_message_size: 1000)
       assert {:ok, 0} = Store.append(s, "kept")
-      assert {:error, :message_too_large} = Store.append(s, :binary.copy("x", 1001))
-      assert {:error, :message_too_large} = Store.append_many(s, ["ok", :binary.copy("x", 1001)])
+      assert {:error, :too_large} = Store.append(s, :binary.copy("x", 1001))
+      assert {:error, :too_large} = Store.append_many(s, ["ok", :binary.copy("x", 1001)])
       assert {:ok, 1} = Store.next_index(s)
 
       assert_raise ArgumentError, ~r/binary or iodata/, fn -> Store.append(s, 123) end
@@ -157,7 +157,7 @@ defmodule Tachyon.StoreTest do
         Store.open(dir, segment_size: @seg, max_message_size: @seg)
       end
 
-      assert_raise ArgumentError, ~r/unknown keys \[:bogus\]/, fn -> Store.open(dir, bogus: 1) end
+      assert_raise ArgumentError, ~r/unknown Tachyon.Store option\(s\) \[:bogus\]/, fn -> Store.open(dir, bogus: 1) end
       assert_raise ArgumentError, ~r/:name/, fn -> Store.start_link(path: dir) end
       assert_raise ArgumentError, ~r/:path/, fn -> Store.start_link(name: :x) end
     end

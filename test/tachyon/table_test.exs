@@ -142,7 +142,7 @@ defmodule Tachyon.TableTest do
       Table.open(dir, segment_size: 65_536, max_value_size: 65_536)
     end
 
-    assert_raise ArgumentError, ~r/unknown keys/, fn -> Table.open(dir, colour: :red) end
+    assert_raise ArgumentError, ~r/unknown Tachyon.Table option, fn -> Table.open(dir, colour: :red) end
     assert_raise ArgumentError, ~r/:path option/, fn -> Table.start_link(name: :x) end
     refute File.exists?(dir)
   end

@@ -4,6 +4,7 @@
 //! Every NIF is registered automatically by `rustler::init!` (no function
 //! list). Modules:
 //! * `async_store`: `Tachyon.AsyncStore` (ring + writer thread before a store).
+//! * `defaults`: every part's `Config::default()`, read by the Elixir option checks.
 //! * `hist`: HDR histogram resources for the benchmarks.
 //! * `res`: resource types for the hot NIFs (store, async store, table), decoded
 //!   without rustler's per-call type lookup.
@@ -14,6 +15,7 @@
 
 mod async_store;
 mod atoms;
+mod defaults;
 mod hist;
 mod res;
 mod store;
