@@ -38,7 +38,11 @@ defmodule Tachyon.Named do
   def resolve(mod, name) when is_atom(name) and name != nil, do: whereis(mod, name)
 
   def resolve(mod, other),
-    do: raise(ArgumentError, "expected a #{inspect(mod)} or the name of one, got: #{inspect(other)}")
+    do:
+      raise(
+        ArgumentError,
+        "expected a #{inspect(mod)} or the name of one, got: #{inspect(other)}"
+      )
 
   @doc "The child spec of a named part: id `{mod, name}`, `:transient`."
   def child_spec(mod, opts, extra \\ []) when is_list(opts) do

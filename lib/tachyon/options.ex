@@ -16,7 +16,7 @@ defmodule Tachyon.Options do
   #
   # Types: `:boolean`, `:atom`, `:string`, `{:in, values}`,
   # `{:integer, min, max}` (`max` may be `:infinity`),
-  # `{:multiple_of, n, min, max}`, `{:power_of_two, min, max}`, `:interval`
+  # `{:multiple_of, n, min, max}`, `{:power_of_two, min, max}`, `{:number, min, max}`, `:interval`
   # (milliseconds, `nil` = off: `nil` or an integer in `interval_range/0`),
   # `{:or, [type]}`, `nil` (the value nil), and `{:custom, fun, what}`
   # (`fun.(value)` returns `{:ok, value}` or `:error`; `what` completes "must
@@ -158,6 +158,9 @@ defmodule Tachyon.Options do
        when is_integer(v) and v >= min and v <= max and Bitwise.band(v, v - 1) == 0,
        do: {:ok, v}
 
+  defp conform(v, {:number, min, max}) when is_number(v) and v >= min and v <= max,
+    do: {:ok, v}
+
   defp conform(v, {:or, types}) do
     Enum.find_value(types, :error, fn t ->
       case conform(v, t) do
@@ -178,10 +181,12 @@ defmodule Tachyon.Options do
   defp describe({:in, values}), do: "one of " <> Enum.map_join(values, ", ", &inspect/1)
   defp describe({:integer, min, :infinity}), do: "an integer >= #{min}"
   defp describe({:integer, min, max}), do: "an integer in #{min}..#{max}"
+
   defp describe({:multiple_of, n, min, max}),
     do: "a multiple of #{n} in #{min}..#{max}"
 
   defp describe({:power_of_two, min, max}), do: "a power of two in #{min}..#{max}"
+  defp describe({:number, min, max}), do: "a number between #{min} and #{max}"
   defp describe({:or, types}), do: Enum.map_join(types, " or ", &describe/1)
   defp describe({:custom, _fun, what}), do: what
 end

@@ -26,17 +26,20 @@ defmodule Tachyon.Store do
     max_segments: [
       type: {:or, [nil, {:integer, 1, :infinity}]},
       default: {:native, :store, :max_segments},
-      doc: "keep at most this many segments; the oldest are deleted when the writer rolls (`nil`: keep all)."
+      doc:
+        "keep at most this many segments; the oldest are deleted when the writer rolls (`nil`: keep all)."
     ],
     max_bytes: [
       type: {:or, [nil, {:integer, 1, :infinity}]},
       default: {:native, :store, :max_bytes},
-      doc: "keep at most this many bytes of segment files; the active segment is always kept (`nil`: no limit)."
+      doc:
+        "keep at most this many bytes of segment files; the active segment is always kept (`nil`: no limit)."
     ],
     pretouch: [
       type: :boolean,
       default: {:native, :store, :pretouch},
-      doc: "run the pre-touch thread that faults pages in ahead of the writer and prepares the next segment."
+      doc:
+        "run the pre-touch thread that faults pages in ahead of the writer and prepares the next segment."
     ],
     pretouch_ahead: [
       type: {:integer, 0, :infinity},
@@ -54,12 +57,17 @@ defmodule Tachyon.Store do
     verify: [
       type: {:in, [:active, :all]},
       default: {:native, :store, :verify},
-      doc: "`:active` checks every record of the active segment on open; `:all` checks every segment."
+      doc:
+        "`:active` checks every record of the active segment on open; `:all` checks every segment."
     ]
   ]
 
   @server_schema [
-    name: [type: :atom, required: true, doc: "`start_link/1`: the atom to register the store under."],
+    name: [
+      type: :atom,
+      required: true,
+      doc: "`start_link/1`: the atom to register the store under."
+    ],
     path: [type: :string, required: true, doc: "the directory (created if needed)."],
     stats_interval: [
       type: :interval,
@@ -109,7 +117,7 @@ defmodule Tachyon.Store do
   `:mode` on; `start_link/1` takes them all. Defaults marked "from Rust" are the Rust
   `Config::default()`: `defaults/0` returns them.
 
-#{Tachyon.Options.docs(@server_schema ++ @open_schema)}
+  #{Tachyon.Options.docs(@server_schema ++ @open_schema)}
 
   ## Errors
 

@@ -477,7 +477,7 @@ defmodule Tachyon.AsyncStoreTest do
         assert e.message =~ text
       end
 
-      assert_raise ArgumentError, ~r/invalid Tachyon.Store option/, fn ->
+      assert_raise ArgumentError, ~r/unknown Tachyon.Store option/, fn ->
         AsyncStore.open(dir, bogus: 1)
       end
 
@@ -531,7 +531,9 @@ defmodule Tachyon.AsyncStoreTest do
       before = writer_threads()
 
       {:ok, pid} =
-        GenServer.start(AsyncStore, {name, {:path, dir}, async_opts(), [segment_size: @seg]},
+        GenServer.start(
+          Tachyon.AsyncStore.Server,
+          {name, {:path, dir}, async_opts(), [segment_size: @seg]},
           name: name
         )
 
@@ -557,7 +559,9 @@ defmodule Tachyon.AsyncStoreTest do
 
       # A successor under the same name takes over the orphaned handle.
       {:ok, pid2} =
-        GenServer.start(AsyncStore, {name, {:path, dir}, async_opts(), [segment_size: @seg]},
+        GenServer.start(
+          Tachyon.AsyncStore.Server,
+          {name, {:path, dir}, async_opts(), [segment_size: @seg]},
           name: name
         )
 
