@@ -15,7 +15,7 @@ defmodule Tachyon.AsyncStore do
       """
     ],
     wait: [
-      type: {:in, [:busy_spin, :yield, :backoff, :park]},
+      type: :wait,
       default: {:native, :async_store, :wait},
       default_doc:
         "`:busy_spin` with more than two cores, `:backoff` otherwise (`default_wait/0`)",

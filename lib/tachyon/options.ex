@@ -18,7 +18,8 @@ defmodule Tachyon.Options do
   # `{:integer, min, max}` (`max` may be `:infinity`),
   # `{:multiple_of, n, min, max}`, `{:power_of_two, min, max}`, `{:number, min, max}`, `:interval`
   # (milliseconds, `nil` = off: `nil` or an integer in `interval_range/0`),
-  # `{:or, [type]}`, `nil` (the value nil), and `{:custom, fun, what}`
+  # `:wait` (`:busy_spin | :yield | :backoff | :park`; the old `:block`
+  # raises, pointing at `:park`), `{:or, [type]}`, `nil` (the value nil), and `{:custom, fun, what}`
   # (`fun.(value)` returns `{:ok, value}` or `:error`; `what` completes "must
   # be ...").
 
@@ -62,7 +63,9 @@ defmodule Tachyon.Options do
               raise ArgumentError, "the #{inspect(key)} option is required for #{label}"
 
             Keyword.has_key?(spec, :default) ->
-              [{key, default(spec[:default])}]
+              # Defaults go through the type too (normalised: `:loopback`
+              # becomes a tuple; and a Rust default out of range is caught).
+              [{key, check!(key, default(spec[:default]), Keyword.fetch!(spec, :type))}]
 
             true ->
               []
@@ -144,6 +147,14 @@ defmodule Tachyon.Options do
   defp conform(v, :interval) when is_integer(v) and v >= 1 and v <= @max_interval,
     do: {:ok, v}
 
+  defp conform(v, :wait) when v in [:busy_spin, :yield, :backoff, :park], do: {:ok, v}
+
+  defp conform(:block, :wait) do
+    raise ArgumentError,
+          "the :wait option :block was renamed: use wait: :park (it blocks until woken, " <>
+            "the same strategy under the name every part of Tachyon uses)"
+  end
+
   defp conform(v, {:in, values}), do: if(v in values, do: {:ok, v}, else: :error)
 
   defp conform(v, {:integer, min, max})
@@ -177,6 +188,7 @@ defmodule Tachyon.Options do
   defp describe(:atom), do: "an atom"
   defp describe(:string), do: "a string"
   defp describe(nil), do: "nil"
+  defp describe(:wait), do: "one of :busy_spin, :yield, :backoff, :park"
   defp describe(:interval), do: "nil or an integer in 1..#{@max_interval} (milliseconds)"
   defp describe({:in, values}), do: "one of " <> Enum.map_join(values, ", ", &inspect/1)
   defp describe({:integer, min, :infinity}), do: "an integer >= #{min}"
