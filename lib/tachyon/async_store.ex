@@ -1,77 +1,4 @@
 defmodule Tachyon.AsyncStore do
-  @schema [
-    ring_size: [
-      type: {:power_of_two, 4096, 1_073_741_824},
-      default: {:native, :async_store, :ring_size},
-      doc: """
-      ring bytes (256 KiB: about 990 messages of 256 bytes). Allocated and
-      faulted in once, at open. A message takes its length plus an 8-byte
-      header, rounded up to 8 bytes, and can be at most half the ring (so 128
-      KiB by default: give a bigger ring for bigger messages or longer
-      bursts). A ring that stays in the cores' L2 caches is cheaper to write:
-      with a 4 MiB ring the 256-byte append from Elixir cost about what a
-      direct `Tachyon.Store.append/2` costs (0.82-1.09x in four runs), with
-      256 KiB 0.65-0.86x (docs/BENCHMARKS.md).
-      """
-    ],
-    wait: [
-      type: :wait,
-      default: {:native, :async_store, :wait},
-      default_doc:
-        "`:busy_spin` with more than two cores, `:backoff` otherwise (`default_wait/0`)",
-      doc: """
-      what the writer thread does when the ring is empty: `:busy_spin`
-      (lowest latency, burns a core), `:yield`, `:backoff` (spin, then yield,
-      then naps up to 1 ms) or `:park` (sleeps until a producer wakes it,
-      which costs that producer a system call). Except with `:park`,
-      `append/2` never wakes a napping writer until the ring is half full: a
-      message may wait up to one nap (`:linger`, or 1 ms after an idle spell)
-      before the writer takes it; `flush/2` wakes it at once.
-      """
-    ],
-    core: [
-      type: {:or, [nil, {:integer, 0, :infinity}]},
-      default: {:native, :async_store, :core},
-      doc: "pin the writer thread to this core (`nil`: not pinned)."
-    ],
-    on_full: [
-      type: {:in, [:spin, :error]},
-      default: {:native, :async_store, :on_full},
-      doc: """
-      when the ring is full, `:spin` waits up to `:spin_timeout` microseconds
-      for the writer to make room, then returns `{:error, :full}`; `:error`
-      returns `{:error, :full}` at once.
-      """
-    ],
-    spin_timeout: [
-      type: {:integer, 0, 1000},
-      default: {:native, :async_store, :spin_timeout},
-      doc: "microseconds (100). The spin runs on the caller's scheduler, so it is capped at 1 ms."
-    ],
-    batch_size: [
-      type: {:integer, 1, 1_048_576},
-      default: {:native, :async_store, :batch_size},
-      doc: "at most this many messages per store batch (1024)."
-    ],
-    linger: [
-      type: {:or, [nil, {:integer, 0, 1_000_000}]},
-      default: nil,
-      default_doc: "50 with `:backoff` and `:park`, 0 otherwise",
-      doc: """
-      microseconds the writer naps after a batch smaller than `:batch_size`,
-      so that messages accumulate into larger batches and a steady trickle
-      does not keep a core busy. `flush/2`, `drain/2`, `close/1` and a ring
-      past half full wake it early.
-      """
-    ],
-    stats_interval: [
-      type: :interval,
-      default: 1000,
-      doc:
-        "milliseconds between `[:tachyon, :async_store, :stats]` telemetry events (`nil`: none)."
-    ]
-  ]
-
   @moduledoc """
   An asynchronous front for a `Tachyon.Store`: `append/2` copies the message
   into a preallocated ring in memory and returns; a writer thread (in Rust)
@@ -141,7 +68,7 @@ defmodule Tachyon.AsyncStore do
   The AsyncStore's own options (defaults "from Rust" are the Rust
   `Config::default()`; `defaults/0` returns them):
 
-  #{Tachyon.Options.docs(@schema)}
+  #{Tachyon.Options.docs(Tachyon.AsyncStore.Options.schema())}
 
   The largest message accepted is the store's `:max_message_size` or half
   the ring less 8 bytes, whichever is smaller (`max_message_size/1`).
@@ -203,7 +130,7 @@ defmodule Tachyon.AsyncStore do
           | :enospc
           | atom()
 
-  @async_keys Keyword.keys(@schema)
+  @async_keys Tachyon.AsyncStore.Options.keys()
 
   @default_timeout 5000
 
@@ -335,15 +262,7 @@ defmodule Tachyon.AsyncStore do
               "the AsyncStore options are #{inspect(@async_keys)}"
     end
 
-    {source, validate!(async_opts), store_opts}
-  end
-
-  defp validate!(opts) do
-    opts = Options.validate!(opts, @schema, "Tachyon.AsyncStore")
-
-    if opts[:linger] == nil,
-      do: Keyword.put(opts, :linger, default_linger(opts[:wait])),
-      else: opts
+    {source, Tachyon.AsyncStore.Options.validate!(async_opts), store_opts}
   end
 
   @doc """
@@ -355,7 +274,7 @@ defmodule Tachyon.AsyncStore do
       %{ring_size: 262_144, on_full: :spin} = Tachyon.AsyncStore.defaults()
   """
   @spec defaults() :: map()
-  def defaults, do: Map.new(validate!([]))
+  def defaults, do: Map.new(Tachyon.AsyncStore.Options.validate!([]))
 
   @doc """
   The writer's default `:wait` strategy on this machine: `:busy_spin` with
@@ -379,9 +298,6 @@ defmodule Tachyon.AsyncStore do
   """
   @spec default_ring_size() :: pos_integer()
   def default_ring_size, do: Options.native_default(:async_store, :ring_size)
-
-  defp default_linger(wait) when wait in [:backoff, :park], do: 50
-  defp default_linger(_wait), do: 0
 
   # Opens (or resolves) the store, then the AsyncStore in front of it.
   # `owner` is monitored by the resource (start_link); `report_to` gets the

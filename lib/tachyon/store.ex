@@ -1,84 +1,4 @@
 defmodule Tachyon.Store do
-  @open_schema [
-    mode: [
-      type: {:in, [:write, :read]},
-      default: {:native, :store, :mode},
-      doc: """
-      `:write` (one writer per directory, enforced with a lock file) or
-      `:read` (a reader, possibly in another OS process, that sees every
-      message whose append has returned while the writer keeps writing).
-      """
-    ],
-    segment_size: [
-      type: {:multiple_of, 8, 65_536, 3 * 1024 * 1024 * 1024},
-      default: {:native, :store, :segment_size},
-      doc: """
-      data bytes per segment file (64 MiB). A segment also rolls when its
-      index (one slot per 64 bytes of data) is full.
-      """
-    ],
-    max_message_size: [
-      type: {:or, [nil, {:integer, 0, :infinity}]},
-      default: nil,
-      default_doc: "the Rust default (1 MiB), or the segment size less 8 bytes if smaller",
-      doc: "larger messages get `{:error, :too_large}`."
-    ],
-    max_segments: [
-      type: {:or, [nil, {:integer, 1, :infinity}]},
-      default: {:native, :store, :max_segments},
-      doc:
-        "keep at most this many segments; the oldest are deleted when the writer rolls (`nil`: keep all)."
-    ],
-    max_bytes: [
-      type: {:or, [nil, {:integer, 1, :infinity}]},
-      default: {:native, :store, :max_bytes},
-      doc:
-        "keep at most this many bytes of segment files; the active segment is always kept (`nil`: no limit)."
-    ],
-    pretouch: [
-      type: :boolean,
-      default: {:native, :store, :pretouch},
-      doc:
-        "run the pre-touch thread that faults pages in ahead of the writer and prepares the next segment."
-    ],
-    pretouch_ahead: [
-      type: {:integer, 0, :infinity},
-      default: {:native, :store, :pretouch_ahead},
-      doc: "bytes faulted in ahead of the write position (32 MiB)."
-    ],
-    repair: [
-      type: :boolean,
-      default: {:native, :store, :repair},
-      doc: """
-      on a checksum mismatch in the middle of the log, truncate there
-      instead of failing with `{:error, {:corrupt, segment, offset}}`.
-      """
-    ],
-    verify: [
-      type: {:in, [:active, :all]},
-      default: {:native, :store, :verify},
-      doc:
-        "`:active` checks every record of the active segment on open; `:all` checks every segment."
-    ]
-  ]
-
-  @server_schema [
-    name: [
-      type: :atom,
-      required: true,
-      doc: "`start_link/1`: the atom to register the store under."
-    ],
-    path: [type: :string, required: true, doc: "the directory (created if needed)."],
-    stats_interval: [
-      type: :interval,
-      default: 1000,
-      doc: """
-      `start_link/1`: milliseconds between `[:tachyon, :store, :stats]`
-      events and roll event flushes (`nil`: none).
-      """
-    ]
-  ]
-
   @moduledoc """
   An append-only message log on memory-mapped segment files.
 
@@ -117,7 +37,7 @@ defmodule Tachyon.Store do
   `:mode` on; `start_link/1` takes them all. Defaults marked "from Rust" are the Rust
   `Config::default()`: `defaults/0` returns them.
 
-  #{Tachyon.Options.docs(@server_schema ++ @open_schema)}
+  #{Tachyon.Options.docs(Tachyon.Store.Options.server_schema() ++ Tachyon.Store.Options.open_schema())}
 
   ## Errors
 
@@ -151,7 +71,7 @@ defmodule Tachyon.Store do
   """
   require Logger
 
-  alias Tachyon.{Native, Named, Options}
+  alias Tachyon.{Native, Named}
 
   defstruct [:ref, :path, :mode, :name, :recovery]
 
@@ -224,9 +144,9 @@ defmodule Tachyon.Store do
   """
   @spec start_link(keyword()) :: GenServer.on_start()
   def start_link(opts) when is_list(opts) do
-    {server, open} = Keyword.split(opts, Keyword.keys(@server_schema))
-    server = Options.validate!(server, @server_schema, "Tachyon.Store")
-    open = validate!(open)
+    {server, open} = Keyword.split(opts, Tachyon.Store.Options.server_keys())
+    server = Tachyon.Store.Options.validate_server!(server)
+    open = Tachyon.Store.Options.validate!(open)
     GenServer.start_link(Tachyon.Store.Server, {server, open}, name: server[:name])
   end
 
@@ -240,7 +160,7 @@ defmodule Tachyon.Store do
       %{mode: :write, segment_size: 67_108_864} = Tachyon.Store.defaults()
   """
   @spec defaults() :: map()
-  def defaults, do: Map.new(validate!([]))
+  def defaults, do: Map.new(Tachyon.Store.Options.validate!([]))
 
   @doc """
   Opens the store in `path` and returns a handle, with no process involved.
@@ -254,7 +174,7 @@ defmodule Tachyon.Store do
   """
   @spec open(Path.t(), keyword()) :: {:ok, t()} | {:error, reason()}
   def open(path, opts \\ []) when is_binary(path) and is_list(opts) do
-    do_open(path, validate!(opts), nil)
+    do_open(path, Tachyon.Store.Options.validate!(opts), nil)
   end
 
   @doc """
@@ -317,31 +237,6 @@ defmodule Tachyon.Store do
         )
       end
     end
-  end
-
-  @doc false
-  # The open options, validated (Tachyon.AsyncStore uses it too).
-  def validate!(opts) do
-    opts = Options.validate!(opts, @open_schema, "Tachyon.Store")
-    seg = opts[:segment_size]
-
-    opts =
-      if opts[:max_message_size] == nil,
-        do:
-          Keyword.put(
-            opts,
-            :max_message_size,
-            min(Options.native_default(:store, :max_message_size), seg - 8)
-          ),
-        else: opts
-
-    if opts[:max_message_size] + 8 > seg do
-      raise ArgumentError,
-            "the :max_message_size option (#{opts[:max_message_size]}) must fit in a segment " <>
-              "(:segment_size #{seg} minus 8 bytes of header)"
-    end
-
-    opts
   end
 
   # -- the log -----------------------------------------------------------------

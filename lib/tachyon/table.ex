@@ -1,76 +1,4 @@
 defmodule Tachyon.Table do
-  @open_schema [
-    mode: [
-      type: {:in, [:memory, :mapped, :file]},
-      default: {:native, :table, :mode},
-      doc: "`:memory`, `:mapped` or `:file` (see \"Value modes\")."
-    ],
-    segment_size: [
-      type: {:integer, 65_536, 1_073_741_824},
-      default: {:native, :table, :segment_size},
-      doc: "bytes per segment file (64 MiB)."
-    ],
-    max_key_size: [
-      type: {:integer, 1, :infinity},
-      default: {:native, :table, :max_key_size},
-      doc: "bytes (65536). Larger keys get `{:error, :too_large}`."
-    ],
-    max_value_size: [
-      type: {:integer, 0, :infinity},
-      default: {:native, :table, :max_value_size},
-      doc: "bytes (1 MiB). Key and value must fit a segment."
-    ],
-    sync_interval_ms: [
-      type: :interval,
-      default: {:native, :table, :sync_interval_ms},
-      doc: "periodic `sync/1` from the background thread, in milliseconds (`nil`: never)."
-    ],
-    compaction_threshold: [
-      type: {:number, 0, 1},
-      default: {:native, :table, :compaction_threshold},
-      doc: "live ratio under which a sealed segment is rewritten (0.5)."
-    ],
-    compaction_interval_ms: [
-      type: :interval,
-      default: {:native, :table, :compaction_interval_ms},
-      doc:
-        "how often to look for compaction work, in milliseconds (5000; `nil`: only on `compact/1`)."
-    ],
-    capacity: [
-      type: {:integer, 0, :infinity},
-      default: {:native, :table, :capacity},
-      doc: "expected number of keys, to size the index up front."
-    ],
-    shards: [
-      type: {:integer, 1, 65_536},
-      default: {:native, :table, :shards},
-      doc: "index shards (256)."
-    ],
-    pretouch: [
-      type: :boolean,
-      default: {:native, :table, :pretouch},
-      doc: """
-      a background thread faults the active segment's pages in ahead of the
-      writer and prepares the next segment.
-      """
-    ]
-  ]
-
-  @server_schema [
-    name: [
-      type: :atom,
-      default: nil,
-      doc: "`start_link/1`: register the table under this atom (optional)."
-    ],
-    path: [type: :string, required: true, doc: "`start_link/1`: the directory."],
-    stats_interval: [
-      type: :interval,
-      default: 1000,
-      doc:
-        "`start_link/1`: milliseconds between `[:tachyon, :table, :stats]` events (`nil`: none)."
-    ]
-  ]
-
   @moduledoc """
   A persistent key-value table: binary keys and values, reads as fast as ETS,
   every write in an append-only log on disk before it returns.
@@ -144,7 +72,7 @@ defmodule Tachyon.Table do
   Defaults "from Rust" are the Rust `Config::default()`; `defaults/0`
   returns them.
 
-  #{Tachyon.Options.docs(@open_schema ++ @server_schema)}
+  #{Tachyon.Options.docs(Tachyon.Table.Options.open_schema() ++ Tachyon.Table.Options.server_schema())}
 
   ## Errors
 
@@ -161,7 +89,7 @@ defmodule Tachyon.Table do
   See `Tachyon.Telemetry` ("Table events").
   """
 
-  alias Tachyon.{Named, Native, Options}
+  alias Tachyon.{Named, Native}
   alias Tachyon.Telemetry
 
   @enforce_keys [:ref, :path, :mode]
@@ -214,7 +142,7 @@ defmodule Tachyon.Table do
   """
   @spec open(Path.t(), keyword()) :: {:ok, t()} | {:error, reason()}
   def open(path, opts \\ []) do
-    opts = validate_open!(opts)
+    opts = Tachyon.Table.Options.validate!(opts)
     do_open(path, opts, nil)
   end
 
@@ -561,19 +489,6 @@ defmodule Tachyon.Table do
 
   # -- options and process --------------------------------------------------
 
-  defp validate_open!(opts) do
-    opts = Options.validate!(opts, @open_schema, "Tachyon.Table")
-
-    # segment header + record header + entry header
-    if opts[:max_key_size] + opts[:max_value_size] + 57 > opts[:segment_size] do
-      raise ArgumentError,
-            "the :max_key_size and :max_value_size options must fit in a segment " <>
-              "(:segment_size #{opts[:segment_size]}), got: #{opts[:max_key_size]} and #{opts[:max_value_size]}"
-    end
-
-    Keyword.update!(opts, :compaction_threshold, &(&1 * 1.0))
-  end
-
   @doc """
   The defaults of the open options (from the Rust `Config::default()`).
 
@@ -582,7 +497,7 @@ defmodule Tachyon.Table do
       %{mode: :mapped, shards: 256} = Tachyon.Table.defaults()
   """
   @spec defaults() :: map()
-  def defaults, do: Map.new(validate_open!([]))
+  def defaults, do: Map.new(Tachyon.Table.Options.validate!([]))
 
   @doc """
   A child spec, so that `{Tachyon.Table, opts}` works in a supervision tree.
@@ -609,9 +524,9 @@ defmodule Tachyon.Table do
   """
   @spec start_link(keyword()) :: GenServer.on_start()
   def start_link(opts) do
-    {server, open} = Keyword.split(opts, Keyword.keys(@server_schema))
-    server = Options.validate!(server, @server_schema, "Tachyon.Table")
-    open = validate_open!(open)
+    {server, open} = Keyword.split(opts, Tachyon.Table.Options.server_keys())
+    server = Tachyon.Table.Options.validate_server!(server)
+    open = Tachyon.Table.Options.validate!(open)
     gen_opts = if server[:name], do: [name: server[:name]], else: []
     GenServer.start_link(Tachyon.Table.Server, {server, open}, gen_opts)
   end

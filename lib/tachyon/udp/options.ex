@@ -46,7 +46,7 @@ defmodule Tachyon.UDP.Options do
         """
       ],
       core: core_spec(),
-      batch: batch(:echo, "datagrams per `recvmmsg`/`sendmmsg`, 1..1024 (32)."),
+      batch: batch(:echo, "datagrams per `recvmmsg`/`sendmmsg`, 1..1024."),
       max_datagram:
         max_datagram(
           "largest datagram echoed, 1..65507. A larger datagram is not echoed; it is counted in `:truncated`."
@@ -101,7 +101,7 @@ defmodule Tachyon.UDP.Options do
         doc:
           "the most datagrams delivered and not yet acknowledged with `ack/2` (see \"Backpressure\")."
       ],
-      batch: batch(:udp, "datagrams per `recvmmsg`, 1..1024 (16)."),
+      batch: batch(:udp, "datagrams per `recvmmsg`, 1..1024."),
       max_datagram:
         max_datagram("""
         largest datagram delivered, 1..65507. Receive buffers are `batch *
