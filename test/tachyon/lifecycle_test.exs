@@ -48,6 +48,22 @@ defmodule Tachyon.LifecycleTest do
     assert {:ok, "v2"} = Table.get(name, "k")
   end
 
+  test "a killed named Echo is restarted without leaking its thread" do
+    name = unique(:killed_echo)
+    before = threads_named("tachyon-echo")
+    start_sup!([{Echo, name: name, wait: :park, stats_interval: nil}])
+    assert threads_named("tachyon-echo") == before + 1
+    pid = Process.whereis(name)
+    ref = Process.monitor(pid)
+    Process.exit(pid, :kill)
+    assert_receive {:DOWN, ^ref, :process, ^pid, :killed}, 2000
+
+    # The restart stopped the orphan's thread before starting its own.
+    assert wait_until(fn -> match?(p when is_pid(p) and p != pid, Process.whereis(name)) end)
+    assert threads_named("tachyon-echo") == before + 1
+    assert {:ok, %{packets_in: 0}} = Echo.stats(name)
+  end
+
   test "two Stores under one supervisor need no explicit ids" do
     {a, b} = {unique(:store_a), unique(:store_b)}
 
