@@ -18,12 +18,14 @@ defmodule Tachyon.Error do
 
   ## Example
 
+      {:ok, t} = Tachyon.Table.open("/tmp/users")
+
       try do
-        Tachyon.Table.open!("/proc/no_such_place")
+        Tachyon.Table.open!("/tmp/users")
       rescue
         e in Tachyon.Error -> e.reason
       end
-      #=> :enoent
+      #=> :locked
   """
   defexception [:reason, :part, :target, :message]
 
