@@ -12,16 +12,11 @@ defmodule Tachyon.Application do
   # :rest_for_one: a store that restarts restarts the parts started after it.
   @impl true
   def start(_type, _args) do
+    # Every part's child id is {Module, name}: no ids needed here.
     children =
-      child_specs(Tachyon.Store, Application.get_env(:tachyon, :stores, [])) ++
-        child_specs(Tachyon.AsyncStore, Application.get_env(:tachyon, :async_stores, []))
+      Enum.map(Application.get_env(:tachyon, :stores, []), &{Tachyon.Store, &1}) ++
+        Enum.map(Application.get_env(:tachyon, :async_stores, []), &{Tachyon.AsyncStore, &1})
 
     Supervisor.start_link(children, strategy: :rest_for_one, name: Tachyon.Supervisor)
-  end
-
-  defp child_specs(mod, list) do
-    for opts <- list do
-      Supervisor.child_spec({mod, opts}, id: {mod, Keyword.fetch!(opts, :name)})
-    end
   end
 end

@@ -64,39 +64,11 @@ defmodule Tachyon.AsyncStore do
       the AsyncStore.
     * `:store` - instead of `:path`: a `Tachyon.Store` handle or the name of
       a started store to write to. It stays open after `close/1`.
-    * `:ring_size` - ring bytes, a power of two from 4096 to 1 GiB (default
-      256 KiB: about 990 messages of 256 bytes). Allocated and faulted in
-      once, at open. A message takes its length plus an 8-byte header,
-      rounded up to 8 bytes, and can be at most half the ring (so 128 KiB by
-      default: give a bigger ring for bigger messages or longer bursts). A
-      ring that stays in the cores' L2 caches is cheaper to write: with a
-      4 MiB ring the 256-byte append from Elixir cost about what a direct
-      `Tachyon.Store.append/2` costs (0.82-1.09x in four runs), with 256 KiB
-      0.65-0.86x (docs/BENCHMARKS.md).
-    * `:wait` - what the writer thread does when the ring is empty:
-      `:busy_spin` (lowest latency, burns a core), `:yield`, `:backoff`
-      (spin, then yield, then naps up to 1 ms) or `:park` (sleeps until a
-      producer wakes it, which costs that producer a system call). Default:
-      `:busy_spin` with more than two cores, `:backoff` otherwise, so that a
-      small machine's schedulers are not starved. Except with `:park`,
-      `append/2` never wakes a napping writer until the ring is half full:
-      a message may wait up to one nap (`:linger`, or 1 ms after an idle
-      spell) before the writer takes it; `flush/2` wakes it at once.
-    * `:core` - pin the writer thread to this core (default: not pinned).
-    * `:on_full` - when the ring is full, `:spin` (default) waits up to
-      `:spin_timeout` microseconds for the writer to make room, then returns
-      `{:error, :full}`; `:error` returns `{:error, :full}` at once.
-    * `:spin_timeout` - microseconds, 0..1000 (default 100). The spin runs on
-      the caller's scheduler, so it is capped at 1 ms.
-    * `:batch_size` - at most this many messages per store batch (default
-      1024).
-    * `:linger` - microseconds the writer naps after a batch smaller than
-      `:batch_size`, so that messages accumulate into larger batches and a
-      steady trickle does not keep a core busy (default 50 with `:backoff`
-      and `:park`, 0 otherwise). `flush/2`, `drain/2`, `close/1` and a ring
-      past half full wake it early.
-    * `:stats_interval` - milliseconds between `[:tachyon, :async_store,
-      :stats]` telemetry events (default 1000; `nil` for none).
+
+  The AsyncStore's own options (defaults "from Rust" are the Rust
+  `Config::default()`; `defaults/0` returns them):
+
+  #{Tachyon.Options.docs(Tachyon.AsyncStore.Options.schema())}
 
   The largest message accepted is the store's `:max_message_size` or half
   the ring less 8 bytes, whichever is smaller (`max_message_size/1`).
@@ -104,7 +76,7 @@ defmodule Tachyon.AsyncStore do
   ## Errors
 
     * `append/2`: `{:error, :full}` (see `:on_full`), `{:error,
-      :message_too_large}`, `{:error, :closed}` (after `close/1`),
+      :too_large}`, `{:error, :closed}` (after `close/1`),
       `{:error, :noproc}` (no AsyncStore under that name), and after a writer
       failure the failure's reason (below).
     * Writer failures: a store error while writing (`:enospc` when the disk
@@ -117,7 +89,8 @@ defmodule Tachyon.AsyncStore do
       returns `{:error, reason}`; a `[:tachyon, :async_store,
       :writer_failed]` event and an error log say why. Close it and start a
       new one once the cause is fixed.
-    * Bad options and messages that are not iodata raise `ArgumentError`.
+    * Bad options, timeouts out of range and messages that are not iodata
+      raise `ArgumentError`; `open!/2` raises `Tachyon.Error`.
 
   ## Threads
 
@@ -126,13 +99,9 @@ defmodule Tachyon.AsyncStore do
   `start_link/1`) when the owning process dies, even if it is killed: the
   ring is written out first.
   """
-  use GenServer, restart: :transient
-
   require Logger
 
-  import Bitwise, only: [<<<: 2, &&&: 2]
-
-  alias Tachyon.{Native, Store}
+  alias Tachyon.{Named, Native, Options, Store}
 
   defstruct [:ref, :store, :name, :path, :owns_store, :max_message_size]
 
@@ -154,25 +123,14 @@ defmodule Tachyon.AsyncStore do
   @type reason ::
           :full
           | :closed
-          | :message_too_large
+          | :too_large
           | :noproc
           | :timeout
           | :index_conflict
           | :enospc
           | atom()
 
-  @async_defaults [
-    ring_size: 256 * 1024,
-    wait: nil,
-    core: nil,
-    on_full: :spin,
-    spin_timeout: 100,
-    batch_size: 1024,
-    linger: nil,
-    stats_interval: 1000
-  ]
-
-  @async_keys Keyword.keys(@async_defaults)
+  @async_keys Tachyon.AsyncStore.Options.keys()
 
   @default_timeout 5000
 
@@ -191,14 +149,7 @@ defmodule Tachyon.AsyncStore do
       )
   """
   @spec child_spec(keyword()) :: Supervisor.child_spec()
-  def child_spec(opts) when is_list(opts) do
-    %{
-      id: {__MODULE__, Keyword.get(opts, :name)},
-      start: {__MODULE__, :start_link, [opts]},
-      restart: :transient,
-      type: :worker
-    }
-  end
+  def child_spec(opts), do: Named.child_spec(__MODULE__, opts)
 
   @doc """
   Starts a process that opens the AsyncStore (and its store, with `:path`),
@@ -220,7 +171,12 @@ defmodule Tachyon.AsyncStore do
     end
 
     {source, async_opts, store_opts} = split!(opts)
-    GenServer.start_link(__MODULE__, {name, source, async_opts, store_opts}, name: name)
+
+    GenServer.start_link(
+      Tachyon.AsyncStore.Server,
+      {name, source, async_opts, store_opts},
+      name: name
+    )
   end
 
   @doc """
@@ -253,7 +209,7 @@ defmodule Tachyon.AsyncStore do
   end
 
   @doc """
-  Like `open/2` but raises on error.
+  Like `open/2` but raises `Tachyon.Error` on error.
 
   ## Example
 
@@ -266,7 +222,8 @@ defmodule Tachyon.AsyncStore do
         async
 
       {:error, reason} ->
-        raise RuntimeError, "cannot open Tachyon.AsyncStore: #{inspect(reason)}"
+        target = if is_binary(path_or_store), do: path_or_store, else: nil
+        raise Tachyon.Error, reason: reason, part: __MODULE__, target: target
     end
   end
 
@@ -305,79 +262,19 @@ defmodule Tachyon.AsyncStore do
               "the AsyncStore options are #{inspect(@async_keys)}"
     end
 
-    {source, validate!(async_opts), store_opts}
+    {source, Tachyon.AsyncStore.Options.validate!(async_opts), store_opts}
   end
 
-  defp validate!(opts) do
-    opts = Keyword.merge(@async_defaults, opts)
-    opts = if opts[:wait] == nil, do: Keyword.put(opts, :wait, default_wait()), else: opts
+  @doc """
+  The defaults of the AsyncStore's own options on this machine (most from
+  the Rust `Config::default()`).
 
-    opts =
-      if opts[:linger] == nil,
-        do: Keyword.put(opts, :linger, default_linger(opts[:wait])),
-        else: opts
+  ## Example
 
-    check!(
-      opts,
-      :ring_size,
-      &(is_integer(&1) and &1 >= 4096 and &1 <= 1 <<< 30 and (&1 &&& &1 - 1) == 0),
-      "must be a power of two between 4096 and 1073741824"
-    )
-
-    check!(
-      opts,
-      :wait,
-      &(&1 in [:busy_spin, :yield, :backoff, :park]),
-      "must be :busy_spin, :yield, :backoff or :park"
-    )
-
-    check!(
-      opts,
-      :core,
-      &(&1 == nil or (is_integer(&1) and &1 >= 0)),
-      "must be nil or a non-negative integer"
-    )
-
-    check!(opts, :on_full, &(&1 in [:spin, :error]), "must be :spin or :error")
-
-    check!(
-      opts,
-      :spin_timeout,
-      &(is_integer(&1) and &1 >= 0 and &1 <= 1000),
-      "must be an integer in 0..1000 (microseconds)"
-    )
-
-    check!(
-      opts,
-      :batch_size,
-      &(is_integer(&1) and &1 >= 1 and &1 <= 1_048_576),
-      "must be an integer in 1..1048576"
-    )
-
-    check!(
-      opts,
-      :linger,
-      &(is_integer(&1) and &1 >= 0 and &1 <= 1_000_000),
-      "must be an integer in 0..1000000 (microseconds)"
-    )
-
-    check!(
-      opts,
-      :stats_interval,
-      &(&1 == nil or (is_integer(&1) and &1 > 0)),
-      "must be a positive integer (milliseconds) or nil"
-    )
-
-    opts
-  end
-
-  defp check!(opts, key, ok?, msg) do
-    value = Keyword.fetch!(opts, key)
-
-    unless ok?.(value) do
-      raise ArgumentError, "the #{inspect(key)} option #{msg}, got: #{inspect(value)}"
-    end
-  end
+      %{ring_size: 262_144, on_full: :spin} = Tachyon.AsyncStore.defaults()
+  """
+  @spec defaults() :: map()
+  def defaults, do: Map.new(Tachyon.AsyncStore.Options.validate!([]))
 
   @doc """
   The writer's default `:wait` strategy on this machine: `:busy_spin` with
@@ -400,15 +297,13 @@ defmodule Tachyon.AsyncStore do
       #=> 262144
   """
   @spec default_ring_size() :: pos_integer()
-  def default_ring_size, do: @async_defaults[:ring_size]
-
-  defp default_linger(wait) when wait in [:backoff, :park], do: 50
-  defp default_linger(_wait), do: 0
+  def default_ring_size, do: Options.native_default(:async_store, :ring_size)
 
   # Opens (or resolves) the store, then the AsyncStore in front of it.
   # `owner` is monitored by the resource (start_link); `report_to` gets the
   # writer's reports (the owner, or a small reporter process for open/2).
-  defp do_open(source, async_opts, store_opts, name, owner) do
+  @doc false
+  def do_open(source, async_opts, store_opts, name, owner) do
     with {:ok, store, owns?} <- resolve_store(source, store_opts) do
       meta = %{name: name, path: store.path}
       report_to = owner || spawn_reporter(meta)
@@ -473,9 +368,9 @@ defmodule Tachyon.AsyncStore do
     do: Native.async_append(ref, data)
 
   def append(name, data) when is_atom(name) and (is_binary(data) or is_list(data)) do
-    case :persistent_term.get({__MODULE__, name}, nil) do
-      %__MODULE__{ref: ref} -> Native.async_append(ref, data)
-      nil -> {:error, :noproc}
+    case Named.whereis(__MODULE__, name) do
+      {:ok, %__MODULE__{ref: ref}} -> Native.async_append(ref, data)
+      error -> error
     end
   end
 
@@ -491,7 +386,8 @@ defmodule Tachyon.AsyncStore do
 
   @doc """
   Waits until every message enqueued before the call is in the store (at
-  most `timeout` milliseconds, on a dirty I/O scheduler). Returns the index
+  most `timeout` milliseconds, on a dirty I/O scheduler; `:infinity` or
+  0..4294967295, anything else raises `ArgumentError`). Returns the index
   of the last message in the store at that point (`nil` if the store is
   empty): it is at least the index of every message appended before the
   call.
@@ -503,7 +399,7 @@ defmodule Tachyon.AsyncStore do
   """
   @spec flush(async(), timeout()) :: {:ok, index() | nil} | {:error, reason()}
   def flush(async, timeout \\ @default_timeout) do
-    ms = timeout_ms(timeout)
+    ms = Options.timeout!(timeout)
 
     with {:ok, a} <- resolve(async) do
       case Native.async_flush(a.ref, ms) do
@@ -526,19 +422,9 @@ defmodule Tachyon.AsyncStore do
   """
   @spec drain(async(), timeout()) :: :ok | {:error, reason()}
   def drain(async, timeout \\ @default_timeout) do
-    ms = timeout_ms(timeout)
+    ms = Options.timeout!(timeout)
     with {:ok, a} <- resolve(async), do: Native.async_drain(a.ref, ms)
   end
-
-  defp timeout_ms(:infinity), do: 0xFFFF_FFFF
-  defp timeout_ms(ms) when is_integer(ms) and ms >= 0, do: ms
-
-  defp timeout_ms(other),
-    do:
-      raise(
-        ArgumentError,
-        "the timeout must be a non-negative integer (ms) or :infinity, got: #{inspect(other)}"
-      )
 
   @doc """
   Counters and gauges:
@@ -601,7 +487,8 @@ defmodule Tachyon.AsyncStore do
   Stops accepting messages, lets the writer write everything queued, stops
   and joins the writer thread, and closes the store if the AsyncStore opened
   it. Returns `{:error, reason}` if the writer had failed (its queued
-  messages were not written). For a named AsyncStore, stops its process.
+  messages were not written). For a named AsyncStore, stops its process
+  for good (it is not restarted); `{:error, :noproc}` if none runs.
 
   ## Example
 
@@ -615,12 +502,7 @@ defmodule Tachyon.AsyncStore do
     result
   end
 
-  def close(name) when is_atom(name) do
-    case GenServer.whereis(name) do
-      nil -> :ok
-      _pid -> GenServer.call(name, :close, :infinity)
-    end
-  end
+  def close(name) when is_atom(name), do: Named.close(name)
 
   @doc """
   Returns the handle of an AsyncStore started with `start_link/1`.
@@ -630,22 +512,9 @@ defmodule Tachyon.AsyncStore do
       {:ok, %Tachyon.AsyncStore{}} = Tachyon.AsyncStore.whereis(:events)
   """
   @spec whereis(atom()) :: {:ok, t()} | {:error, :noproc}
-  def whereis(name) when is_atom(name) do
-    case :persistent_term.get({__MODULE__, name}, nil) do
-      nil -> {:error, :noproc}
-      a -> {:ok, a}
-    end
-  end
+  def whereis(name) when is_atom(name), do: Named.whereis(__MODULE__, name)
 
-  defp resolve(%__MODULE__{} = a), do: {:ok, a}
-  defp resolve(name) when is_atom(name), do: whereis(name)
-
-  defp resolve(other),
-    do:
-      raise(
-        ArgumentError,
-        "expected a Tachyon.AsyncStore handle or name, got: #{inspect(other)}"
-      )
+  defp resolve(async), do: Named.resolve(__MODULE__, async)
 
   # -- reports from the writer thread ------------------------------------------
 
@@ -673,7 +542,8 @@ defmodule Tachyon.AsyncStore do
     end
   end
 
-  defp handle_report({:tachyon_async_store, _id, :stats, stats}, meta) do
+  @doc false
+  def handle_report({:tachyon_async_store, _id, :stats, stats}, meta) do
     Tachyon.Telemetry.execute(
       [:tachyon, :async_store, :stats],
       Map.take(stats, [
@@ -691,7 +561,7 @@ defmodule Tachyon.AsyncStore do
     )
   end
 
-  defp handle_report({:tachyon_async_store, _id, :writer_failed, {reason, detail}, stats}, meta) do
+  def handle_report({:tachyon_async_store, _id, :writer_failed, {reason, detail}, stats}, meta) do
     Logger.error(
       "Tachyon.AsyncStore #{meta.path}: the writer stopped: #{detail} (#{inspect(reason)}). " <>
         "#{stats.written} messages were written, #{stats.pending} queued ones were not; " <>
@@ -705,65 +575,5 @@ defmodule Tachyon.AsyncStore do
     )
   end
 
-  defp handle_report({:tachyon_async_store, _id, :stopped, _stats}, _meta), do: :ok
-
-  # -- the process -------------------------------------------------------------
-
-  @impl true
-  def init({name, source, async_opts, store_opts}) do
-    Process.flag(:trap_exit, true)
-
-    # A previous incarnation that was killed (no terminate/2) left its handle
-    # here. Its resource already stopped its writer when that process died
-    # (the resource monitors its owner); close it for good.
-    case :persistent_term.get({__MODULE__, name}, nil) do
-      %__MODULE__{} = old ->
-        close(old)
-        :persistent_term.erase({__MODULE__, name})
-
-      nil ->
-        :ok
-    end
-
-    case do_open(source, async_opts, store_opts, name, self()) do
-      {:ok, a} ->
-        :persistent_term.put({__MODULE__, name}, a)
-        {:ok, %{async: a, meta: %{name: name, path: a.path}}}
-
-      {:error, reason} ->
-        {:stop, reason}
-    end
-  end
-
-  @impl true
-  def handle_call(:close, _from, state) do
-    result = shutdown(state)
-    {:stop, :normal, result, %{state | async: nil}}
-  end
-
-  @impl true
-  def handle_info({:tachyon_async_store, _, :stats, _} = msg, state) do
-    handle_report(msg, state.meta)
-    # Emit the owned store's roll events too (Tachyon.Store.stats/1 flushes
-    # them).
-    if state.async && state.async.owns_store, do: Store.stats(state.async.store)
-    {:noreply, state}
-  end
-
-  def handle_info({:tachyon_async_store, _, _, _, _} = msg, state) do
-    handle_report(msg, state.meta)
-    {:noreply, state}
-  end
-
-  def handle_info(_msg, state), do: {:noreply, state}
-
-  @impl true
-  def terminate(_reason, state), do: shutdown(state)
-
-  defp shutdown(%{async: nil}), do: :ok
-
-  defp shutdown(%{async: a}) do
-    :persistent_term.erase({__MODULE__, a.name})
-    close(a)
-  end
+  def handle_report({:tachyon_async_store, _id, :stopped, _stats}, _meta), do: :ok
 end

@@ -32,26 +32,10 @@ defmodule Tachyon.Echo do
 
   ## Options
 
-    * `:port` - UDP port, `0` (default) for one the kernel picks (see `address/1`).
-    * `:ip` - address to bind: a tuple, `:loopback` (default), `:any` or a
-      string such as `"::1"`.
-    * `:wait` - what the thread does when no datagram is waiting:
-      `:busy_spin` (lowest latency; burns its core), `:yield` (polls and
-      yields the core between polls, forever), `:backoff` (polls and yields
-      for a few hundred microseconds after each datagram, then blocks in
-      `poll` until the next one), or `:block` (blocks in `poll` at once; no
-      CPU while idle). Default: `:busy_spin` on machines with more than two
-      cores, `:backoff` otherwise.
-    * `:core` - pin the thread to this core (default `nil`: not pinned).
-    * `:batch` - datagrams per `recvmmsg`/`sendmmsg`, 1..1024 (default 32).
-    * `:max_datagram` - largest datagram echoed, 1..65507 (default 65507).
-      A larger datagram is not echoed; it is counted in `:truncated`.
-    * `:recbuf`, `:sndbuf` - `SO_RCVBUF` / `SO_SNDBUF` in bytes (default:
-      the system's).
-    * `:reuseaddr` - set `SO_REUSEADDR` (default `false`).
-    * `:name` - register the process under this name.
-    * `:stats_interval` - milliseconds between `[:tachyon, :echo, :stats]`
-      telemetry events (default 1000; `nil` for none).
+  Defaults "from Rust" are the Rust `EchoConfig::new`; `defaults/0` returns
+  them.
+
+  #{Tachyon.Options.docs(Tachyon.UDP.Options.echo_schema())}
 
   Invalid options raise `ArgumentError`.
 
@@ -72,7 +56,7 @@ defmodule Tachyon.Echo do
   """
   use GenServer
 
-  alias Tachyon.Native
+  alias Tachyon.{Named, Native}
   alias Tachyon.UDP.Options
 
   @typedoc "A running echo server: its pid or registered name."
@@ -83,7 +67,7 @@ defmodule Tachyon.Echo do
           address: {:inet.ip_address(), :inet.port_number()},
           core: non_neg_integer() | nil,
           pinned: boolean(),
-          wait: :busy_spin | :yield | :backoff | :block,
+          wait: :busy_spin | :yield | :backoff | :park,
           batch: pos_integer(),
           max_datagram: pos_integer(),
           recbuf: non_neg_integer(),
@@ -103,20 +87,6 @@ defmodule Tachyon.Echo do
           errors: non_neg_integer()
         }
 
-  @defaults [
-    port: 0,
-    ip: :loopback,
-    wait: nil,
-    core: nil,
-    batch: 32,
-    max_datagram: 65_507,
-    recbuf: nil,
-    sndbuf: nil,
-    reuseaddr: false,
-    name: nil,
-    stats_interval: 1000
-  ]
-
   @doc """
   Starts the server, linked to the caller. See the moduledoc for the options.
 
@@ -125,23 +95,27 @@ defmodule Tachyon.Echo do
 
   ## Example
 
-      {:ok, echo} = Tachyon.Echo.start_link(port: 0, wait: :block)
+      {:ok, echo} = Tachyon.Echo.start_link(port: 0, wait: :park)
       {{127, 0, 0, 1}, port} = Tachyon.Echo.address(echo)
   """
   @spec start_link(keyword()) :: GenServer.on_start()
   def start_link(opts \\ []) do
-    opts = Options.validate!(opts, @defaults, "Tachyon.Echo")
-    opts = %{opts | wait: opts.wait || Options.default_wait()}
+    opts = Options.validate!(opts, Options.echo_schema(), "Tachyon.Echo")
     {name, interval} = {opts.name, opts.stats_interval}
     nif_opts = Map.drop(opts, [:name, :stats_interval])
     t0 = System.monotonic_time()
+
+    # A named server that was killed (no terminate/2) left its thread and
+    # socket behind: stop them before binding again. Only when no process
+    # holds the name, so a live server is never touched.
+    if is_atom(name) and name != nil and Process.whereis(name) == nil,
+      do: Named.close_orphan(__MODULE__, name, &Native.echo_stop(&1.ref))
 
     # Bind in the caller: a port in use is an {:error, _} return, not an exit.
     case Native.echo_start(nif_opts) do
       {:ok, ref, info} ->
         info =
           Map.merge(info, %{
-            wait: Options.public_wait(info.wait),
             batch: opts.batch,
             max_datagram: opts.max_datagram
           })
@@ -164,20 +138,29 @@ defmodule Tachyon.Echo do
 
   @doc """
   The child specification: `{Tachyon.Echo, opts}` in a supervisor. The child
-  id is `{Tachyon.Echo, name}` when `:name` is given.
+  id is `{Tachyon.Echo, name}`; `:transient`, so `stop/2` is final.
 
   ## Example
 
       Supervisor.start_link([{Tachyon.Echo, name: :pong, port: 0}], strategy: :one_for_one)
   """
   @spec child_spec(keyword()) :: Supervisor.child_spec()
-  def child_spec(opts) do
-    id = if opts[:name], do: {__MODULE__, opts[:name]}, else: __MODULE__
-    %{id: id, start: {__MODULE__, :start_link, [opts]}, type: :worker, shutdown: 5000}
-  end
+  def child_spec(opts), do: Named.child_spec(__MODULE__, opts, shutdown: 5000)
 
   @doc """
-  Stops the server. The thread is joined and the port is free on return.
+  The defaults of the options on this machine (from the Rust
+  `EchoConfig::new`, the port, address, name and stats interval aside).
+
+  ## Example
+
+      %{batch: 32, max_datagram: 65_507} = Tachyon.Echo.defaults()
+  """
+  @spec defaults() :: map()
+  def defaults, do: Options.validate!([], Options.echo_schema(), "Tachyon.Echo")
+
+  @doc """
+  Stops the server for good (under a supervisor it is not restarted). The
+  thread is joined and the port is free on return.
 
   ## Example
 
@@ -213,26 +196,47 @@ defmodule Tachyon.Echo do
   @doc """
   Where the thread runs and how it waits: `:address`, `:core`, `:pinned`
   (whether pinning succeeded), `:wait`, `:batch`, `:max_datagram` and the
-  effective `:recbuf`/`:sndbuf`.
+  effective `:recbuf`/`:sndbuf`. A registered name is read without a call
+  to the process; it raises `ArgumentError` if no server runs under it.
 
   ## Example
 
-      {:ok, echo} = Tachyon.Echo.start_link(wait: :block)
-      %{wait: :block, core: nil} = Tachyon.Echo.info(echo)
+      {:ok, echo} = Tachyon.Echo.start_link(wait: :park)
+      %{wait: :park, core: nil} = Tachyon.Echo.info(echo)
   """
   @spec info(server()) :: info()
+  def info(name) when is_atom(name) do
+    case Named.whereis(__MODULE__, name) do
+      {:ok, %{info: info}} ->
+        info
+
+      {:error, :noproc} ->
+        raise ArgumentError, "no Tachyon.Echo named #{inspect(name)} is running"
+    end
+  end
+
   def info(server), do: GenServer.call(server, :info)
 
   @doc """
-  The thread's counters (see the moduledoc).
+  The thread's counters (see the moduledoc): `{:ok, stats}`, or
+  `{:error, :noproc}` if no server runs under that name (a registered name
+  is read without a call to the process).
 
   ## Example
 
       {:ok, echo} = Tachyon.Echo.start_link()
-      %{packets_in: 0, errors: 0} = Tachyon.Echo.stats(echo)
+      {:ok, %{packets_in: 0, errors: 0}} = Tachyon.Echo.stats(echo)
   """
-  @spec stats(server()) :: stats()
-  def stats(server), do: GenServer.call(server, :stats)
+  @spec stats(server()) :: {:ok, stats()} | {:error, :noproc}
+  def stats(name) when is_atom(name) do
+    with {:ok, %{ref: ref}} <- Named.whereis(__MODULE__, name), do: {:ok, Native.echo_stats(ref)}
+  end
+
+  def stats(server) do
+    {:ok, GenServer.call(server, :stats)}
+  catch
+    :exit, {:noproc, _} -> {:error, :noproc}
+  end
 
   # -- GenServer ---------------------------------------------------------------
 
@@ -242,6 +246,7 @@ defmodule Tachyon.Echo do
     Process.flag(:trap_exit, true)
 
     state = %{ref: ref, info: info, name: name, interval: interval}
+    if is_atom(name) and name != nil, do: :persistent_term.put({__MODULE__, name}, state)
 
     Tachyon.Telemetry.execute(
       [:tachyon, :echo, :start],
@@ -277,6 +282,9 @@ defmodule Tachyon.Echo do
 
   @impl true
   def terminate(_reason, state) do
+    if is_atom(state.name) and state.name != nil,
+      do: :persistent_term.erase({__MODULE__, state.name})
+
     Native.echo_stop(state.ref)
     Tachyon.Telemetry.execute([:tachyon, :echo, :stop], Native.echo_stats(state.ref), meta(state))
   end

@@ -21,6 +21,9 @@ defmodule Tachyon.Native do
   # The shared runtime
   def runtime_info, do: err()
 
+  # Every part's Rust Config::default() (native/tachyon_nif/src/defaults.rs)
+  def defaults, do: err()
+
   # Histograms (benchmarks)
   def hist_new, do: err()
   def hist_record(_h, _ns), do: err()

@@ -33,43 +33,23 @@ defmodule Tachyon.Store do
 
   ## Options
 
-    * `:path` - the directory (created if needed). Required.
-    * `:name` - an atom to register the store under. Required for `start_link/1`.
-    * `:mode` - `:write` (default; one writer per directory, enforced with a
-      lock file) or `:read` (a reader, possibly in another OS process, that
-      sees every message whose append has returned while the writer keeps
-      writing).
-    * `:segment_size` - data bytes per segment file (default 64 MiB; a
-      multiple of 8 between 64 KiB and 3 GiB). A segment also rolls when its
-      index (one slot per 64 bytes of data) is full.
-    * `:max_message_size` - larger messages get `{:error, :message_too_large}`
-      (default 1 MiB, or the segment size less 8 bytes if that is smaller).
-    * `:max_segments` - keep at most this many segments; the oldest are
-      deleted when the writer rolls (default: keep all).
-    * `:max_bytes` - keep at most this many bytes of segment files (the
-      active segment is always kept) (default: no limit).
-    * `:pretouch` - run the pre-touch thread that faults pages in ahead of the
-      writer and prepares the next segment (default `true`).
-    * `:pretouch_ahead` - bytes faulted in ahead of the write position
-      (default 32 MiB).
-    * `:repair` - on a checksum mismatch in the middle of the log, truncate
-      there instead of failing with `{:error, {:corrupt, segment, offset}}`
-      (default `false`).
-    * `:verify` - `:active` (default) checks every record of the active
-      segment on open; `:all` checks every segment.
-    * `:stats_interval` - `start_link/1` only: milliseconds between
-      `[:tachyon, :store, :stats]` events and roll event flushes (default
-      1000, `nil` for none).
+  `open/2` takes the directory as its first argument and the options from
+  `:mode` on; `start_link/1` takes them all. Defaults marked "from Rust" are the Rust
+  `Config::default()`: `defaults/0` returns them.
+
+  #{Tachyon.Options.docs(Tachyon.Store.Options.server_schema() ++ Tachyon.Store.Options.open_schema())}
 
   ## Errors
 
-    * `{:error, :message_too_large}`, `{:error, :closed}`,
+    * `{:error, :too_large}`, `{:error, :closed}`,
+      `{:error, :noproc}` (no store under that name),
       `{:error, :not_found}`, `{:error, :read_only}` (append to a reader),
       `{:error, :locked}` (another writer has the directory),
       `{:error, :enospc}` (disk full: the message is not stored, the log
       stays valid), `{:error, {:corrupt, segment, offset}}`, and POSIX
       atoms (`:eacces`, ...) for other I/O errors.
-    * Wrong argument types and bad options raise `ArgumentError`.
+    * Wrong argument types and bad options raise `ArgumentError`; `open!/2`
+      raises `Tachyon.Error`.
 
   ## Recovery
 
@@ -89,11 +69,9 @@ defmodule Tachyon.Store do
   See `docs/FORMAT.md` for the file format and `docs/ARCHITECTURE.md` for the
   threads and files.
   """
-  use GenServer, restart: :transient
-
   require Logger
 
-  alias Tachyon.Native
+  alias Tachyon.{Native, Named}
 
   defstruct [:ref, :path, :mode, :name, :recovery]
 
@@ -128,7 +106,7 @@ defmodule Tachyon.Store do
   @type reason ::
           :closed
           | :not_found
-          | :message_too_large
+          | :too_large
           | :enospc
           | :locked
           | :read_only
@@ -136,22 +114,24 @@ defmodule Tachyon.Store do
           | {:corrupt, non_neg_integer(), non_neg_integer()}
           | atom()
 
-  @open_defaults [
-    mode: :write,
-    segment_size: 64 * 1024 * 1024,
-    max_message_size: nil,
-    max_segments: nil,
-    max_bytes: nil,
-    pretouch: true,
-    pretouch_ahead: 32 * 1024 * 1024,
-    repair: false,
-    verify: :active
-  ]
-
   @small_batch_count 1024
   @small_batch_bytes 1024 * 1024
 
   # -- starting ----------------------------------------------------------------
+
+  @doc """
+  The child specification: `{Tachyon.Store, opts}` in a supervisor starts
+  `start_link(opts)`. The id is `{Tachyon.Store, name}`, so several stores
+  live under one supervisor; `:transient`, so `close/1` is final.
+
+  ## Example
+
+      Supervisor.start_link([{Tachyon.Store, name: :events, path: "/tmp/events"}],
+        strategy: :one_for_one
+      )
+  """
+  @spec child_spec(keyword()) :: Supervisor.child_spec()
+  def child_spec(opts), do: Named.child_spec(__MODULE__, opts)
 
   @doc """
   Starts a process that opens the store at `:path`, registers it under
@@ -164,30 +144,23 @@ defmodule Tachyon.Store do
   """
   @spec start_link(keyword()) :: GenServer.on_start()
   def start_link(opts) when is_list(opts) do
-    name = Keyword.get(opts, :name)
-
-    unless is_atom(name) and name != nil do
-      raise ArgumentError,
-            "the :name option is required and must be an atom, got: #{inspect(name)}"
-    end
-
-    path = Keyword.get(opts, :path)
-
-    unless is_binary(path) do
-      raise ArgumentError,
-            "the :path option is required and must be a string, got: #{inspect(path)}"
-    end
-
-    interval = Keyword.get(opts, :stats_interval, 1000)
-
-    unless interval == nil or (is_integer(interval) and interval > 0) do
-      raise ArgumentError,
-            "the :stats_interval option must be a positive integer or nil, got: #{inspect(interval)}"
-    end
-
-    open_opts = validate!(Keyword.drop(opts, [:name, :path, :stats_interval]))
-    GenServer.start_link(__MODULE__, {name, path, open_opts, interval}, name: name)
+    {server, open} = Keyword.split(opts, Tachyon.Store.Options.server_keys())
+    server = Tachyon.Store.Options.validate_server!(server)
+    open = Tachyon.Store.Options.validate!(open)
+    GenServer.start_link(Tachyon.Store.Server, {server, open}, name: server[:name])
   end
+
+  @doc """
+  The defaults of the options, as `open/2` fills them in (most come from the
+  Rust `Config::default()`; `:max_message_size` is then capped by the
+  segment size).
+
+  ## Example
+
+      %{mode: :write, segment_size: 67_108_864} = Tachyon.Store.defaults()
+  """
+  @spec defaults() :: map()
+  def defaults, do: Map.new(Tachyon.Store.Options.validate!([]))
 
   @doc """
   Opens the store in `path` and returns a handle, with no process involved.
@@ -201,11 +174,11 @@ defmodule Tachyon.Store do
   """
   @spec open(Path.t(), keyword()) :: {:ok, t()} | {:error, reason()}
   def open(path, opts \\ []) when is_binary(path) and is_list(opts) do
-    do_open(path, validate!(opts), nil)
+    do_open(path, Tachyon.Store.Options.validate!(opts), nil)
   end
 
   @doc """
-  Like `open/2` but raises on error.
+  Like `open/2` but raises `Tachyon.Error` on error.
 
   ## Example
 
@@ -215,11 +188,12 @@ defmodule Tachyon.Store do
   def open!(path, opts \\ []) do
     case open(path, opts) do
       {:ok, store} -> store
-      {:error, reason} -> raise File.Error, reason: reason, action: "open store", path: path
+      {:error, reason} -> raise Tachyon.Error, reason: reason, part: __MODULE__, target: path
     end
   end
 
-  defp do_open(path, opts, name) do
+  @doc false
+  def do_open(path, opts, name) do
     t0 = System.monotonic_time()
     abs = Path.expand(path)
 
@@ -265,73 +239,6 @@ defmodule Tachyon.Store do
     end
   end
 
-  defp validate!(opts) do
-    opts =
-      try do
-        Keyword.validate!(opts, @open_defaults)
-      rescue
-        e in ArgumentError ->
-          reraise ArgumentError,
-                  "invalid Tachyon.Store option: " <> Exception.message(e),
-                  __STACKTRACE__
-      end
-
-    check!(opts, :mode, &(&1 in [:write, :read]), "must be :write or :read")
-
-    check!(
-      opts,
-      :segment_size,
-      &(is_integer(&1) and &1 >= 65_536 and &1 <= 3 * 1024 * 1024 * 1024 and rem(&1, 8) == 0),
-      "must be a multiple of 8 between 65536 and 3 GiB"
-    )
-
-    opts =
-      if opts[:max_message_size] == nil,
-        do: Keyword.put(opts, :max_message_size, min(1024 * 1024, opts[:segment_size] - 8)),
-        else: opts
-
-    check!(
-      opts,
-      :max_message_size,
-      &(is_integer(&1) and &1 >= 0),
-      "must be a non-negative integer"
-    )
-
-    if opts[:max_message_size] + 8 > opts[:segment_size] do
-      raise ArgumentError,
-            "the :max_message_size option (#{opts[:max_message_size]}) must fit in a segment " <>
-              "(:segment_size #{opts[:segment_size]} minus 8 bytes of header)"
-    end
-
-    check!(
-      opts,
-      :max_segments,
-      &(&1 == nil or (is_integer(&1) and &1 > 0)),
-      "must be a positive integer or nil"
-    )
-
-    check!(
-      opts,
-      :max_bytes,
-      &(&1 == nil or (is_integer(&1) and &1 > 0)),
-      "must be a positive integer or nil"
-    )
-
-    check!(opts, :pretouch, &is_boolean/1, "must be a boolean")
-    check!(opts, :pretouch_ahead, &(is_integer(&1) and &1 >= 0), "must be a non-negative integer")
-    check!(opts, :repair, &is_boolean/1, "must be a boolean")
-    check!(opts, :verify, &(&1 in [:active, :all]), "must be :active or :all")
-    opts
-  end
-
-  defp check!(opts, key, ok?, msg) do
-    value = Keyword.fetch!(opts, key)
-
-    unless ok?.(value) do
-      raise ArgumentError, "the #{inspect(key)} option #{msg}, got: #{inspect(value)}"
-    end
-  end
-
   # -- the log -----------------------------------------------------------------
 
   @doc """
@@ -347,9 +254,9 @@ defmodule Tachyon.Store do
     do: Native.store_append(ref, data)
 
   def append(name, data) when is_atom(name) and (is_binary(data) or is_list(data)) do
-    case :persistent_term.get({__MODULE__, name}, nil) do
-      %__MODULE__{ref: ref} -> Native.store_append(ref, data)
-      nil -> {:error, :noproc}
+    case Named.whereis(__MODULE__, name) do
+      {:ok, %__MODULE__{ref: ref}} -> Native.store_append(ref, data)
+      error -> error
     end
   end
 
@@ -575,47 +482,36 @@ defmodule Tachyon.Store do
   Closes the store: further calls get `{:error, :closed}`, the pre-touch
   thread is stopped and joined, the directory lock is released. It does not
   wait for the disk: call `sync/1` first if you need durability on power
-  loss. For a named store, stops its process (which is not restarted).
+  loss. For a named store, stops its process for good (it is not
+  restarted); `{:error, :noproc}` if no store runs under that name.
 
   ## Example
 
       :ok = Tachyon.Store.close(store)
   """
-  @spec close(store()) :: :ok
+  @spec close(store()) :: :ok | {:error, :noproc}
   def close(%__MODULE__{} = s) do
     flush_events(s)
     Native.store_close(s.ref)
   end
 
-  def close(name) when is_atom(name) do
-    case GenServer.whereis(name) do
-      nil -> :ok
-      _pid -> GenServer.call(name, :close, :infinity)
-    end
-  end
+  def close(name) when is_atom(name), do: Named.close(name)
 
   @doc """
-  Returns the handle of a store started with `start_link/1`.
+  Returns the handle of a store started with `start_link/1`, or
+  `{:error, :noproc}`.
 
   ## Example
 
       {:ok, %Tachyon.Store{}} = Tachyon.Store.whereis(:events)
   """
   @spec whereis(atom()) :: {:ok, t()} | {:error, :noproc}
-  def whereis(name) when is_atom(name) do
-    case :persistent_term.get({__MODULE__, name}, nil) do
-      nil -> {:error, :noproc}
-      s -> {:ok, s}
-    end
-  end
+  def whereis(name) when is_atom(name), do: Named.whereis(__MODULE__, name)
 
-  defp resolve(%__MODULE__{} = s), do: {:ok, s}
-  defp resolve(name) when is_atom(name), do: whereis(name)
+  defp resolve(store), do: Named.resolve(__MODULE__, store)
 
-  defp resolve(other),
-    do: raise(ArgumentError, "expected a Tachyon.Store handle or name, got: #{inspect(other)}")
-
-  defp flush_events(s) do
+  @doc false
+  def flush_events(s) do
     for ev <- Native.store_take_events(s.ref) do
       {event, measurements} = Map.pop(ev, :event)
 
@@ -626,71 +522,5 @@ defmodule Tachyon.Store do
     end
 
     :ok
-  end
-
-  # -- the process -------------------------------------------------------------
-
-  @impl true
-  def init({name, path, opts, interval}) do
-    Process.flag(:trap_exit, true)
-
-    # A previous incarnation that was killed (no terminate/2) left its handle
-    # here, still holding the directory lock: close it first.
-    case :persistent_term.get({__MODULE__, name}, nil) do
-      %__MODULE__{ref: ref} ->
-        Native.store_close(ref)
-        :persistent_term.erase({__MODULE__, name})
-
-      nil ->
-        :ok
-    end
-
-    case do_open(path, opts, name) do
-      {:ok, store} ->
-        :persistent_term.put({__MODULE__, name}, store)
-        if interval, do: Process.send_after(self(), :tick, interval)
-        {:ok, %{store: store, interval: interval}}
-
-      {:error, reason} ->
-        {:stop, reason}
-    end
-  end
-
-  @impl true
-  def handle_call(:close, _from, state) do
-    shutdown(state)
-    {:stop, :normal, :ok, %{state | store: nil}}
-  end
-
-  @impl true
-  def handle_info(:tick, %{store: s, interval: interval} = state) do
-    flush_events(s)
-
-    case Native.store_stats(s.ref) do
-      {:ok, st} ->
-        Tachyon.Telemetry.execute(
-          [:tachyon, :store, :stats],
-          Map.take(st, [:appended, :appended_bytes, :segments, :first_index, :next_index]),
-          %{path: s.path, name: s.name}
-        )
-
-      _ ->
-        :ok
-    end
-
-    Process.send_after(self(), :tick, interval)
-    {:noreply, state}
-  end
-
-  def handle_info(_msg, state), do: {:noreply, state}
-
-  @impl true
-  def terminate(_reason, state), do: shutdown(state)
-
-  defp shutdown(%{store: nil}), do: :ok
-
-  defp shutdown(%{store: s}) do
-    :persistent_term.erase({__MODULE__, s.name})
-    close(s)
   end
 end

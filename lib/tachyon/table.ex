@@ -56,9 +56,8 @@ defmodule Tachyon.Table do
   ## Compaction
 
   A background thread rewrites sealed segments whose live data fell under
-  `:compaction_threshold` (default 0.5) of their size, checking every
-  `:compaction_interval_ms` (default 5000, `nil` to only compact on
-  `compact/1`). Readers and the writer carry on meanwhile; the old files are
+  `:compaction_threshold` of their size, checking every
+  `:compaction_interval_ms` (`nil` to only compact on `compact/1`). Readers and the writer carry on meanwhile; the old files are
   deleted, so the disk space is returned. A deleted key never comes back
   after a compaction and a restart (delete markers are kept as long as an
   older value of their key may be on disk).
@@ -70,20 +69,10 @@ defmodule Tachyon.Table do
 
   ## Options
 
-  * `:mode` - `:memory`, `:mapped` (default) or `:file`.
-  * `:segment_size` - bytes per segment file (64 MiB); between 64 KiB and 1 GiB.
-  * `:max_key_size` - bytes (65536). Larger keys get `{:error, :too_large}`.
-  * `:max_value_size` - bytes (1 MiB). Key and value must fit a segment.
-  * `:sync_interval_ms` - periodic `sync/1` (`nil`, the default: never).
-  * `:compaction_threshold` - live ratio under which a segment is rewritten (0.5).
-  * `:compaction_interval_ms` - how often to look for work (5000; `nil`: never).
-  * `:capacity` - expected number of keys, to size the index up front (0).
-  * `:shards` - index shards (256).
-  * `:pretouch` - a background thread faults the active segment's pages in
-    ahead of the writer and prepares the next segment (true).
+  Defaults "from Rust" are the Rust `Config::default()`; `defaults/0`
+  returns them.
 
-  `start_link/1` also takes `:path` (required), `:name` (an atom, optional)
-  and `:stats_interval_ms` (1000; `nil` turns the stats events off).
+  #{Tachyon.Options.docs(Tachyon.Table.Options.open_schema() ++ Tachyon.Table.Options.server_schema())}
 
   ## Errors
 
@@ -91,17 +80,16 @@ defmodule Tachyon.Table do
   `:enospc` (disk full: the table is unchanged and keeps working for reads),
   `:locked` (another handle, in this or another OS process, has the
   directory open), `:corrupt` (a damaged segment header), `:eio`, `:eacces`,
-  `:enoent`, `:enotdir`. Keys and values that are not binaries, and bad
-  options, raise `ArgumentError`.
+  `:enoent`, `:enotdir`, and `:noproc` for a name no table runs under. Keys
+  and values that are not binaries, and bad options, raise `ArgumentError`;
+  `open!/2` raises `Tachyon.Error`.
 
   ## Telemetry
 
   See `Tachyon.Telemetry` ("Table events").
   """
 
-  use GenServer
-
-  alias Tachyon.Native
+  alias Tachyon.{Named, Native}
   alias Tachyon.Telemetry
 
   @enforce_keys [:ref, :path, :mode]
@@ -124,6 +112,7 @@ defmodule Tachyon.Table do
   @type mode :: :memory | :mapped | :file
   @type reason ::
           :too_large
+          | :noproc
           | :closed
           | :enospc
           | :locked
@@ -132,21 +121,6 @@ defmodule Tachyon.Table do
           | :eacces
           | :enoent
           | :enotdir
-
-  @open_defaults [
-    mode: :mapped,
-    segment_size: 64 * 1024 * 1024,
-    max_key_size: 65_536,
-    max_value_size: 1024 * 1024,
-    sync_interval_ms: nil,
-    compaction_threshold: 0.5,
-    compaction_interval_ms: 5_000,
-    capacity: 0,
-    shards: 256,
-    pretouch: true
-  ]
-
-  @server_defaults [name: nil, path: nil, stats_interval_ms: 1_000]
 
   # put_many batches at most this big run on a normal scheduler.
   @small_batch_count 64
@@ -168,12 +142,12 @@ defmodule Tachyon.Table do
   """
   @spec open(Path.t(), keyword()) :: {:ok, t()} | {:error, reason()}
   def open(path, opts \\ []) do
-    opts = validate_open!(opts)
+    opts = Tachyon.Table.Options.validate!(opts)
     do_open(path, opts, nil)
   end
 
   @doc """
-  Like `open/2` but raises on error.
+  Like `open/2` but raises `Tachyon.Error` on error.
 
   ## Example
 
@@ -183,11 +157,12 @@ defmodule Tachyon.Table do
   def open!(path, opts \\ []) do
     case open(path, opts) do
       {:ok, t} -> t
-      {:error, reason} -> raise File.Error, reason: reason, action: "open table", path: path
+      {:error, reason} -> raise Tachyon.Error, reason: reason, part: __MODULE__, target: path
     end
   end
 
-  defp do_open(path, opts, name) do
+  @doc false
+  def do_open(path, opts, name) do
     unless is_binary(path) or is_list(path) do
       raise ArgumentError, "the path must be a string, got: #{inspect(path)}"
     end
@@ -236,8 +211,9 @@ defmodule Tachyon.Table do
       :ok = Tachyon.Table.put(t, "alice", "admin")
   """
   @spec put(table(), binary(), binary()) :: :ok | {:error, reason()}
-  def put(table, key, value) when is_binary(key) and is_binary(value),
-    do: Native.table_put(ref(table), key, value)
+  def put(table, key, value) when is_binary(key) and is_binary(value) do
+    with {:ok, t} <- resolve(table), do: Native.table_put(t.ref, key, value)
+  end
 
   def put(_table, key, value), do: bad_kv!(key, value)
 
@@ -249,7 +225,10 @@ defmodule Tachyon.Table do
       :ok = Tachyon.Table.delete(t, "alice")
   """
   @spec delete(table(), binary()) :: :ok | {:error, reason()}
-  def delete(table, key) when is_binary(key), do: Native.table_delete(ref(table), key)
+  def delete(table, key) when is_binary(key) do
+    with {:ok, t} <- resolve(table), do: Native.table_delete(t.ref, key)
+  end
+
   def delete(_table, key), do: bad_kv!(key, "")
 
   @doc """
@@ -262,8 +241,13 @@ defmodule Tachyon.Table do
   """
   @spec put_many(table(), [{binary(), binary()}]) :: :ok | {:error, reason()}
   def put_many(table, pairs) when is_list(pairs) do
-    r = ref(table)
+    with {:ok, t} <- resolve(table), do: put_pairs(t.ref, pairs)
+  end
 
+  def put_many(_table, pairs),
+    do: raise(ArgumentError, "put_many/2 expects a list of {key, value}, got: #{inspect(pairs)}")
+
+  defp put_pairs(r, pairs) do
     {count, bytes} =
       Enum.reduce(pairs, {0, 0}, fn
         {k, v}, {n, b} when is_binary(k) and is_binary(v) ->
@@ -278,9 +262,6 @@ defmodule Tachyon.Table do
       else: Native.table_put_many_dirty(r, pairs)
   end
 
-  def put_many(_table, pairs),
-    do: raise(ArgumentError, "put_many/2 expects a list of {key, value}, got: #{inspect(pairs)}")
-
   # -- reads ---------------------------------------------------------------
 
   @doc """
@@ -292,7 +273,10 @@ defmodule Tachyon.Table do
       :error = Tachyon.Table.get(t, "nobody")
   """
   @spec get(table(), binary()) :: {:ok, binary()} | :error | {:error, reason()}
-  def get(table, key) when is_binary(key), do: Native.table_get(ref(table), key)
+  def get(table, key) when is_binary(key) do
+    with {:ok, t} <- resolve(table), do: Native.table_get(t.ref, key)
+  end
+
   def get(_table, key), do: bad_kv!(key, "")
 
   @doc """
@@ -324,8 +308,10 @@ defmodule Tachyon.Table do
       Tachyon.Table.count(t)
       #=> 1
   """
-  @spec count(table()) :: non_neg_integer() | {:error, :closed}
-  def count(table), do: Native.table_count(ref(table))
+  @spec count(table()) :: non_neg_integer() | {:error, :closed | :noproc}
+  def count(table) do
+    with {:ok, t} <- resolve(table), do: Native.table_count(t.ref)
+  end
 
   @doc """
   Every `{key, value}` pair, as a stream, in no particular order.
@@ -342,7 +328,11 @@ defmodule Tachyon.Table do
   """
   @spec stream(table()) :: Enumerable.t()
   def stream(table) do
-    r = ref(table)
+    r =
+      case resolve(table) do
+        {:ok, t} -> t.ref
+        {:error, reason} -> raise ArgumentError, "cannot stream the table: #{inspect(reason)}"
+      end
 
     Stream.resource(
       fn ->
@@ -372,7 +362,10 @@ defmodule Tachyon.Table do
   """
   @spec sync(table()) :: :ok | {:error, reason()}
   def sync(table) do
-    t = resolve(table)
+    with {:ok, t} <- resolve(table), do: do_sync(t)
+  end
+
+  defp do_sync(t) do
     t0 = System.monotonic_time()
     res = Native.table_sync(t.ref)
 
@@ -398,13 +391,10 @@ defmodule Tachyon.Table do
   """
   @spec compact(table()) :: {:ok, map()} | {:error, reason()}
   def compact(table) do
-    t = resolve(table)
-    res = Native.table_compact(t.ref)
-    emit_events(t)
-
-    case res do
-      {:ok, c} -> {:ok, c}
-      {:error, _} = e -> e
+    with {:ok, t} <- resolve(table) do
+      res = Native.table_compact(t.ref)
+      emit_events(t)
+      res
     end
   end
 
@@ -419,30 +409,47 @@ defmodule Tachyon.Table do
   """
   @spec stats(table()) :: {:ok, map()} | {:error, reason()}
   def stats(table) do
-    t = resolve(table)
-    emit_events(t)
-    Native.table_stats(t.ref)
+    with {:ok, t} <- resolve(table) do
+      emit_events(t)
+      Native.table_stats(t.ref)
+    end
   end
 
   @doc """
   Closes the table: stops its background thread, syncs, and releases its
   memory, files and directory lock. Later calls get `{:error, :closed}`.
-  Idempotent. For a supervised table, prefer stopping its process.
+  Idempotent. For a named table, stops its process for good (it is not
+  restarted); `{:error, :noproc}` if none runs under that name.
 
   ## Example
 
       :ok = Tachyon.Table.close(t)
   """
   @spec close(table()) :: :ok | {:error, reason()}
-  def close(table) do
-    t = resolve(table)
+  def close(%__MODULE__{} = t) do
     emit_events(t)
     Native.table_close(t.ref)
   end
 
+  def close(name) when is_atom(name), do: Named.close(name)
+
+  def close(other), do: resolve(other)
+
+  @doc """
+  Returns the handle of a table started with a `:name`, or
+  `{:error, :noproc}`.
+
+  ## Example
+
+      {:ok, %Tachyon.Table{}} = Tachyon.Table.whereis(:users)
+  """
+  @spec whereis(atom()) :: {:ok, t()} | {:error, :noproc}
+  def whereis(name) when is_atom(name), do: Named.whereis(__MODULE__, name)
+
   @doc """
   The handle of a table: a name (or a pid of a table process) resolved to
-  its `t:t/0`.
+  its `t:t/0`. Raises `ArgumentError` for a name no table runs under (see
+  `whereis/1` for a non-raising lookup).
 
   ## Example
 
@@ -450,9 +457,16 @@ defmodule Tachyon.Table do
   """
   @spec table(table() | pid()) :: t()
   def table(pid) when is_pid(pid), do: GenServer.call(pid, :table)
-  def table(table), do: resolve(table)
 
-  defp emit_events(t) do
+  def table(table) do
+    case resolve(table) do
+      {:ok, t} -> t
+      {:error, _} -> raise ArgumentError, "no Tachyon.Table named #{inspect(table)} is running"
+    end
+  end
+
+  @doc false
+  def emit_events(t) do
     for {:compaction, c} <- Native.table_take_events(t.ref) do
       Telemetry.execute(
         [:tachyon, :table, :compaction],
@@ -466,105 +480,37 @@ defmodule Tachyon.Table do
     :ok
   end
 
-  @compile {:inline, ref: 1}
-  defp ref(%__MODULE__{ref: ref}), do: ref
-  defp ref(name), do: resolve(name).ref
-
-  defp resolve(%__MODULE__{} = t), do: t
-
-  defp resolve(name) when is_atom(name) do
-    case :persistent_term.get({__MODULE__, name}, nil) do
-      nil -> raise ArgumentError, "no Tachyon.Table named #{inspect(name)} is running"
-      t -> t
-    end
-  end
-
-  defp resolve(other),
-    do: raise(ArgumentError, "expected a Tachyon.Table or a table name, got: #{inspect(other)}")
+  defp resolve(table), do: Named.resolve(__MODULE__, table)
 
   defp bad_kv!(key, value) do
     bad = if is_binary(key), do: {"value", value}, else: {"key", key}
     raise ArgumentError, "the #{elem(bad, 0)} must be a binary, got: #{inspect(elem(bad, 1))}"
   end
 
-  # -- options -------------------------------------------------------------
+  # -- options and process --------------------------------------------------
 
-  defp validate_open!(opts) do
-    opts = Keyword.validate!(opts, @open_defaults)
+  @doc """
+  The defaults of the open options (from the Rust `Config::default()`).
 
-    check!(opts, :mode, &(&1 in [:memory, :mapped, :file]), "one of :memory, :mapped, :file")
+  ## Example
 
-    check!(
-      opts,
-      :segment_size,
-      &(is_integer(&1) and &1 >= 65_536 and &1 <= 1_073_741_824),
-      "an integer in 65536..1073741824"
-    )
-
-    check!(opts, :max_key_size, &(is_integer(&1) and &1 >= 1), "a positive integer")
-    check!(opts, :max_value_size, &(is_integer(&1) and &1 >= 0), "a non-negative integer")
-    check!(opts, :sync_interval_ms, &(is_nil(&1) or pos_int?(&1)), "nil or a positive integer")
-
-    check!(
-      opts,
-      :compaction_threshold,
-      &(is_number(&1) and &1 >= 0 and &1 <= 1),
-      "a number between 0 and 1"
-    )
-
-    check!(
-      opts,
-      :compaction_interval_ms,
-      &(is_nil(&1) or pos_int?(&1)),
-      "nil or a positive integer"
-    )
-
-    check!(opts, :capacity, &(is_integer(&1) and &1 >= 0), "a non-negative integer")
-
-    check!(
-      opts,
-      :shards,
-      &(is_integer(&1) and &1 >= 1 and &1 <= 65_536),
-      "an integer in 1..65536"
-    )
-
-    check!(opts, :pretouch, &is_boolean/1, "a boolean")
-
-    # segment header + record header + entry header
-    if opts[:max_key_size] + opts[:max_value_size] + 57 > opts[:segment_size] do
-      raise ArgumentError,
-            "the :max_key_size and :max_value_size options must fit in a segment " <>
-              "(:segment_size #{opts[:segment_size]}), got: #{opts[:max_key_size]} and #{opts[:max_value_size]}"
-    end
-
-    Keyword.update!(opts, :compaction_threshold, &(&1 * 1.0))
-  end
-
-  defp pos_int?(v), do: is_integer(v) and v > 0
-
-  defp check!(opts, key, ok?, what) do
-    v = Keyword.fetch!(opts, key)
-
-    unless ok?.(v) do
-      raise ArgumentError, "the #{inspect(key)} option must be #{what}, got: #{inspect(v)}"
-    end
-  end
-
-  # -- process -------------------------------------------------------------
+      %{mode: :mapped, shards: 256} = Tachyon.Table.defaults()
+  """
+  @spec defaults() :: map()
+  def defaults, do: Map.new(Tachyon.Table.Options.validate!([]))
 
   @doc """
   A child spec, so that `{Tachyon.Table, opts}` works in a supervision tree.
-  The id is `{Tachyon.Table, name}` (or the path when there is no name).
+  The id is `{Tachyon.Table, name}`; `:transient`, so `close/1` is final.
+
+  ## Example
+
+      Supervisor.start_link([{Tachyon.Table, name: :users, path: "/tmp/users"}],
+        strategy: :one_for_one
+      )
   """
   @spec child_spec(keyword()) :: Supervisor.child_spec()
-  def child_spec(opts) do
-    %{
-      id: {__MODULE__, Keyword.get(opts, :name) || Keyword.get(opts, :path)},
-      start: {__MODULE__, :start_link, [opts]},
-      type: :worker,
-      shutdown: 30_000
-    }
-  end
+  def child_spec(opts), do: Named.child_spec(__MODULE__, opts, shutdown: 30_000)
 
   @doc """
   Starts a process that opens the table at `:path` and owns it (see the
@@ -578,85 +524,10 @@ defmodule Tachyon.Table do
   """
   @spec start_link(keyword()) :: GenServer.on_start()
   def start_link(opts) do
-    {server, open} = Keyword.split(opts, Keyword.keys(@server_defaults))
-    server = Keyword.validate!(server, @server_defaults)
-
-    unless is_binary(server[:path]) do
-      raise ArgumentError, "the :path option must be a string, got: #{inspect(server[:path])}"
-    end
-
-    unless is_atom(server[:name]) do
-      raise ArgumentError, "the :name option must be an atom, got: #{inspect(server[:name])}"
-    end
-
-    check!(server, :stats_interval_ms, &(is_nil(&1) or pos_int?(&1)), "nil or a positive integer")
-    open = validate_open!(open)
+    {server, open} = Keyword.split(opts, Tachyon.Table.Options.server_keys())
+    server = Tachyon.Table.Options.validate_server!(server)
+    open = Tachyon.Table.Options.validate!(open)
     gen_opts = if server[:name], do: [name: server[:name]], else: []
-    GenServer.start_link(__MODULE__, {server, open}, gen_opts)
+    GenServer.start_link(Tachyon.Table.Server, {server, open}, gen_opts)
   end
-
-  @impl GenServer
-  def init({server, open}) do
-    Process.flag(:trap_exit, true)
-    name = server[:name]
-
-    case do_open(server[:path], open, name) do
-      {:ok, t} ->
-        if name, do: :persistent_term.put({__MODULE__, name}, t)
-        schedule(server[:stats_interval_ms])
-        {:ok, %{table: t, interval: server[:stats_interval_ms]}}
-
-      {:error, reason} ->
-        {:stop, reason}
-    end
-  end
-
-  @impl GenServer
-  def handle_call(:table, _from, state), do: {:reply, state.table, state}
-
-  @impl GenServer
-  def handle_info(:tick, %{table: t} = state) do
-    emit_events(t)
-
-    case Native.table_stats(t.ref) do
-      {:ok, s} ->
-        Telemetry.execute(
-          [:tachyon, :table, :stats],
-          Map.take(s, [
-            :keys,
-            :puts,
-            :deletes,
-            :segments,
-            :disk_bytes,
-            :live_bytes,
-            :total_bytes,
-            :compactions
-          ]),
-          %{path: t.path, name: t.name}
-        )
-
-        schedule(state.interval)
-        {:noreply, state}
-
-      {:error, :closed} ->
-        {:stop, :normal, state}
-
-      {:error, _} ->
-        schedule(state.interval)
-        {:noreply, state}
-    end
-  end
-
-  def handle_info(_msg, state), do: {:noreply, state}
-
-  @impl GenServer
-  def terminate(_reason, %{table: t}) do
-    if t.name, do: :persistent_term.erase({__MODULE__, t.name})
-    emit_events(t)
-    Native.table_close(t.ref)
-    :ok
-  end
-
-  defp schedule(nil), do: :ok
-  defp schedule(ms), do: Process.send_after(self(), :tick, ms)
 end

@@ -148,7 +148,7 @@ defmodule Tachyon.Telemetry do
       * Metadata: `:path`, `:name`.
 
     * `[:tachyon, :table, :stats]` - periodic, from a supervised table every
-      `:stats_interval_ms` (default 1000; `nil` turns it off).
+      `:stats_interval` milliseconds (default 1000; `nil` turns it off).
       * Measurements: `:keys`, `:puts`, `:deletes` (since open), `:segments`,
         `:disk_bytes` (blocks in use by segment files), `:live_bytes`,
         `:total_bytes` (bytes of live entries / of all entries in the

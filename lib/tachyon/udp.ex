@@ -70,28 +70,10 @@ defmodule Tachyon.UDP do
 
   ## Options
 
-    * `:ip` - address to bind: a tuple, `:loopback`, `:any` (default) or
-      a string such as `"::1"`. An IPv6 address opens an IPv6 socket.
-    * `:owner` - the process that receives the datagrams (default: the
-      caller). Its exit closes the socket.
-    * `:wait` - what the receive thread does when no datagram is waiting:
-      `:backoff` (default: after each datagram it keeps polling, yielding the
-      core between polls, for a few hundred microseconds, then blocks in
-      `poll` until the next one: fast for request/response traffic, no CPU
-      when idle), `:block` (blocks in `poll` at once: the least CPU, but the
-      kernel must wake the thread for each datagram, which costs a few
-      microseconds), `:yield` (never blocks: polls and yields forever), or
-      `:busy_spin` (lowest latency; burns a whole core, so only with a core
-      to spare, see `:core`).
-    * `:core` - pin the receive thread to this core (default `nil`).
-    * `:max_queue` - `:infinity` (default) or the most datagrams delivered
-      and not yet acknowledged with `ack/2` (see "Backpressure").
-    * `:batch` - datagrams per `recvmmsg`, 1..1024 (default 16).
-    * `:max_datagram` - largest datagram delivered, 1..65507 (default 65507).
-      Receive buffers are `batch * max_datagram` bytes of virtual memory;
-      only the pages datagrams touch are ever resident.
-    * `:recbuf`, `:sndbuf` - `SO_RCVBUF` / `SO_SNDBUF` in bytes.
-    * `:reuseaddr` - set `SO_REUSEADDR` (default `false`).
+  Defaults "from Rust" are the Rust `EndpointConfig::new`; `defaults/0`
+  returns them.
+
+  #{Tachyon.Options.docs(Tachyon.UDP.Options.udp_schema())}
 
   ## Stats
 
@@ -117,6 +99,7 @@ defmodule Tachyon.UDP do
 
   @type reason :: :closed | :not_owner | :badarg | atom()
 
+  @typedoc "Every counter of `stats/1`."
   @type stats :: %{
           received: non_neg_integer(),
           received_bytes: non_neg_integer(),
@@ -134,19 +117,6 @@ defmodule Tachyon.UDP do
           send_errors: non_neg_integer()
         }
 
-  @defaults [
-    ip: :any,
-    owner: nil,
-    wait: :backoff,
-    core: nil,
-    max_queue: :infinity,
-    batch: 16,
-    max_datagram: 65_507,
-    recbuf: nil,
-    sndbuf: nil,
-    reuseaddr: false
-  ]
-
   @doc """
   Opens a socket on `port` (`0`: the kernel picks one; see `sockname/1`)
   and starts its receive thread. See the moduledoc for the options.
@@ -161,7 +131,13 @@ defmodule Tachyon.UDP do
   """
   @spec open(:inet.port_number(), keyword()) :: {:ok, socket()} | {:error, reason()}
   def open(port, opts \\ []) do
-    opts = Options.validate!([{:port, port} | opts], [{:port, 0} | @defaults], "Tachyon.UDP")
+    opts =
+      Options.validate!(
+        [{:port, port} | opts],
+        [{:port, Options.port()} | Options.udp_schema()],
+        "Tachyon.UDP"
+      )
+
     owner = opts.owner || self()
     nif_opts = Map.delete(opts, :owner)
     t0 = System.monotonic_time()
@@ -177,7 +153,7 @@ defmodule Tachyon.UDP do
             owner: owner,
             core: info.core,
             pinned: info.pinned,
-            wait: Options.public_wait(info.wait),
+            wait: info.wait,
             max_queue: opts.max_queue || :infinity
           }
         )
@@ -190,7 +166,7 @@ defmodule Tachyon.UDP do
   end
 
   @doc """
-  Like `open/2` but raises on error.
+  Like `open/2` but raises `Tachyon.Error` on error.
 
   ## Example
 
@@ -200,9 +176,20 @@ defmodule Tachyon.UDP do
   def open!(port, opts \\ []) do
     case open(port, opts) do
       {:ok, sock} -> sock
-      {:error, reason} -> raise ArgumentError, "cannot open UDP port #{port}: #{inspect(reason)}"
+      {:error, reason} -> raise Tachyon.Error, reason: reason, part: __MODULE__, target: port
     end
   end
+
+  @doc """
+  The defaults of the options (from the Rust `EndpointConfig::new`, the
+  port and address aside).
+
+  ## Example
+
+      %{wait: :backoff, batch: 16} = Tachyon.UDP.defaults()
+  """
+  @spec defaults() :: map()
+  def defaults, do: Map.new(Tachyon.Options.validate!([], Options.udp_schema(), "Tachyon.UDP"))
 
   @doc """
   Sends one datagram (a binary or iodata, at most 65,507 bytes over IPv4)

@@ -159,7 +159,7 @@ defmodule Tachyon.AsyncStoreTest do
     test "messages larger than the limit are refused; bad data raises" do
       a = open!(tmp_dir("async-limits"), ring_size: 4096, max_message_size: 60_000)
       assert AsyncStore.max_message_size(a) == 2040
-      assert {:error, :message_too_large} = AsyncStore.append(a, :binary.copy("x", 2041))
+      assert {:error, :too_large} = AsyncStore.append(a, :binary.copy("x", 2041))
       assert {:ok, 0} = AsyncStore.append(a, :binary.copy("x", 2040))
       assert_raise ArgumentError, fn -> AsyncStore.append(a, :not_iodata) end
       assert_raise ArgumentError, fn -> AsyncStore.append(a, [1000]) end
@@ -168,7 +168,7 @@ defmodule Tachyon.AsyncStoreTest do
 
       b = open!(tmp_dir("async-limits2"), ring_size: 1_048_576, max_message_size: 100)
       assert AsyncStore.max_message_size(b) == 100
-      assert {:error, :message_too_large} = AsyncStore.append(b, :binary.copy("x", 101))
+      assert {:error, :too_large} = AsyncStore.append(b, :binary.copy("x", 101))
       AsyncStore.close(a)
       AsyncStore.close(b)
     end
@@ -477,7 +477,7 @@ defmodule Tachyon.AsyncStoreTest do
         assert e.message =~ text
       end
 
-      assert_raise ArgumentError, ~r/invalid Tachyon.Store option/, fn ->
+      assert_raise ArgumentError, ~r/unknown Tachyon.Store option/, fn ->
         AsyncStore.open(dir, bogus: 1)
       end
 
@@ -531,7 +531,9 @@ defmodule Tachyon.AsyncStoreTest do
       before = writer_threads()
 
       {:ok, pid} =
-        GenServer.start(AsyncStore, {name, {:path, dir}, async_opts(), [segment_size: @seg]},
+        GenServer.start(
+          Tachyon.AsyncStore.Server,
+          {name, {:path, dir}, async_opts(), [segment_size: @seg]},
           name: name
         )
 
@@ -557,7 +559,9 @@ defmodule Tachyon.AsyncStoreTest do
 
       # A successor under the same name takes over the orphaned handle.
       {:ok, pid2} =
-        GenServer.start(AsyncStore, {name, {:path, dir}, async_opts(), [segment_size: @seg]},
+        GenServer.start(
+          Tachyon.AsyncStore.Server,
+          {name, {:path, dir}, async_opts(), [segment_size: @seg]},
           name: name
         )
 

@@ -103,14 +103,18 @@ defmodule Tachyon.StoreTest do
     test "bad input gets clear errors and loses nothing" do
       s = open!(tmp_dir("store-errors"), max_message_size: 1000)
       assert {:ok, 0} = Store.append(s, "kept")
-      assert {:error, :message_too_large} = Store.append(s, :binary.copy("x", 1001))
-      assert {:error, :message_too_large} = Store.append_many(s, ["ok", :binary.copy("x", 1001)])
+      assert {:error, :too_large} = Store.append(s, :binary.copy("x", 1001))
+      assert {:error, :too_large} = Store.append_many(s, ["ok", :binary.copy("x", 1001)])
       assert {:ok, 1} = Store.next_index(s)
 
       assert_raise ArgumentError, ~r/binary or iodata/, fn -> Store.append(s, 123) end
       assert_raise ArgumentError, fn -> Store.append(s, [:not_iodata]) end
       assert_raise ArgumentError, ~r/index/, fn -> Store.read(s, -1) end
-      assert_raise ArgumentError, ~r/handle or name/, fn -> Store.read("nope", 0) end
+
+      assert_raise ArgumentError, ~r/a Tachyon.Store or the name of one/, fn ->
+        Store.read("nope", 0)
+      end
+
       assert {:error, :noproc} = Store.append(:no_such_store, "x")
 
       assert {:ok, "kept"} = Store.read(s, 0)
@@ -157,7 +161,10 @@ defmodule Tachyon.StoreTest do
         Store.open(dir, segment_size: @seg, max_message_size: @seg)
       end
 
-      assert_raise ArgumentError, ~r/unknown keys \[:bogus\]/, fn -> Store.open(dir, bogus: 1) end
+      assert_raise ArgumentError, ~r/unknown Tachyon.Store option\(s\) \[:bogus\]/, fn ->
+        Store.open(dir, bogus: 1)
+      end
+
       assert_raise ArgumentError, ~r/:name/, fn -> Store.start_link(path: dir) end
       assert_raise ArgumentError, ~r/:path/, fn -> Store.start_link(name: :x) end
     end

@@ -129,7 +129,7 @@ defmodule Tachyon.UDPTest do
     end
 
     test "round trips every size from 0 to 65,507 bytes through Tachyon.Echo byte for byte" do
-      {:ok, echo} = Echo.start_link(wait: :block)
+      {:ok, echo} = Echo.start_link(wait: :park)
       dest = Echo.address(echo)
       sock = open!()
 
@@ -206,7 +206,7 @@ defmodule Tachyon.UDPTest do
     end
 
     test "every non-spinning wait strategy delivers" do
-      for wait <- [:block, :backoff, :yield] do
+      for wait <- [:park, :backoff, :yield] do
         sock = open!(wait: wait)
         me = addr!(sock)
         :ok = UDP.send(sock, me, "#{wait}")
@@ -463,7 +463,7 @@ defmodule Tachyon.UDPThreadsTest do
   test "no thread is left behind by echo servers, sockets, pings or dead owners" do
     before = stable_count()
 
-    echoes = for _ <- 1..3, do: elem(Echo.start_link(wait: :block), 1)
+    echoes = for _ <- 1..3, do: elem(Echo.start_link(wait: :park), 1)
     socks = for _ <- 1..4, do: elem(UDP.open(0, ip: :loopback), 1)
     parent = self()
 
@@ -487,7 +487,7 @@ defmodule Tachyon.UDPThreadsTest do
         count: 10,
         warmup: 10,
         size: 64,
-        wait: :block,
+        wait: :park,
         core: nil,
         timeout_ms: 1000,
         max_lost: 1

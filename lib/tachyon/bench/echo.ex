@@ -12,7 +12,7 @@ defmodule Tachyon.Bench.Echo do
   #   tachyon.udp.echo       Rust ping thread <-> an echo process on Tachyon.UDP (the same, for
   #                          Tachyon.UDP: receive thread -> process -> Tachyon.UDP.send)
   #   tachyon.udp.roundtrip  an Elixir process with Tachyon.UDP <-> Tachyon.Echo
-  #   tachyon.udp.roundtrip.block  the same with the receive thread at wait: :block
+  #   tachyon.udp.roundtrip.block  the same with the receive thread blocking (wait: :park)
   #   socket.roundtrip       an Elixir process with :socket <-> a :socket echo process
   #   gen_udp.roundtrip      an Elixir process with gen_udp <-> a gen_udp echo process
   #                          (both active: true, gen_udp's fastest mode here)
@@ -202,7 +202,7 @@ defmodule Tachyon.Bench.Echo do
   end
 
   defp run_case("tachyon.udp.roundtrip.block" = name, cfg),
-    do: tachyon_udp_roundtrip(name, %{cfg | udp_wait: :block})
+    do: tachyon_udp_roundtrip(name, %{cfg | udp_wait: :park})
 
   defp run_case("tachyon.udp.roundtrip" = name, cfg), do: tachyon_udp_roundtrip(name, cfg)
 

@@ -1,12 +1,14 @@
 defmodule Tachyon.UDP.Options do
   @moduledoc false
-  # Option validation shared by Tachyon.Echo, Tachyon.UDP and the echo bench:
-  # turns a keyword list into the map the NIFs decode, raising ArgumentError
-  # with a message naming the offending key.
+  # The option schemas of Tachyon.Echo and Tachyon.UDP (checked and
+  # documented by Tachyon.Options) and the helpers they share: address
+  # parsing, the online cores, the wait strategies.
 
-  @waits [:busy_spin, :yield, :backoff, :block]
+  alias Tachyon.Options
 
-  @doc "The wait strategies, as documented."
+  @waits [:busy_spin, :yield, :backoff, :park]
+
+  @doc "The wait strategies, as documented (the same for every part)."
   def waits, do: @waits
 
   @doc "The default wait for a thread that should be fast: busy-spin only with cores to spare."
@@ -22,105 +24,187 @@ defmodule Tachyon.UDP.Options do
     end
   end
 
+  @doc "Kept for callers of the old vocabulary: the NIF's wait atom is the public one."
+  def public_wait(w), do: w
+
+  @doc "The options of `Tachyon.Echo.start_link/1`."
+  def echo_schema do
+    [
+      port: port(),
+      ip: ip_spec(:loopback),
+      wait: [
+        type: :wait,
+        default: {:native, :echo, :wait},
+        default_doc: "`:busy_spin` on machines with more than two cores, `:backoff` otherwise",
+        doc: """
+        what the thread does when no datagram is waiting: `:busy_spin`
+        (lowest latency; burns its core), `:yield` (polls and yields the core
+        between polls, forever), `:backoff` (polls and yields for a few
+        hundred microseconds after each datagram, then blocks in `poll` until
+        the next one), or `:park` (blocks in `poll` at once; no CPU while
+        idle).
+        """
+      ],
+      core: core_spec(),
+      batch: batch(:echo, "datagrams per `recvmmsg`/`sendmmsg`, 1..1024."),
+      max_datagram:
+        max_datagram(
+          "largest datagram echoed, 1..65507. A larger datagram is not echoed; it is counted in `:truncated`."
+        )
+    ] ++
+      socket(:echo) ++
+      [
+        name: [
+          type:
+            {:custom, &__MODULE__.gen_name/1,
+             "nil, an atom, {:global, term} or {:via, module, term}"},
+          default: nil,
+          doc: "register the process under this name."
+        ],
+        stats_interval: [
+          type: :interval,
+          default: 1000,
+          doc: "milliseconds between `[:tachyon, :echo, :stats]` telemetry events (`nil`: none)."
+        ]
+      ]
+  end
+
+  @doc "The options of `Tachyon.UDP.open/2`."
+  def udp_schema do
+    [
+      ip: ip_spec(:any),
+      owner: [
+        type: {:custom, &__MODULE__.owner/1, "a local pid or nil"},
+        default: nil,
+        doc:
+          "the process that receives the datagrams (`nil`: the caller). Its exit closes the socket."
+      ],
+      wait: [
+        type: :wait,
+        default: {:native, :udp, :wait},
+        doc: """
+        what the receive thread does when no datagram is waiting: `:backoff`
+        (after each datagram it keeps polling, yielding the core between
+        polls, for a few hundred microseconds, then blocks in `poll` until
+        the next one: fast for request/response traffic, no CPU when idle),
+        `:park` (blocks in `poll` at once: the least CPU, but the kernel must
+        wake the thread for each datagram, which costs a few microseconds),
+        `:yield` (never blocks: polls and yields forever), or `:busy_spin`
+        (lowest latency; burns a whole core, so only with a core to spare,
+        see `:core`).
+        """
+      ],
+      core: core_spec(),
+      max_queue: [
+        type: {:or, [{:in, [:infinity]}, {:integer, 1, :infinity}]},
+        default: :infinity,
+        doc:
+          "the most datagrams delivered and not yet acknowledged with `ack/2` (see \"Backpressure\")."
+      ],
+      batch: batch(:udp, "datagrams per `recvmmsg`, 1..1024."),
+      max_datagram:
+        max_datagram("""
+        largest datagram delivered, 1..65507. Receive buffers are `batch *
+        max_datagram` bytes of virtual memory; only the pages datagrams touch
+        are ever resident.
+        """)
+    ] ++ socket(:udp)
+  end
+
+  @doc "The schema entry of a port."
+  def port do
+    [type: {:integer, 0, 65_535}, default: 0, doc: "UDP port, `0` for one the kernel picks."]
+  end
+
+  defp ip_spec(default) do
+    [
+      type:
+        {:custom, &__MODULE__.ip/1, "an IPv4 or IPv6 tuple, :loopback, :any or an address string"},
+      default: default,
+      doc: """
+      address to bind: a tuple, `:loopback`, `:any` or a string such as
+      `"::1"`. An IPv6 address opens an IPv6 socket.
+      """
+    ]
+  end
+
+  defp core_spec do
+    [
+      type: {:custom, &__MODULE__.core/1, "nil or an integer in 0..(online cores - 1)"},
+      default: nil,
+      doc: "pin the thread to this core (`nil`: not pinned)."
+    ]
+  end
+
+  defp batch(part, doc),
+    do: [type: {:integer, 1, 1024}, default: {:native, part, :batch}, doc: doc]
+
+  defp max_datagram(doc),
+    do: [type: {:integer, 1, 65_507}, default: {:native, :udp, :max_datagram}, doc: doc]
+
+  defp socket(part) do
+    [
+      recbuf: [
+        type: {:or, [nil, {:integer, 1, :infinity}]},
+        default: {:native, part, :recbuf},
+        doc: "`SO_RCVBUF` in bytes (`nil`: the system's)."
+      ],
+      sndbuf: [
+        type: {:or, [nil, {:integer, 1, :infinity}]},
+        default: {:native, part, :sndbuf},
+        doc: "`SO_SNDBUF` in bytes (`nil`: the system's)."
+      ],
+      reuseaddr: [
+        type: :boolean,
+        default: {:native, part, :reuseaddr},
+        doc: "set `SO_REUSEADDR`."
+      ]
+    ]
+  end
+
   @doc """
-  Validates `opts` against `defaults` (a keyword list: every allowed key with
-  its default) and returns a map for the NIF. `label` names the caller in
-  messages.
+  Validates `opts` against `schema` and returns the map the NIFs decode
+  (`max_queue: :infinity` becomes `nil`).
   """
-  def validate!(opts, defaults, label) do
-    unless is_list(opts) do
-      raise ArgumentError, "#{label} options must be a keyword list, got: #{inspect(opts)}"
-    end
+  def validate!(opts, schema, label) do
+    opts = opts |> Options.validate!(schema, label) |> Map.new()
 
-    opts =
-      try do
-        Keyword.validate!(opts, defaults)
-      rescue
-        e in ArgumentError ->
-          reraise ArgumentError,
-                  "invalid #{label} option: " <> Exception.message(e),
-                  __STACKTRACE__
-      end
-
-    Map.new(opts, fn {key, value} -> {key, check!(key, value)} end)
-  end
-
-  defp check!(:ip, value), do: ip!(value)
-
-  defp check!(:port, value) do
-    unless is_integer(value) and value in 0..65_535 do
-      bad!(:port, "must be an integer in 0..65535", value)
-    end
-
-    value
-  end
-
-  # nil: the caller's default
-  defp check!(:wait, nil), do: nil
-
-  defp check!(:wait, value) do
-    case value do
-      w when w in @waits -> w
-      :park -> :block
-      _ -> bad!(:wait, "must be one of #{inspect(@waits)}", value)
+    case opts do
+      %{max_queue: :infinity} -> %{opts | max_queue: nil}
+      _ -> opts
     end
   end
 
-  defp check!(:core, nil), do: nil
+  # -- custom types (public: the schemas capture them) --------------------------
 
-  defp check!(:core, value) do
-    n = cores()
-
-    unless is_integer(value) and value in 0..(n - 1) do
-      bad!(:core, "must be nil or an integer in 0..#{n - 1} (the online cores)", value)
-    end
-
-    value
+  @doc false
+  def ip(value) do
+    {:ok, ip!(value)}
+  rescue
+    ArgumentError -> :error
   end
 
-  defp check!(:batch, value), do: int_in!(:batch, value, 1, 1024)
-  defp check!(:max_datagram, value), do: int_in!(:max_datagram, value, 1, 65_507)
-  defp check!(:size, value), do: int_in!(:size, value, 0, 65_507)
-  defp check!(:recbuf, value), do: nil_or_pos!(:recbuf, value)
-  defp check!(:sndbuf, value), do: nil_or_pos!(:sndbuf, value)
+  @doc false
+  def core(nil), do: {:ok, nil}
 
-  defp check!(:max_queue, :infinity), do: nil
-
-  defp check!(:max_queue, value) do
-    unless is_integer(value) and value > 0 do
-      bad!(:max_queue, "must be a positive integer or :infinity", value)
-    end
-
-    value
+  def core(value) when is_integer(value) do
+    if value in 0..(cores() - 1), do: {:ok, value}, else: :error
   end
 
-  defp check!(:reuseaddr, value) do
-    unless is_boolean(value), do: bad!(:reuseaddr, "must be a boolean", value)
-    value
+  def core(_value), do: :error
+
+  @doc false
+  def owner(nil), do: {:ok, nil}
+  def owner(pid) when is_pid(pid) and node(pid) == node(), do: {:ok, pid}
+  def owner(_), do: :error
+
+  @doc false
+  def gen_name(value) do
+    if value == nil or is_atom(value) or match?({:via, _, _}, value) or
+         match?({:global, _}, value),
+       do: {:ok, value},
+       else: :error
   end
-
-  defp check!(:stats_interval, value), do: nil_or_pos!(:stats_interval, value)
-
-  defp check!(:owner, nil), do: nil
-
-  defp check!(:owner, value) do
-    unless is_pid(value) and node(value) == node() do
-      bad!(:owner, "must be a local pid or nil", value)
-    end
-
-    value
-  end
-
-  defp check!(:name, value) do
-    unless value == nil or is_atom(value) or match?({:via, _, _}, value) or
-             match?({:global, _}, value) do
-      bad!(:name, "must be nil, an atom, {:global, term} or {:via, module, term}", value)
-    end
-
-    value
-  end
-
-  defp check!(_key, value), do: value
 
   @doc """
   Normalises an address: a 4- or 8-tuple, `:loopback` (127.0.0.1), `:any`
@@ -145,36 +229,11 @@ defmodule Tachyon.UDP.Options do
     if :inet.is_ip_address(value) do
       value
     else
-      bad!(
-        key,
-        "must be an IPv4 or IPv6 tuple, :loopback, :any or an address string",
-        value
-      )
+      bad!(key, "must be an IPv4 or IPv6 tuple, :loopback, :any or an address string", value)
     end
-  end
-
-  defp int_in!(key, value, lo, hi) do
-    unless is_integer(value) and value >= lo and value <= hi do
-      bad!(key, "must be an integer in #{lo}..#{hi}", value)
-    end
-
-    value
-  end
-
-  defp nil_or_pos!(_key, nil), do: nil
-
-  defp nil_or_pos!(key, value) do
-    unless is_integer(value) and value > 0,
-      do: bad!(key, "must be a positive integer or nil", value)
-
-    value
   end
 
   defp bad!(key, msg, value) do
     raise ArgumentError, "the #{inspect(key)} option #{msg}, got: #{inspect(value)}"
   end
-
-  @doc "The wait atom the NIF reports (`:park`) as documented (`:block`)."
-  def public_wait(:park), do: :block
-  def public_wait(w), do: w
 end

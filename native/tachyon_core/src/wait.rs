@@ -49,10 +49,6 @@ impl WaitStrategy {
 
     /// Parses the Elixir-side atom name.
     pub fn parse(name: &str) -> Option<Self> {
-        // TEMPORARY: "block" until the Elixir side says :park everywhere.
-        if name == "block" {
-            return Some(Self::Park);
-        }
         Self::ALL.into_iter().find(|s| s.name() == name)
     }
 
@@ -405,6 +401,7 @@ mod tests {
         for s in WaitStrategy::ALL {
             assert_eq!(WaitStrategy::parse(s.name()), Some(s));
         }
+        assert_eq!(WaitStrategy::parse("block"), None);
         assert_eq!(WaitStrategy::parse("nope"), None);
     }
 

@@ -69,10 +69,22 @@ fn decode_config<'a>(env: Env<'a>, opts: Term<'a>) -> NifResult<Config> {
         core: core.map(|c| c as usize),
         on_full,
         batch_count: batch.clamp(1, 1 << 20) as usize,
-        stats_interval: interval.map(Duration::from_millis),
+        // Bounded like the Elixir check (1 ms..1 day): a huge interval must
+        // not overflow the writer thread's `Instant + Duration`.
+        stats_interval: interval.map(|ms| Duration::from_millis(ms.clamp(1, MAX_INTERVAL_MS))),
         linger: Duration::from_micros(linger_us.min(1_000_000)),
         ..Config::default()
     })
+}
+
+/// The longest interval (1 day) and wait (`u32::MAX` ms, about 49 days) a
+/// NIF accepts; larger values are clamped, so that a direct call with a
+/// huge value cannot overflow a deadline. The Elixir side rejects them.
+const MAX_INTERVAL_MS: u64 = 86_400_000;
+const MAX_TIMEOUT_MS: u64 = u32::MAX as u64;
+
+fn timeout(ms: u64) -> Duration {
+    Duration::from_millis(ms.min(MAX_TIMEOUT_MS))
 }
 
 fn opt_bool<'a>(env: Env<'a>, v: Option<bool>) -> Term<'a> {
@@ -131,7 +143,7 @@ pub(crate) fn append_error<'a>(env: Env<'a>, e: &AppendError) -> Term<'a> {
     let reason = match e {
         AppendError::Closed => atoms::closed().encode(env),
         AppendError::Full => atoms::full().encode(env),
-        AppendError::TooLarge => atoms::message_too_large().encode(env),
+        AppendError::TooLarge => atoms::too_large().encode(env),
         AppendError::Failed(f) => failure_reason(env, f),
     };
     error(env, reason)
@@ -231,7 +243,7 @@ fn as_bytes<'a>(data: Term<'a>) -> NifResult<Binary<'a>> {
 }
 
 /// The hot path: enqueues a copy of one message (binary or iodata).
-/// `{:ok, index}` or `{:error, :full | :closed | :message_too_large | reason}`.
+/// `{:ok, index}` or `{:error, :full | :closed | :too_large | reason}`.
 #[rustler::nif]
 fn async_append<'a>(env: Env<'a>, r: &AsyncStoreResource, data: Term<'a>) -> NifResult<Term<'a>> {
     let bin = as_bytes(data)?;
@@ -241,11 +253,11 @@ fn async_append<'a>(env: Env<'a>, r: &AsyncStoreResource, data: Term<'a>) -> Nif
     })
 }
 
-/// Waits (at most `timeout_ms`) until everything enqueued before the call is
+/// Waits (at most `timeout_ms`, clamped to `MAX_TIMEOUT_MS`) until everything enqueued before the call is
 /// in the store: `{:ok, next_index}`.
 #[rustler::nif(schedule = "DirtyIo")]
 fn async_flush<'a>(env: Env<'a>, r: Handle<AsyncStoreResource>, timeout_ms: u64) -> Term<'a> {
-    match r.inner.flush(Duration::from_millis(timeout_ms)) {
+    match r.inner.flush(timeout(timeout_ms)) {
         Ok(next) => (atoms::ok(), next).encode(env),
         Err(e) => wait_error(env, &e),
     }
@@ -254,7 +266,7 @@ fn async_flush<'a>(env: Env<'a>, r: Handle<AsyncStoreResource>, timeout_ms: u64)
 /// Waits (at most `timeout_ms`) until the ring is empty.
 #[rustler::nif(schedule = "DirtyIo")]
 fn async_drain<'a>(env: Env<'a>, r: Handle<AsyncStoreResource>, timeout_ms: u64) -> Term<'a> {
-    match r.inner.drain(Duration::from_millis(timeout_ms)) {
+    match r.inner.drain(timeout(timeout_ms)) {
         Ok(()) => atoms::ok().encode(env),
         Err(e) => wait_error(env, &e),
     }

@@ -7,7 +7,6 @@ rustler::atoms! {
     closed,
     not_found,
     empty,
-    message_too_large,
     enospc,
     eio,
     locked,

@@ -183,7 +183,8 @@ fn udp_ping<'a>(env: Env<'a>, opts: Term<'a>) -> NifResult<Term<'a>> {
     cfg.size = get::<u64>(env, opts, "size")? as usize;
     cfg.wait = decode_wait(env, get(env, opts, "wait")?)?;
     cfg.core = get::<Option<u64>>(env, opts, "core")?.map(|c| c as usize);
-    cfg.timeout = Duration::from_millis(get(env, opts, "timeout_ms")?);
+    // Clamped (u32::MAX ms) so that a huge value cannot overflow a deadline.
+    cfg.timeout = Duration::from_millis(get::<u64>(env, opts, "timeout_ms")?.min(u32::MAX as u64));
     cfg.max_lost = get(env, opts, "max_lost")?;
     let out = match spawn_ping(cfg, Arc::new(AtomicBool::new(false))) {
         Ok(out) => out,

@@ -6,6 +6,7 @@
 //! * `async_store`: `Tachyon.AsyncStore` (ring + writer thread before a store).
 //! * `bench`: every benchmark-only NIF (histogram resources, empty NIFs, the
 //!   machine hiccup loop, the native store floors, the UDP ping client).
+//! * `defaults`: every part's `Config::default()`, read by the Elixir option checks.
 //! * `deliver`: messages from Rust threads to processes, and the report
 //!   channel (`{:tachyon_report, part, id, kind, fields}`).
 //! * `res`: resource types for the hot NIFs (store, async store, table), decoded
@@ -19,6 +20,7 @@
 mod async_store;
 mod atoms;
 mod bench;
+mod defaults;
 mod deliver;
 mod res;
 mod runtime;

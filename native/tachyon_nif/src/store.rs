@@ -25,7 +25,7 @@ pub fn store_error<'a>(env: Env<'a>, e: StoreError) -> Term<'a> {
     let reason = match e {
         StoreError::Closed => atoms::closed().encode(env),
         StoreError::NotFound => atoms::not_found().encode(env),
-        StoreError::MessageTooLarge => atoms::message_too_large().encode(env),
+        StoreError::MessageTooLarge => atoms::too_large().encode(env),
         StoreError::NoSpace => atoms::enospc().encode(env),
         StoreError::Locked => atoms::locked().encode(env),
         StoreError::ReadOnly => atoms::read_only().encode(env),

@@ -113,6 +113,13 @@ fn opt<'a, T: rustler::Decoder<'a>>(opts: Term<'a>, key: Atom) -> NifResult<Opti
     }
 }
 
+/// An interval option, clamped to 1 ms..1 day like the Elixir check, so
+/// that a direct call with a huge value cannot overflow a deadline in the
+/// background thread.
+fn interval(ms: u64) -> Duration {
+    Duration::from_millis(ms.clamp(1, 86_400_000))
+}
+
 fn config(opts: Term<'_>) -> NifResult<Config> {
     let mut c = Config::default();
     if let Some(m) = opt::<Atom>(opts, names::mode())? {
@@ -128,11 +135,10 @@ fn config(opts: Term<'_>) -> NifResult<Config> {
     if let Some(v) = opt::<u64>(opts, names::max_value_size())? {
         c.max_value_size = v as usize;
     }
-    c.sync_interval = opt::<u64>(opts, names::sync_interval_ms())?.map(Duration::from_millis);
+    c.sync_interval = opt::<u64>(opts, names::sync_interval_ms())?.map(interval);
     // Absent: the default; nil: no background compaction.
     if opts.map_get(names::compaction_interval_ms()).is_ok() {
-        c.compaction_interval =
-            opt::<u64>(opts, names::compaction_interval_ms())?.map(Duration::from_millis);
+        c.compaction_interval = opt::<u64>(opts, names::compaction_interval_ms())?.map(interval);
     }
     if let Some(v) = opt::<f64>(opts, names::compaction_threshold())? {
         c.compaction_threshold = v;

@@ -24,7 +24,7 @@ defmodule Tachyon.Bench.Echo.Floor do
         "--pong-core",
         cfg.pong_core || "none",
         "--wait",
-        wait_arg(cfg.wait)
+        Atom.to_string(cfg.wait)
       ]
       |> Enum.map(&to_string/1)
 
@@ -39,9 +39,6 @@ defmodule Tachyon.Bench.Echo.Floor do
     line || Mix.raise("no result line from #{bin}:\n#{out}")
     floor_case(line, cfg.size)
   end
-
-  defp wait_arg(:block), do: "block"
-  defp wait_arg(w), do: Atom.to_string(w)
 
   defp build! do
     native = Path.join(Path.dirname(Mix.Project.project_file()), "native")

@@ -37,7 +37,7 @@ struct Args {
 
 const USAGE: &str = "usage: tachyon_udp_floor [--messages N] [--warmup N] [--size BYTES] \
 [--ping-core N|none] [--pong-core N|none] [--wait STRATEGY] [--ping-wait STRATEGY] [--pong-wait STRATEGY]
-strategies: busy_spin, yield, backoff, block";
+strategies: busy_spin, yield, backoff, park";
 
 fn parse_args() -> Result<Args, String> {
     let mut a = Args {

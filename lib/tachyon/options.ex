@@ -1,0 +1,204 @@
+defmodule Tachyon.Options do
+  @moduledoc false
+  # The one option checker of every part (Store, AsyncStore, Table, UDP,
+  # Echo): a schema, a keyword list of `key: spec`, both validates options
+  # and writes their documentation, so the two cannot drift apart.
+  #
+  # A spec is a keyword list:
+  #
+  #   * `:type` - what the value must be (below).
+  #   * `:default` - the value when the key is absent. `{:native, part, key}`
+  #     reads it from the Rust defaults (`Tachyon.Native.defaults/0`, the
+  #     `Config::default()` of each part), so the numbers live in one place.
+  #     Absent: the key has no default (it is left out when not given), or,
+  #     with `required: true`, must be given.
+  #   * `:doc` - one markdown paragraph for `docs/1`.
+  #
+  # Types: `:boolean`, `:atom`, `:string`, `{:in, values}`,
+  # `{:integer, min, max}` (`max` may be `:infinity`),
+  # `{:multiple_of, n, min, max}`, `{:power_of_two, min, max}`, `{:number, min, max}`, `:interval`
+  # (milliseconds, `nil` = off: `nil` or an integer in `interval_range/0`),
+  # `:wait` (`:busy_spin | :yield | :backoff | :park`; the old `:block`
+  # raises, pointing at `:park`), `{:or, [type]}`, `nil` (the value nil), and `{:custom, fun, what}`
+  # (`fun.(value)` returns `{:ok, value}` or `:error`; `what` completes "must
+  # be ...").
+
+  @max_timeout 4_294_967_295
+  @max_interval 86_400_000
+
+  @doc "The largest timeout (ms) a function of Tachyon accepts, besides `:infinity`."
+  def max_timeout, do: @max_timeout
+
+  @doc "The range of an interval option (milliseconds)."
+  def interval_range, do: 1..@max_interval
+
+  @doc """
+  Validates `opts` against `schema` and returns the keyword list in schema
+  order with defaults filled in. Raises `ArgumentError` naming the key and
+  the bad value; unknown keys raise. `label` names the caller.
+  """
+  def validate!(opts, schema, label) do
+    unless is_list(opts) and Enum.all?(opts, &match?({k, _} when is_atom(k), &1)) do
+      raise ArgumentError, "#{label} options must be a keyword list, got: #{inspect(opts)}"
+    end
+
+    case Keyword.keys(opts) -- Keyword.keys(schema) do
+      [] ->
+        :ok
+
+      unknown ->
+        raise ArgumentError,
+              "unknown #{label} option(s) #{inspect(unknown)}; the options are " <>
+                inspect(Keyword.keys(schema))
+    end
+
+    Enum.flat_map(schema, fn {key, spec} ->
+      case Keyword.fetch(opts, key) do
+        {:ok, value} ->
+          [{key, check!(key, value, Keyword.fetch!(spec, :type))}]
+
+        :error ->
+          cond do
+            Keyword.get(spec, :required, false) ->
+              raise ArgumentError, "the #{inspect(key)} option is required for #{label}"
+
+            Keyword.has_key?(spec, :default) ->
+              # Defaults go through the type too (normalised: `:loopback`
+              # becomes a tuple; and a Rust default out of range is caught).
+              [{key, check!(key, default(spec[:default]), Keyword.fetch!(spec, :type))}]
+
+            true ->
+              []
+          end
+      end
+    end)
+  end
+
+  @doc "Checks one value against a type; returns it (possibly normalised) or raises."
+  def check!(key, value, type) do
+    case conform(value, type) do
+      {:ok, v} ->
+        v
+
+      :error ->
+        raise ArgumentError,
+              "the #{inspect(key)} option must be #{describe(type)}, got: #{inspect(value)}"
+    end
+  end
+
+  @doc """
+  A timeout argument: `:infinity` or `0..#{@max_timeout}` milliseconds,
+  returned as milliseconds (`:infinity` is the maximum). Raises otherwise.
+  """
+  def timeout!(:infinity), do: @max_timeout
+  def timeout!(ms) when is_integer(ms) and ms >= 0 and ms <= @max_timeout, do: ms
+
+  def timeout!(other) do
+    raise ArgumentError,
+          "the timeout must be :infinity or an integer in 0..#{@max_timeout} (milliseconds), " <>
+            "got: #{inspect(other)}"
+  end
+
+  @doc "The markdown list documenting `schema`."
+  def docs(schema) do
+    Enum.map_join(schema, "\n", fn {key, spec} ->
+      doc = spec |> Keyword.get(:doc, "") |> String.trim() |> String.replace("\n", "\n    ")
+      "  * `#{inspect(key)}` - #{doc}#{default_doc(spec)}"
+    end)
+  end
+
+  defp default_doc(spec) do
+    cond do
+      Keyword.get(spec, :required, false) -> " Required."
+      not Keyword.has_key?(spec, :default) -> ""
+      Keyword.has_key?(spec, :default_doc) -> " Default: #{spec[:default_doc]}."
+      match?({:native, _, _}, spec[:default]) -> " Default: from Rust (see `defaults/0`)."
+      true -> " Default: `#{inspect(spec[:default])}`."
+    end
+  end
+
+  @doc "The Rust default of `key` in `part` (`Tachyon.Native.defaults/0`, cached)."
+  def native_default(part, key), do: Map.fetch!(Map.fetch!(native_defaults(), part), key)
+
+  @doc "Every part's Rust defaults, read once from the NIF and cached."
+  def native_defaults do
+    case :persistent_term.get({__MODULE__, :defaults}, nil) do
+      nil ->
+        defaults = Tachyon.Native.defaults()
+        :persistent_term.put({__MODULE__, :defaults}, defaults)
+        defaults
+
+      defaults ->
+        defaults
+    end
+  end
+
+  defp default({:native, part, key}), do: native_default(part, key)
+  defp default(value), do: value
+
+  # -- types -------------------------------------------------------------------
+
+  defp conform(v, :boolean) when is_boolean(v), do: {:ok, v}
+  defp conform(v, :atom) when is_atom(v), do: {:ok, v}
+  defp conform(v, :string) when is_binary(v), do: {:ok, v}
+  defp conform(nil, nil), do: {:ok, nil}
+  defp conform(nil, :interval), do: {:ok, nil}
+
+  defp conform(v, :interval) when is_integer(v) and v >= 1 and v <= @max_interval,
+    do: {:ok, v}
+
+  defp conform(v, :wait) when v in [:busy_spin, :yield, :backoff, :park], do: {:ok, v}
+
+  defp conform(:block, :wait) do
+    raise ArgumentError,
+          "the :wait option :block was renamed: use wait: :park (it blocks until woken, " <>
+            "the same strategy under the name every part of Tachyon uses)"
+  end
+
+  defp conform(v, {:in, values}), do: if(v in values, do: {:ok, v}, else: :error)
+
+  defp conform(v, {:integer, min, max})
+       when is_integer(v) and v >= min and (max == :infinity or v <= max),
+       do: {:ok, v}
+
+  defp conform(v, {:multiple_of, n, min, max})
+       when is_integer(v) and v >= min and v <= max and rem(v, n) == 0,
+       do: {:ok, v}
+
+  defp conform(v, {:power_of_two, min, max})
+       when is_integer(v) and v >= min and v <= max and Bitwise.band(v, v - 1) == 0,
+       do: {:ok, v}
+
+  defp conform(v, {:number, min, max}) when is_number(v) and v >= min and v <= max,
+    do: {:ok, v}
+
+  defp conform(v, {:or, types}) do
+    Enum.find_value(types, :error, fn t ->
+      case conform(v, t) do
+        {:ok, _} = ok -> ok
+        :error -> nil
+      end
+    end)
+  end
+
+  defp conform(v, {:custom, fun, _what}), do: fun.(v)
+  defp conform(_v, _type), do: :error
+
+  defp describe(:boolean), do: "a boolean"
+  defp describe(:atom), do: "an atom"
+  defp describe(:string), do: "a string"
+  defp describe(nil), do: "nil"
+  defp describe(:wait), do: "one of :busy_spin, :yield, :backoff, :park"
+  defp describe(:interval), do: "nil or an integer in 1..#{@max_interval} (milliseconds)"
+  defp describe({:in, values}), do: "one of " <> Enum.map_join(values, ", ", &inspect/1)
+  defp describe({:integer, min, :infinity}), do: "an integer >= #{min}"
+  defp describe({:integer, min, max}), do: "an integer in #{min}..#{max}"
+
+  defp describe({:multiple_of, n, min, max}),
+    do: "a multiple of #{n} in #{min}..#{max}"
+
+  defp describe({:power_of_two, min, max}), do: "a power of two in #{min}..#{max}"
+  defp describe({:number, min, max}), do: "a number between #{min} and #{max}"
+  defp describe({:or, types}), do: Enum.map_join(types, " or ", &describe/1)
+  defp describe({:custom, _fun, what}), do: what
+end

@@ -1,0 +1,124 @@
+defmodule Tachyon.Store.Options do
+  @moduledoc false
+  # Tachyon.Store's option schemas (checked and documented by
+  # Tachyon.Options; the moduledoc of Tachyon.Store renders them) and the
+  # checks across options.
+
+  alias Tachyon.Options
+
+  @open_schema [
+    mode: [
+      type: {:in, [:write, :read]},
+      default: {:native, :store, :mode},
+      doc: """
+      `:write` (one writer per directory, enforced with a lock file) or
+      `:read` (a reader, possibly in another OS process, that sees every
+      message whose append has returned while the writer keeps writing).
+      """
+    ],
+    segment_size: [
+      type: {:multiple_of, 8, 65_536, 3 * 1024 * 1024 * 1024},
+      default: {:native, :store, :segment_size},
+      doc: """
+      data bytes per segment file. A segment also rolls when its
+      index (one slot per 64 bytes of data) is full.
+      """
+    ],
+    max_message_size: [
+      type: {:or, [nil, {:integer, 0, :infinity}]},
+      default: nil,
+      default_doc: "the Rust default, or the segment size less 8 bytes if smaller",
+      doc: "larger messages get `{:error, :too_large}`."
+    ],
+    max_segments: [
+      type: {:or, [nil, {:integer, 1, :infinity}]},
+      default: {:native, :store, :max_segments},
+      doc:
+        "keep at most this many segments; the oldest are deleted when the writer rolls (`nil`: keep all)."
+    ],
+    max_bytes: [
+      type: {:or, [nil, {:integer, 1, :infinity}]},
+      default: {:native, :store, :max_bytes},
+      doc:
+        "keep at most this many bytes of segment files; the active segment is always kept (`nil`: no limit)."
+    ],
+    pretouch: [
+      type: :boolean,
+      default: {:native, :store, :pretouch},
+      doc:
+        "run the pre-touch thread that faults pages in ahead of the writer and prepares the next segment."
+    ],
+    pretouch_ahead: [
+      type: {:integer, 0, :infinity},
+      default: {:native, :store, :pretouch_ahead},
+      doc: "bytes faulted in ahead of the write position."
+    ],
+    repair: [
+      type: :boolean,
+      default: {:native, :store, :repair},
+      doc: """
+      on a checksum mismatch in the middle of the log, truncate there
+      instead of failing with `{:error, {:corrupt, segment, offset}}`.
+      """
+    ],
+    verify: [
+      type: {:in, [:active, :all]},
+      default: {:native, :store, :verify},
+      doc:
+        "`:active` checks every record of the active segment on open; `:all` checks every segment."
+    ]
+  ]
+
+  @server_schema [
+    name: [
+      type: :atom,
+      required: true,
+      doc: "`start_link/1`: the atom to register the store under."
+    ],
+    path: [type: :string, required: true, doc: "the directory (created if needed)."],
+    stats_interval: [
+      type: :interval,
+      default: 1000,
+      doc: """
+      `start_link/1`: milliseconds between `[:tachyon, :store, :stats]`
+      events and roll event flushes (`nil`: none).
+      """
+    ]
+  ]
+
+  @doc "The options of `Tachyon.Store.open/2`."
+  def open_schema, do: @open_schema
+
+  @doc "The options only `Tachyon.Store.start_link/1` takes."
+  def server_schema, do: @server_schema
+
+  @doc "The keys of `server_schema/0`."
+  def server_keys, do: Keyword.keys(@server_schema)
+
+  @doc "Validates the `start_link/1`-only options."
+  def validate_server!(opts), do: Options.validate!(opts, @server_schema, "Tachyon.Store")
+
+  @doc "Validates the open options (Tachyon.AsyncStore uses it too) and fills in defaults."
+  def validate!(opts) do
+    opts = Options.validate!(opts, @open_schema, "Tachyon.Store")
+    seg = opts[:segment_size]
+
+    opts =
+      if opts[:max_message_size] == nil,
+        do:
+          Keyword.put(
+            opts,
+            :max_message_size,
+            min(Options.native_default(:store, :max_message_size), seg - 8)
+          ),
+        else: opts
+
+    if opts[:max_message_size] + 8 > seg do
+      raise ArgumentError,
+            "the :max_message_size option (#{opts[:max_message_size]}) must fit in a segment " <>
+              "(:segment_size #{seg} minus 8 bytes of header)"
+    end
+
+    opts
+  end
+end

@@ -1,0 +1,65 @@
+defmodule Tachyon.OptionsTest do
+  use ExUnit.Case, async: true
+
+  alias Tachyon.Options
+
+  @schema [
+    size: [type: {:integer, 1, 10}, default: 5, doc: "how big."],
+    mode: [type: {:in, [:a, :b]}, required: true, doc: "which one."],
+    every: [type: :interval, default: nil, doc: "how often."],
+    wait: [type: :wait, default: :park, doc: "how to wait."]
+  ]
+
+  test "fills defaults in schema order and keeps given values" do
+    assert Options.validate!([mode: :b], @schema, "T") ==
+             [size: 5, mode: :b, every: nil, wait: :park]
+
+    assert Options.validate!([every: 10, mode: :a, size: 1], @schema, "T") ==
+             [size: 1, mode: :a, every: 10, wait: :park]
+  end
+
+  test "errors name the key and the bad value" do
+    assert_raise ArgumentError, "the :size option must be an integer in 1..10, got: 11", fn ->
+      Options.validate!([mode: :a, size: 11], @schema, "T")
+    end
+
+    assert_raise ArgumentError, ~r/unknown T option\(s\) \[:colour\]/, fn ->
+      Options.validate!([mode: :a, colour: :red], @schema, "T")
+    end
+
+    assert_raise ArgumentError, ~r/the :mode option is required for T/, fn ->
+      Options.validate!([], @schema, "T")
+    end
+
+    assert_raise ArgumentError, ~r/:every option must be nil or an integer in 1..86400000/, fn ->
+      Options.validate!([mode: :a, every: 86_400_001], @schema, "T")
+    end
+
+    assert_raise ArgumentError, ~r/must be a keyword list/, fn ->
+      Options.validate!(:nope, @schema, "T")
+    end
+
+    assert_raise ArgumentError, ~r/use wait: :park/, fn ->
+      Options.validate!([mode: :a, wait: :block], @schema, "T")
+    end
+  end
+
+  test "timeouts are bounded" do
+    assert Options.timeout!(:infinity) == 4_294_967_295
+    assert Options.timeout!(0) == 0
+    assert_raise ArgumentError, fn -> Options.timeout!(4_294_967_296) end
+    assert_raise ArgumentError, fn -> Options.timeout!(-1) end
+  end
+
+  test "docs render a markdown list from the schema" do
+    docs = Options.docs(@schema)
+    assert docs =~ "  * `:size` - how big. Default: `5`."
+    assert docs =~ "  * `:mode` - which one. Required."
+    assert docs =~ "  * `:every` - how often. Default: `nil`."
+  end
+
+  test "the moduledocs carry the generated option lists" do
+    {:docs_v1, _, _, _, %{"en" => doc}, _, _} = Code.fetch_docs(Tachyon.Table)
+    assert doc =~ "* `:stats_interval` - `start_link/1`: milliseconds"
+  end
+end
