@@ -73,6 +73,8 @@ defmodule Tachyon.Native do
   def udp_sockname(_socket), do: err()
   def udp_ack(_socket, _n), do: err()
   def udp_owner(_socket), do: err()
+  def udp_recv(_socket, _max, _polled_ns), do: err()
+  def udp_select(_socket), do: err()
 
   # Tachyon.Table (native/tachyon_nif/src/table.rs)
   def table_open(_path, _opts), do: err()

@@ -68,6 +68,38 @@ defmodule Tachyon.UDP do
     * Options are a keyword list validated up front (no gen_udp option
       list); bad options and bad arguments raise `ArgumentError`.
 
+  ## Poll mode
+
+  With `mode: :poll` there is no receive thread: the owner (or any process)
+  reads the socket itself, on its own scheduler, with `recv/2` or
+  `recv_many/3`, the way a CoralReactor loop reads its socket on the thread
+  that handles the data. Nothing has to wake a thread and then a sleeping
+  scheduler between the datagram and the code that handles it.
+
+      {:ok, sock} = Tachyon.UDP.open(0, ip: :loopback, mode: :poll)
+      {:ok, addr} = Tachyon.UDP.sockname(sock)
+      :ok = Tachyon.UDP.send(sock, addr, "ping")
+      {:ok, {_from, "ping"}} = Tachyon.UDP.recv(sock, 1000)
+
+  A `recv` takes every datagram waiting (up to `max`) with one `recvmmsg`
+  and returns them as one list (one binary for the batch, one copy). When
+  nothing is waiting it polls the socket without blocking, in NIF calls of
+  at most 100 us that report the time they used to the VM, so the process is
+  scheduled out on time and the other processes on its scheduler keep
+  running; how long it polls is `:wait` and `:spin`. Then it sleeps in
+  `receive` until the VM's poll set says the socket is readable (no CPU, as
+  gen_udp's passive mode). A timeout is honoured to the millisecond;
+  `close/1` from another process wakes a waiting `recv`, which returns
+  `{:error, :closed}`.
+
+  Which mode: `:poll` for the lowest latency from the wire to a process
+  (request/response, a bus member), at the cost of the CPU its scheduler
+  spends polling (`:spin` per `recv` with `:backoff`, all of it with
+  `:busy_spin`); `:thread` to have datagrams pushed to a process that does
+  other work and receives them as messages, with `:max_queue` backpressure
+  (no `:max_queue` in poll mode: the reader pulls what it can take).
+  `docs/BENCHMARKS.md` has both measured (`mix tachyon.bench echo`).
+
   ## Options
 
   Defaults "from Rust" are the Rust `EndpointConfig::new`; `defaults/0`
@@ -138,6 +170,12 @@ defmodule Tachyon.UDP do
         "Tachyon.UDP"
       )
 
+    if opts.mode == :poll and opts.max_queue not in [nil, :infinity] do
+      raise ArgumentError,
+            "Tachyon.UDP: :max_queue is for the thread mode; a poll-mode reader pulls " <>
+              "what it can take (got: max_queue: #{inspect(opts.max_queue)}, mode: :poll)"
+    end
+
     owner = opts.owner || self()
     nif_opts = Map.delete(opts, :owner)
     t0 = System.monotonic_time()
@@ -154,6 +192,7 @@ defmodule Tachyon.UDP do
             core: info.core,
             pinned: info.pinned,
             wait: info.wait,
+            mode: info.mode,
             max_queue: opts.max_queue || :infinity
           }
         )
@@ -299,6 +338,126 @@ defmodule Tachyon.UDP do
   """
   @spec stats(socket()) :: {:ok, stats()} | {:error, :closed}
   def stats(sock), do: Native.udp_stats(sock)
+
+  @doc """
+  Poll mode: receives one datagram, waiting at most `timeout` milliseconds
+  (or `:infinity`). Returns `{:ok, {from, data}}`, `{:error, :timeout}`,
+  `{:error, :closed}` (closed before or during the call), or
+  `{:error, :not_poll}` for a thread-mode socket. See "Poll mode".
+
+  ## Example
+
+      {:ok, sock} = Tachyon.UDP.open(0, ip: :loopback, mode: :poll)
+      {:error, :timeout} = Tachyon.UDP.recv(sock, 0)
+  """
+  @spec recv(socket(), timeout()) ::
+          {:ok, {address(), binary()}} | {:error, :timeout | reason()}
+  def recv(sock, timeout \\ :infinity) do
+    case recv_many(sock, 1, timeout) do
+      {:ok, [one]} -> {:ok, one}
+      error -> error
+    end
+  end
+
+  @doc """
+  Poll mode: receives every datagram waiting, at most `max` (1..1024, and
+  at most the socket's `:batch`), as a list in arrival order, waiting at
+  most `timeout` milliseconds for the first one. Returns `{:ok, list}`
+  (never empty) or the errors of `recv/2`.
+
+  ## Example
+
+      {:ok, sock} = Tachyon.UDP.open(0, ip: :loopback, mode: :poll)
+      {:ok, addr} = Tachyon.UDP.sockname(sock)
+      :ok = Tachyon.UDP.send(sock, addr, "a")
+      :ok = Tachyon.UDP.send(sock, addr, "b")
+      Process.sleep(10)
+      {:ok, [{_, "a"}, {_, "b"}]} = Tachyon.UDP.recv_many(sock, 16, 1000)
+  """
+  @spec recv_many(socket(), pos_integer(), timeout()) ::
+          {:ok, [{address(), binary()}]} | {:error, :timeout | reason()}
+  def recv_many(sock, max, timeout \\ :infinity)
+
+  def recv_many(sock, max, timeout) when is_integer(max) and max >= 1 and max <= 1024 do
+    timeout = Tachyon.Options.timeout!(timeout)
+    t0 = System.monotonic_time(:nanosecond)
+
+    deadline = if timeout == :infinity, do: :infinity, else: t0 + timeout * 1_000_000
+
+    flush_stale_ready(sock)
+    poll(sock, max, t0, deadline)
+  end
+
+  def recv_many(_sock, max, _timeout) do
+    raise ArgumentError,
+          "Tachyon.UDP.recv_many/3: max must be an integer in 1..1024, got: #{inspect(max)}"
+  end
+
+  # Polls (by the socket's :wait and :spin), then sleeps until the VM says
+  # the socket is readable.
+  defp poll(sock, max, t0, deadline) do
+    now = System.monotonic_time(:nanosecond)
+
+    case Native.udp_recv(sock, max, now - t0) do
+      {:ok, _list} = ok ->
+        ok
+
+      :empty ->
+        if past?(deadline, now) do
+          {:error, :timeout}
+        else
+          :erlang.yield()
+          poll(sock, max, t0, deadline)
+        end
+
+      :sleep ->
+        if past?(deadline, now), do: {:error, :timeout}, else: sleep(sock, max, deadline, now)
+
+      {:error, _} = error ->
+        error
+    end
+  end
+
+  defp sleep(sock, max, deadline, now) do
+    case Native.udp_select(sock) do
+      :ok ->
+        receive do
+          {:tachyon_udp_ready, ^sock} ->
+            # Polled "forever" already: one try, then sleep again if it was
+            # a spurious wake-up.
+            poll(sock, max, now - 1_000_000_000_000, deadline)
+        after
+          remaining_ms(deadline, now) ->
+            # The readiness message may still come: the next recv drops it.
+            Process.put({__MODULE__, :armed, sock}, true)
+            {:error, :timeout}
+        end
+
+      {:error, _} = error ->
+        error
+    end
+  end
+
+  defp past?(:infinity, _now), do: false
+  defp past?(deadline, now), do: now >= deadline
+
+  defp remaining_ms(:infinity, _now), do: :infinity
+  defp remaining_ms(deadline, now), do: max(0, div(deadline - now + 999_999, 1_000_000))
+
+  # After a recv that timed out while the VM watched the socket, its
+  # readiness message may arrive later: drop it (only then, so a recv never
+  # scans a large mailbox otherwise).
+  defp flush_stale_ready(sock) do
+    if Process.delete({__MODULE__, :armed, sock}) do
+      receive do
+        {:tachyon_udp_ready, ^sock} -> :ok
+      after
+        0 -> :ok
+      end
+    end
+
+    :ok
+  end
 
   @doc """
   Acknowledges `count` processed datagrams, making room under `:max_queue`.

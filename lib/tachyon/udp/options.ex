@@ -79,11 +79,32 @@ defmodule Tachyon.UDP.Options do
         doc:
           "the process that receives the datagrams (`nil`: the caller). Its exit closes the socket."
       ],
+      mode: [
+        type: {:in, [:thread, :poll]},
+        default: :thread,
+        doc: """
+        how datagrams reach the owner: `:thread` (a receive thread sends each
+        one as a message) or `:poll` (no thread: `recv/2` and `recv_many/3`
+        read the socket on the caller's own scheduler; see "Poll mode").
+        """
+      ],
+      spin: [
+        type: {:integer, 0, 1_000_000},
+        default: 50,
+        doc: """
+        poll mode: microseconds a `recv` keeps polling an empty socket (with
+        `wait: :backoff` or `:yield`) before it sleeps until the socket is
+        readable.
+        """
+      ],
       wait: [
         type: :wait,
         default: {:native, :udp, :wait},
         doc: """
-        what the receive thread does when no datagram is waiting: `:backoff`
+        thread mode: what the receive thread does when no datagram is
+        waiting; poll mode: what `recv` does (`:busy_spin` polls until its
+        timeout, `:backoff` and `:yield` poll for `:spin` microseconds then
+        sleep, `:park` sleeps at once). In the thread mode: `:backoff`
         (after each datagram it keeps polling, yielding the core between
         polls, for a few hundred microseconds, then blocks in `poll` until
         the next one: fast for request/response traffic, no CPU when idle),

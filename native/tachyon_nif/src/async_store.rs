@@ -15,7 +15,7 @@ use rustler::env::OwnedEnv;
 use rustler::types::atom::Atom;
 use rustler::{Binary, Encoder, Env, Error, LocalPid, Monitor, NifResult, Term};
 
-use crate::res::Handle;
+use crate::res::{Handle, Obj};
 use tachyon_core::async_store::{
     AppendError, AsyncStore, Config, Failure, OnFull, OpenError, Report, Reporter, Stats, WaitError,
 };
@@ -39,12 +39,12 @@ pub struct AsyncStoreResource {
 crate::hot_resource!(AsyncStoreResource, c"AsyncStoreResource", down = on_down);
 
 impl AsyncStoreResource {
-    fn on_down(&self, _env: Env<'_>, _pid: LocalPid, _monitor: Monitor) {
+    fn on_down(this: &Obj<'_, Self>, _env: Env<'_>, _pid: LocalPid, _monitor: Monitor) {
         // The owner died without closing (e.g. killed): the writer writes
         // what is queued, closes the store if it was opened for it, and
         // ends. A monitor callback runs on a normal scheduler: nothing here
         // waits (the writer's join goes to the worker reaper).
-        self.inner.close_in_background(self.owns_store);
+        this.inner.close_in_background(this.owns_store);
     }
 }
 

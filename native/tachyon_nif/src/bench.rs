@@ -16,7 +16,7 @@ use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use rustler::{Encoder, Env, NifResult, ResourceArc, Term};
+use rustler::{Encoder, Env, NifResult, Term};
 use tachyon_core::bench::ping::{spawn_ping, PingConfig};
 use tachyon_core::hist::Hist;
 
@@ -33,22 +33,21 @@ use crate::udp::{decode_addr, decode_wait, encode_addr, encode_placement, error_
 /// (one benchmark process records into it).
 pub struct HistResource(pub Mutex<Hist>);
 
-#[rustler::resource_impl]
-impl rustler::Resource for HistResource {}
+crate::hot_resource!(HistResource, c"HistResource");
 
 impl HistResource {
-    pub fn wrap(h: Hist) -> ResourceArc<HistResource> {
-        ResourceArc::new(HistResource(Mutex::new(h)))
+    pub fn wrap(h: Hist) -> Handle<HistResource> {
+        Handle::new(HistResource(Mutex::new(h)))
     }
 }
 
 #[rustler::nif]
-fn hist_new() -> ResourceArc<HistResource> {
+fn hist_new() -> Handle<HistResource> {
     HistResource::wrap(Hist::new())
 }
 
 #[rustler::nif]
-fn hist_record(h: ResourceArc<HistResource>, ns: i64) -> rustler::Atom {
+fn hist_record(h: &HistResource, ns: i64) -> rustler::Atom {
     if let Ok(mut g) = h.0.lock() {
         g.record(ns.max(0) as u64);
     }
@@ -56,7 +55,7 @@ fn hist_record(h: ResourceArc<HistResource>, ns: i64) -> rustler::Atom {
 }
 
 #[rustler::nif]
-fn hist_merge(into: ResourceArc<HistResource>, from: ResourceArc<HistResource>) -> rustler::Atom {
+fn hist_merge(into: &HistResource, from: &HistResource) -> rustler::Atom {
     let other = from.0.lock().map(|g| g.clone()).unwrap_or_default();
     if let Ok(mut g) = into.0.lock() {
         g.merge(&other);
@@ -65,20 +64,20 @@ fn hist_merge(into: ResourceArc<HistResource>, from: ResourceArc<HistResource>) 
 }
 
 #[rustler::nif]
-fn hist_count(h: ResourceArc<HistResource>) -> u64 {
+fn hist_count(h: &HistResource) -> u64 {
     h.0.lock().map(|g| g.count()).unwrap_or(0)
 }
 
 /// How many samples are larger than `ns`.
 #[rustler::nif]
-fn hist_count_above(h: ResourceArc<HistResource>, ns: u64) -> u64 {
+fn hist_count_above(h: &HistResource, ns: u64) -> u64 {
     h.0.lock().map(|g| g.count_above(ns)).unwrap_or(0)
 }
 
 /// Returns the report as a map: count, avg, stdev, min, max, p50..p99999 and
 /// `tails`: a list of `{percentile, avg, stdev, max}`.
 #[rustler::nif]
-fn hist_report<'a>(env: Env<'a>, h: ResourceArc<HistResource>) -> NifResult<Term<'a>> {
+fn hist_report<'a>(env: Env<'a>, h: &HistResource) -> NifResult<Term<'a>> {
     let r =
         h.0.lock()
             .map(|g| g.report())
@@ -129,7 +128,7 @@ fn bench_noop_store<'a>(_r: &StoreResource, _b: Term<'a>) -> rustler::Atom {
 /// scheduler because it keeps its thread busy. Returns `{histogram_of_gaps,
 /// elapsed_ns}`.
 #[rustler::nif(schedule = "DirtyCpu")]
-fn bench_hiccup(ms: u64) -> (ResourceArc<HistResource>, u64) {
+fn bench_hiccup(ms: u64) -> (Handle<HistResource>, u64) {
     let h = tachyon_core::bench::hiccup::measure(Duration::from_millis(ms.min(10_000)));
     let elapsed = h.elapsed.as_nanos() as u64;
     (HistResource::wrap(h.gaps), elapsed)

@@ -39,4 +39,7 @@ fn load(env: rustler::Env, _info: rustler::Term) -> bool {
         && res::register::<store::StoreResource>(env)
         && res::register::<async_store::AsyncStoreResource>(env)
         && res::register::<table::TableResource>(env)
+        && res::register::<bench::HistResource>(env)
+        && res::register::<udp::EchoResource>(env)
+        && res::register::<udp::UdpResource>(env)
 }

@@ -19,6 +19,7 @@ use std::ffi::CStr;
 use std::marker::PhantomData;
 use std::mem::{align_of, size_of, MaybeUninit};
 use std::ops::Deref;
+use std::os::fd::RawFd;
 use std::ptr;
 use std::sync::atomic::{AtomicPtr, Ordering};
 
@@ -26,7 +27,7 @@ use rustler::sys::{
     c_void, enif_alloc_resource, enif_get_resource, enif_keep_resource, enif_make_resource,
     enif_monitor_process, enif_open_resource_type_x, enif_release_resource, ErlNifEnv,
     ErlNifMonitor, ErlNifPid, ErlNifResourceDown, ErlNifResourceDtor, ErlNifResourceFlags,
-    ErlNifResourceType, ErlNifResourceTypeInit,
+    ErlNifResourceStop, ErlNifResourceType, ErlNifResourceTypeInit,
 };
 use rustler::{Encoder, Env, Error, LocalPid, Monitor, NifResult, Term};
 
@@ -41,15 +42,27 @@ pub trait HotResource: Sized + Send + Sync + 'static {
     /// The static that holds the type pointer ([`hot_resource!`] makes it).
     fn type_slot() -> &'static AtomicPtr<ErlNifResourceType>;
 
-    /// A process monitored with [`Handle::monitor`] went down.
-    fn down(&self, _env: Env<'_>, _pid: LocalPid, _monitor: Monitor) {}
+    /// Whether [`HotResource::stop`] is registered as the `stop` callback
+    /// (needed to take a descriptor out of the VM's poll set with
+    /// [`select_stop`]).
+    const STOP: bool = false;
+
+    /// A process monitored with [`Handle::monitor`] went down. `this` also
+    /// gives the resource object (for `enif_` calls such as a select stop).
+    fn down(_this: &Obj<'_, Self>, _env: Env<'_>, _pid: LocalPid, _monitor: Monitor) {}
+
+    /// The VM no longer watches `fd` for this object ([`select_stop`]): it
+    /// may be closed now. `direct` when called from within `select_stop`.
+    fn stop(&self, _fd: std::os::fd::RawFd, _direct: bool) {}
 }
 
 /// Implements [`HotResource`] for a type, and `rustler::Decoder` for `&T`
 /// (the NIF argument form):
 /// `hot_resource!(StoreResource, c"StoreResource")`, or with a `down`
 /// callback (an inherent method with [`HotResource::down`]'s signature):
-/// `hot_resource!(AsyncStoreResource, c"AsyncStoreResource", down = on_down)`.
+/// `hot_resource!(AsyncStoreResource, c"AsyncStoreResource", down = on_down)`
+/// (`on_down(this: &Obj<Self>, env, pid, monitor)`), and with a `stop`
+/// callback too (`stop = on_stop`, `on_stop(&self, fd, direct)`).
 #[macro_export]
 macro_rules! hot_resource {
     (@slot) => {
@@ -73,13 +86,38 @@ macro_rules! hot_resource {
         }
         $crate::hot_resource!(@decoder $t);
     };
+    ($t:ty, $name:expr, down = $f:ident, stop = $g:ident) => {
+        impl $crate::res::HotResource for $t {
+            const NAME: &'static std::ffi::CStr = $name;
+            const DOWN: bool = true;
+            const STOP: bool = true;
+            $crate::hot_resource!(@slot);
+            fn down(
+                this: &$crate::res::Obj<'_, Self>,
+                env: rustler::Env<'_>,
+                pid: rustler::LocalPid,
+                mon: rustler::Monitor,
+            ) {
+                <$t>::$f(this, env, pid, mon)
+            }
+            fn stop(&self, fd: std::os::fd::RawFd, direct: bool) {
+                <$t>::$g(self, fd, direct)
+            }
+        }
+        $crate::hot_resource!(@decoder $t);
+    };
     ($t:ty, $name:expr, down = $f:ident) => {
         impl $crate::res::HotResource for $t {
             const NAME: &'static std::ffi::CStr = $name;
             const DOWN: bool = true;
             $crate::hot_resource!(@slot);
-            fn down(&self, env: rustler::Env<'_>, pid: rustler::LocalPid, mon: rustler::Monitor) {
-                <$t>::$f(self, env, pid, mon)
+            fn down(
+                this: &$crate::res::Obj<'_, Self>,
+                env: rustler::Env<'_>,
+                pid: rustler::LocalPid,
+                mon: rustler::Monitor,
+            ) {
+                <$t>::$f(this, env, pid, mon)
             }
         }
         $crate::hot_resource!(@decoder $t);
@@ -91,7 +129,11 @@ macro_rules! hot_resource {
 pub fn register<T: HotResource>(env: Env<'_>) -> bool {
     let init = ErlNifResourceTypeInit {
         dtor: destructor::<T> as *const ErlNifResourceDtor,
-        stop: ptr::null(),
+        stop: if T::STOP {
+            stop::<T> as *const ErlNifResourceStop
+        } else {
+            ptr::null()
+        },
         down: if T::DOWN {
             down::<T> as *const ErlNifResourceDown
         } else {
@@ -158,10 +200,152 @@ unsafe extern "C" fn down<T: HotResource>(
         // callback environment and valid pid and monitor pointers.
         unsafe {
             let env = Env::new(&env, env);
-            let res = &*data_ptr::<T>(obj);
-            res.down(env, LocalPid::from_c_arg(*pid), Monitor::from_c_arg(*mon));
+            let this = Obj {
+                obj,
+                res: &*data_ptr::<T>(obj),
+            };
+            T::down(
+                &this,
+                env,
+                LocalPid::from_c_arg(*pid),
+                Monitor::from_c_arg(*mon),
+            );
         }
     });
+}
+
+unsafe extern "C" fn stop<T: HotResource>(
+    _env: *mut ErlNifEnv,
+    obj: *mut c_void,
+    fd: rustler::sys::ErlNifEvent,
+    is_direct_call: std::ffi::c_int,
+) {
+    let _ = std::panic::catch_unwind(|| {
+        // SAFETY: ERTS passes a live object of this type (the select holds
+        // no reference, but the object is alive during the callback).
+        let res = unsafe { &*data_ptr::<T>(obj) };
+        res.stop(fd, is_direct_call != 0);
+    });
+}
+
+// enif_select flags (erl_drv_nif.h; rustler's constants mix in return values).
+const SELECT_READ: rustler::sys::ErlNifSelectFlags = 1 << 0;
+const SELECT_STOP: rustler::sys::ErlNifSelectFlags = 1 << 2;
+const SELECT_CUSTOM_MSG: rustler::sys::ErlNifSelectFlags = 1 << 4;
+
+fn monitor_object<T: HotResource>(
+    obj: *const c_void,
+    env: Env<'_>,
+    pid: &LocalPid,
+) -> Option<Monitor> {
+    if !T::DOWN {
+        return None;
+    }
+    let mut mon = MaybeUninit::uninit();
+    // SAFETY: a live object of a type registered with a down callback;
+    // `env` is the calling NIF's environment.
+    let r = unsafe { enif_monitor_process(env.as_c_arg(), obj, pid.as_c_arg(), mon.as_mut_ptr()) };
+    // SAFETY: 0 means ERTS initialised `mon`.
+    (r == 0).then(|| Monitor::from_c_arg(unsafe { mon.assume_init() }))
+}
+
+/// A borrowed resource argument that also knows its resource object (for
+/// `enif_` calls on the object, such as `enif_select`), without taking a
+/// reference: valid for the NIF call, like `&T`.
+pub struct Obj<'a, T: HotResource> {
+    obj: *const c_void,
+    res: &'a T,
+}
+
+impl<T: HotResource> Deref for Obj<'_, T> {
+    type Target = T;
+    fn deref(&self) -> &T {
+        self.res
+    }
+}
+
+impl<'a, T: HotResource> rustler::Decoder<'a> for Obj<'a, T> {
+    fn decode(term: Term<'a>) -> NifResult<Self> {
+        let obj = object::<T>(term)?;
+        // SAFETY: a resource of this type holds an initialised `T` at
+        // `data_ptr`, alive at least as long as the term ('a).
+        let res = unsafe { &*data_ptr::<T>(obj) };
+        Ok(Obj { obj, res })
+    }
+}
+
+impl<T: HotResource> Obj<'_, T> {
+    /// A new reference to the object (a handle to keep beyond the call).
+    pub fn handle(&self) -> Handle<T> {
+        // SAFETY: a live object (the call's term holds it); the handle owns
+        // the reference taken here.
+        unsafe { enif_keep_resource(self.obj) };
+        Handle {
+            obj: self.obj,
+            _t: PhantomData,
+        }
+    }
+
+    /// The object as a term of `env`.
+    pub fn to_term<'b>(&self, env: Env<'b>) -> Term<'b> {
+        // SAFETY: a live object; the term gets its own reference.
+        unsafe { Term::new(env, enif_make_resource(env.as_c_arg(), self.obj)) }
+    }
+
+    /// Monitors `pid` for this object: `T::down` runs when it dies.
+    pub fn monitor(&self, env: Env<'_>, pid: &LocalPid) -> Option<Monitor> {
+        monitor_object::<T>(self.obj, env, pid)
+    }
+
+    /// Removes a monitor made by [`Obj::monitor`] or [`Handle::monitor`].
+    pub fn demonitor(&self, env: Env<'_>, mon: &Monitor) -> bool {
+        // SAFETY: a live object; `env` is the calling NIF's environment.
+        unsafe {
+            rustler::sys::enif_demonitor_process(env.as_c_arg(), self.obj, mon.as_c_arg()) == 0
+        }
+    }
+
+    /// Asks the VM to send `msg` to `pid` once `fd` is readable (one shot:
+    /// ask again after each message). The type must have a `stop` callback.
+    /// False if the VM refused.
+    pub fn select_read(&self, env: Env<'_>, fd: RawFd, pid: &LocalPid, msg: Term<'_>) -> bool {
+        if !T::STOP {
+            return false;
+        }
+        // SAFETY: a live object of a type registered with a stop callback;
+        // `env` is the calling NIF's (process-bound) environment, to which
+        // `msg` belongs, so no message environment is passed.
+        let r = unsafe {
+            rustler::sys::enif_select_x(
+                env.as_c_arg(),
+                fd,
+                SELECT_READ | SELECT_CUSTOM_MSG,
+                self.obj as *mut c_void,
+                pid.as_c_arg(),
+                msg.as_c_arg(),
+                ptr::null_mut(),
+            )
+        };
+        r >= 0
+    }
+
+    /// Takes `fd` out of the VM's poll set; `T::stop` is called (now, or
+    /// once the VM's poll thread let go of it) and only then may `fd` be
+    /// closed. False if the VM refused (`fd` was never selected).
+    pub fn select_stop(&self, env: Env<'_>, fd: RawFd) -> bool {
+        // SAFETY: as in select_read; STOP takes no pid, and a ref term.
+        let r = unsafe {
+            rustler::sys::enif_select(
+                env.as_c_arg(),
+                fd,
+                SELECT_STOP,
+                self.obj as *mut c_void,
+                ptr::null(),
+                rustler::sys::enif_make_atom(env.as_c_arg(), c"undefined".as_ptr()),
+            )
+        };
+        r >= 0
+    }
 }
 
 /// The resource object of a term of `T`'s type; `badarg` otherwise.
@@ -224,17 +408,7 @@ impl<T: HotResource> Handle<T> {
 
     /// Monitors `pid` for this object: `T::down` runs when it dies.
     pub fn monitor(&self, env: Env<'_>, pid: &LocalPid) -> Option<Monitor> {
-        if !T::DOWN {
-            return None;
-        }
-        let mut mon = MaybeUninit::uninit();
-        // SAFETY: a live object of a type registered with a down callback;
-        // `env` is the calling NIF's environment.
-        let r = unsafe {
-            enif_monitor_process(env.as_c_arg(), self.obj, pid.as_c_arg(), mon.as_mut_ptr())
-        };
-        // SAFETY: 0 means ERTS initialised `mon`.
-        (r == 0).then(|| Monitor::from_c_arg(unsafe { mon.assume_init() }))
+        monitor_object::<T>(self.obj, env, pid)
     }
 }
 

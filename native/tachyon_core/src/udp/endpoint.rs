@@ -68,11 +68,13 @@ impl EndpointConfig {
     }
 }
 
-/// Where received datagrams go: called on the receive thread, or (poll
-/// mode) on the thread that calls [`Endpoint::poll`].
-pub trait Sink: Send {
-    /// Called before the datagrams of each received batch.
-    fn begin_batch(&mut self) {}
+/// Where received datagrams go: called on the receive thread (then the sink
+/// must also be `Send + 'static`), or (poll mode) on the thread that calls
+/// [`Endpoint::poll`].
+pub trait Sink {
+    /// Called before the datagrams of each received batch, with the bytes
+    /// they hold at most (a sink can allocate once for the whole batch).
+    fn begin_batch(&mut self, _bytes: usize) {}
     /// Takes one datagram. Returns false if it could not be delivered (it is
     /// then counted in `undelivered`, not in `delivered`).
     fn deliver(&mut self, from: SocketAddr, data: &[u8]) -> bool;
@@ -80,7 +82,7 @@ pub trait Sink: Send {
     fn end_batch(&mut self) {}
 }
 
-impl<F: FnMut(SocketAddr, &[u8]) -> bool + Send> Sink for F {
+impl<F: FnMut(SocketAddr, &[u8]) -> bool> Sink for F {
     fn deliver(&mut self, from: SocketAddr, data: &[u8]) -> bool {
         self(from, data)
     }
@@ -208,7 +210,7 @@ impl Endpoint {
 
     /// Starts the receive thread with `sink`; returns once it runs (and is
     /// pinned). At most once per endpoint.
-    pub fn start<S: Sink + 'static>(&self, mut sink: S) -> io::Result<()> {
+    pub fn start<S: Sink + Send + 'static>(&self, mut sink: S) -> io::Result<()> {
         let mut slot = self.worker.lock().unwrap_or_else(|e| e.into_inner());
         if slot.is_some() {
             return Err(io::Error::new(
@@ -302,14 +304,15 @@ impl Endpoint {
         }
     }
 
-    /// Poll mode: receives what is waiting on the calling thread and hands
+    /// Poll mode: receives what is waiting (at most `max` datagrams) on the
+    /// calling thread and hands
     /// it to `sink` (the same path and counters as the receive thread), for
     /// an endpoint whose receive thread was never started. Never blocks:
     /// `WouldBlock` when nothing is waiting (wait for the socket to be
     /// readable, e.g. with the BEAM's `enif_select` on [`Endpoint::raw_fd`]).
     /// Callers serialise their polls (the counters have one writer): the
     /// NIF keeps the batch behind a mutex.
-    pub fn poll<S: Sink>(&self, batch: &mut Batch, sink: &mut S) -> io::Result<usize> {
+    pub fn poll<S: Sink>(&self, batch: &mut Batch, max: usize, sink: &mut S) -> io::Result<usize> {
         if self.shared.threaded.load(Ordering::Relaxed) {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidInput,
@@ -323,7 +326,7 @@ impl Endpoint {
         let Some(sock) = g.as_ref() else {
             return Err(io::Error::new(io::ErrorKind::NotConnected, "closed"));
         };
-        receive_batch(&self.shared, sock, batch, sink)
+        receive_batch(&self.shared, sock, batch, max, sink)
     }
 
     /// The socket's descriptor while open (to wait for it in an event loop;
@@ -413,7 +416,7 @@ fn receive_loop<S: Sink>(
 ) {
     let mut waiter = Waiter::with_socket(cfg.wait, ctx.wake().clone(), sock.fd());
     while !ctx.stopped() {
-        match receive_batch(shared, sock, batch, sink) {
+        match receive_batch(shared, sock, batch, usize::MAX, sink) {
             Ok(n) if n > 0 => waiter.reset(),
             Ok(_) => waiter.idle(|| false),
             Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
@@ -423,7 +426,7 @@ fn receive_loop<S: Sink>(
 }
 
 /// Receives the datagrams waiting on `sock` (one `recvmmsg`, at most
-/// `batch.capacity()`, never blocking) and hands each to `sink`, counting
+/// `max` and `batch.capacity()`, never blocking) and hands each to `sink`, counting
 /// them. The one receive path of both modes: the receive thread's loop and
 /// [`Endpoint::poll`]. Returns how many arrived; `WouldBlock` if none (other
 /// errors are counted in `recv_errors`).
@@ -431,10 +434,11 @@ fn receive_batch<S: Sink>(
     shared: &Shared,
     sock: &Socket,
     batch: &mut Batch,
+    max: usize,
     sink: &mut S,
 ) -> io::Result<usize> {
     let rx = &shared.rx;
-    let n = match batch.recv(sock) {
+    let n = match batch.recv_max(sock, max) {
         Ok(n) => n,
         Err(e) => {
             if !matches!(
@@ -449,11 +453,10 @@ fn receive_batch<S: Sink>(
     if n == 0 {
         return Ok(0);
     }
-    sink.begin_batch();
-    let mut bytes = 0u64;
+    let bytes: usize = (0..n).map(|i| batch.data(i).len()).sum();
+    sink.begin_batch(bytes);
     for i in 0..n {
         let data = batch.data(i);
-        bytes += data.len() as u64;
         if batch.is_truncated(i) {
             rx.truncated.bump(1);
             continue;
@@ -472,7 +475,7 @@ fn receive_batch<S: Sink>(
         }
     }
     sink.end_batch();
-    rx.received_bytes.bump(bytes);
+    rx.received_bytes.bump(bytes as u64);
     rx.kernel_drops.raise_to(batch.kernel_drops() as u64);
     rx.batches.bump(1);
     // Last: a reader that sees `received` sees every other counter of these

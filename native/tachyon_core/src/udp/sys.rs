@@ -368,8 +368,14 @@ impl Batch {
     /// Receives up to `capacity()` waiting datagrams without blocking.
     /// Returns how many arrived; `WouldBlock` if none.
     pub fn recv(&mut self, sock: &Socket) -> io::Result<usize> {
+        self.recv_max(sock, usize::MAX)
+    }
+
+    /// [`Batch::recv`] of at most `max` datagrams (at least one).
+    pub fn recv_max(&mut self, sock: &Socket, max: usize) -> io::Result<usize> {
+        let vlen = max.clamp(1, self.msgs.len());
         self.len = 0;
-        for m in self.msgs.iter_mut() {
+        for m in self.msgs[..vlen].iter_mut() {
             m.msg_hdr.msg_namelen = size_of::<libc::sockaddr_storage>() as libc::socklen_t;
             m.msg_hdr.msg_controllen = size_of::<CtrlBuf>() as _;
             m.msg_hdr.msg_flags = 0;
@@ -381,7 +387,7 @@ impl Batch {
             libc::recvmmsg(
                 sock.fd(),
                 self.msgs.as_mut_ptr(),
-                self.msgs.len() as libc::c_uint,
+                vlen as libc::c_uint,
                 libc::MSG_DONTWAIT,
                 std::ptr::null_mut(),
             )

@@ -478,7 +478,7 @@ fn poll_mode_receives_in_order_on_the_calling_thread() {
     }
     let mut sink = Collect(Vec::new());
     // Nothing waiting: WouldBlock, never a wait.
-    let e = ep.poll(&mut batch, &mut sink).unwrap_err();
+    let e = ep.poll(&mut batch, 64, &mut sink).unwrap_err();
     assert_eq!(e.kind(), io::ErrorKind::WouldBlock);
     let tx = UdpSocket::bind(loopback()).unwrap();
     const N: u32 = 10_000;
@@ -495,7 +495,7 @@ fn poll_mode_receives_in_order_on_the_calling_thread() {
             tx.send_to(&sent.to_le_bytes(), ep.local_addr()).unwrap();
             sent += 1;
         }
-        match ep.poll(&mut batch, &mut sink) {
+        match ep.poll(&mut batch, 64, &mut sink) {
             Ok(n) => assert!(n > 0 && n <= 64),
             Err(e) => assert_eq!(e.kind(), io::ErrorKind::WouldBlock),
         }
@@ -511,7 +511,7 @@ fn poll_mode_receives_in_order_on_the_calling_thread() {
     assert!(ep.raw_fd().is_some());
     ep.close();
     assert_eq!(ep.raw_fd(), None);
-    let e = ep.poll(&mut batch, &mut |_, _: &[u8]| true).unwrap_err();
+    let e = ep.poll(&mut batch, 8, &mut |_, _: &[u8]| true).unwrap_err();
     assert_eq!(e.kind(), io::ErrorKind::NotConnected);
 }
 
@@ -522,7 +522,7 @@ fn an_endpoint_with_a_receive_thread_cannot_be_polled() {
     let ep = Endpoint::bind(cfg).unwrap();
     ep.start(|_, _: &[u8]| true).unwrap();
     let mut batch = Batch::new(4, 64);
-    let e = ep.poll(&mut batch, &mut |_, _: &[u8]| true).unwrap_err();
+    let e = ep.poll(&mut batch, 8, &mut |_, _: &[u8]| true).unwrap_err();
     assert_eq!(e.kind(), io::ErrorKind::InvalidInput);
     ep.close();
 }

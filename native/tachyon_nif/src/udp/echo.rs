@@ -1,0 +1,85 @@
+//! `Tachyon.Echo`: an echo server thread per resource.
+
+use std::sync::Mutex;
+
+use rustler::types::atom::Atom;
+use rustler::{Encoder, Env, NifResult, Term};
+use tachyon_core::udp::{EchoConfig, EchoServer, EchoStats};
+
+use super::{
+    decode_addr, decode_socket_opts, decode_wait, encode_addr, encode_placement, error_term,
+};
+use crate::atoms;
+use crate::res::Handle;
+use crate::terms::{get, map};
+
+/// An echo server; the `Mutex` is only taken by `echo_stop` and `echo_stats`.
+/// Collected, it stops its thread without waiting (`EchoServer`'s drop).
+pub struct EchoResource {
+    server: Mutex<EchoServer>,
+}
+
+crate::hot_resource!(EchoResource, c"EchoResource");
+
+fn echo_stats_map<'a>(env: Env<'a>, s: &EchoStats) -> NifResult<Term<'a>> {
+    map(
+        env,
+        &[
+            ("packets_in", s.packets_in.encode(env)),
+            ("bytes_in", s.bytes_in.encode(env)),
+            ("packets_out", s.packets_out.encode(env)),
+            ("bytes_out", s.bytes_out.encode(env)),
+            ("batches", s.batches.encode(env)),
+            ("truncated", s.truncated.encode(env)),
+            ("recv_errors", s.recv_errors.encode(env)),
+            ("send_errors", s.send_errors.encode(env)),
+            ("kernel_drops", s.kernel_drops.encode(env)),
+            ("errors", s.errors().encode(env)),
+        ],
+    )
+}
+
+/// Starts an echo server. `opts`: ip, port, wait, core, batch, max_datagram,
+/// recbuf, sndbuf, reuseaddr. Returns `{:ok, ref, info}` or `{:error, errno}`.
+#[rustler::nif(schedule = "DirtyIo")]
+fn echo_start<'a>(env: Env<'a>, opts: Term<'a>) -> NifResult<Term<'a>> {
+    let cfg = EchoConfig {
+        bind: decode_addr(env, opts)?,
+        wait: decode_wait(env, get(env, opts, "wait")?)?,
+        core: get::<Option<u64>>(env, opts, "core")?.map(|c| c as usize),
+        batch: get::<u64>(env, opts, "batch")? as usize,
+        max_datagram: get::<u64>(env, opts, "max_datagram")? as usize,
+        socket: decode_socket_opts(env, opts)?,
+    };
+    match EchoServer::start(cfg) {
+        Ok(server) => {
+            let (recbuf, sndbuf) = server.buffer_sizes();
+            let mut info = vec![
+                ("address", encode_addr(env, &server.local_addr())),
+                ("recbuf", recbuf.encode(env)),
+                ("sndbuf", sndbuf.encode(env)),
+            ];
+            info.extend(encode_placement(env, &server.placement()));
+            let info = map(env, &info)?;
+            let res = Handle::new(EchoResource {
+                server: Mutex::new(server),
+            });
+            Ok((atoms::ok(), res, info).encode(env))
+        }
+        Err(e) => Ok(error_term(env, &e)),
+    }
+}
+
+/// Stops the server and joins its thread: the port is free on return.
+#[rustler::nif(schedule = "DirtyIo")]
+fn echo_stop(res: &EchoResource) -> Atom {
+    let mut g = res.server.lock().unwrap_or_else(|e| e.into_inner());
+    g.stop();
+    atoms::ok()
+}
+
+#[rustler::nif]
+fn echo_stats<'a>(env: Env<'a>, res: &EchoResource) -> NifResult<Term<'a>> {
+    let s = res.server.lock().unwrap_or_else(|e| e.into_inner()).stats();
+    echo_stats_map(env, &s)
+}

@@ -1,0 +1,352 @@
+//! `Tachyon.UDP` sockets: the resource (both receive modes), the thread
+//! mode's sink, and the calls that do not receive.
+
+use std::net::SocketAddr;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use rustler::types::atom::Atom;
+use rustler::{Binary, Encoder, Env, LocalPid, Monitor, NewBinary, NifResult, Term};
+use tachyon_core::udp::{Batch, Endpoint, EndpointConfig, EndpointStats, SendError, Sink};
+use tachyon_core::wait::WaitStrategy;
+
+use super::{
+    decode_addr, decode_ip, decode_port, decode_socket_opts, decode_wait, encode_addr,
+    encode_placement, error_term, udp_atoms,
+};
+use crate::atoms;
+use crate::deliver::ProcessSender;
+use crate::res::{Handle, Obj};
+use crate::terms::{atom, get, map};
+
+struct Owner {
+    pid: LocalPid,
+    monitor: Option<Monitor>,
+}
+
+/// A `Tachyon.UDP` socket.
+pub struct UdpResource {
+    pub(super) ep: Endpoint,
+    owner: Mutex<Owner>,
+    /// `Some` in the poll mode (no receive thread).
+    pub(super) poll: Option<Poll>,
+}
+
+/// The poll mode's state.
+pub(super) struct Poll {
+    /// How `recv` waits when nothing is there (see `poll::udp_recv`).
+    pub(super) wait: WaitStrategy,
+    /// How long `recv` polls before it sleeps (`:backoff`, `:yield`).
+    pub(super) spin: Duration,
+    /// The receive buffers, taken by the process in `udp_recv`.
+    pub(super) batch: Mutex<Batch>,
+    pub(super) sel: Mutex<Select>,
+}
+
+/// What the VM's poll set knows of the socket (see `udp_select`).
+#[derive(Default)]
+pub(super) struct Select {
+    /// The descriptor was handed to `enif_select` at least once: it may
+    /// only be closed in the `stop` callback, after a select stop.
+    pub(super) selected: bool,
+    /// The last process that asked to be told of readiness (woken by a
+    /// close so that its `recv` returns `{:error, :closed}`).
+    pub(super) waiting: Option<LocalPid>,
+    pub(super) closed: bool,
+}
+
+crate::hot_resource!(UdpResource, c"UdpResource", down = on_down, stop = on_stop);
+
+impl UdpResource {
+    fn on_down(this: &Obj<'_, Self>, env: Env<'_>, _pid: LocalPid, monitor: Monitor) {
+        let owner = this.owner.lock().unwrap_or_else(|e| e.into_inner());
+        if owner.monitor == Some(monitor) {
+            drop(owner);
+            // Never block a scheduler here: the receive thread closes the
+            // socket itself as it exits, microseconds from now; a polled
+            // socket is closed by the stop callback.
+            close_now(this, env);
+        }
+    }
+
+    /// The VM's poll set let go of the descriptor: close it now.
+    fn on_stop(&self, _fd: std::os::fd::RawFd, _direct: bool) {
+        self.ep.close();
+    }
+}
+
+/// Closes without waiting: marks the endpoint closed (sends and polls fail
+/// from now on), stops the receive thread (which closes the socket as it
+/// ends) or, in the poll mode, takes the socket out of the VM's poll set
+/// (the stop callback closes it) and wakes the process waiting in `recv`.
+fn close_now(res: &Obj<'_, UdpResource>, env: Env<'_>) {
+    res.ep.request_stop();
+    let Some(p) = &res.poll else {
+        return;
+    };
+    let mut sel = p.sel.lock().unwrap_or_else(|e| e.into_inner());
+    if sel.closed {
+        return;
+    }
+    sel.closed = true;
+    let waiting = sel.waiting.take();
+    match res.ep.raw_fd() {
+        Some(fd) if sel.selected => {
+            if !res.select_stop(env, fd) {
+                res.ep.close();
+            }
+        }
+        _ => res.ep.close(),
+    }
+    drop(sel);
+    if let Some(pid) = waiting {
+        let _ = env.send(
+            &pid,
+            (udp_atoms::tachyon_udp_ready(), res.to_term(env)).encode(env),
+        );
+    }
+}
+
+/// Sends each datagram to the owner as `{:tachyon_udp, socket, {ip, port}, data}`.
+/// Runs on the receive thread only (never a scheduler thread).
+struct BeamSink {
+    res: Handle<UdpResource>,
+    out: ProcessSender,
+    pid: LocalPid,
+}
+
+impl Sink for BeamSink {
+    fn begin_batch(&mut self, _bytes: usize) {
+        // One lock per batch: controlling_process may have changed the owner.
+        self.pid = self.res.owner.lock().unwrap_or_else(|e| e.into_inner()).pid;
+    }
+
+    fn deliver(&mut self, from: SocketAddr, data: &[u8]) -> bool {
+        let BeamSink { res, out, pid } = self;
+        out.send(pid, |env| {
+            let mut bin = NewBinary::new(env, data.len());
+            bin.as_mut_slice().copy_from_slice(data);
+            let bin: Binary = bin.into();
+            (
+                udp_atoms::tachyon_udp(),
+                &*res,
+                encode_addr(env, &from),
+                bin,
+            )
+                .encode(env)
+        })
+    }
+
+    fn end_batch(&mut self) {
+        // Frees the terms built for this batch (already copied to the owner).
+        self.out.end_batch();
+    }
+}
+
+fn udp_stats_map<'a>(env: Env<'a>, s: &EndpointStats) -> NifResult<Term<'a>> {
+    map(
+        env,
+        &[
+            ("received", s.received.encode(env)),
+            ("received_bytes", s.received_bytes.encode(env)),
+            ("delivered", s.delivered.encode(env)),
+            ("acked", s.acked.encode(env)),
+            ("in_flight", s.in_flight.encode(env)),
+            ("dropped", s.dropped.encode(env)),
+            ("undelivered", s.undelivered.encode(env)),
+            ("truncated", s.truncated.encode(env)),
+            ("recv_errors", s.recv_errors.encode(env)),
+            ("kernel_drops", s.kernel_drops.encode(env)),
+            ("batches", s.batches.encode(env)),
+            ("sent", s.sent.encode(env)),
+            ("sent_bytes", s.sent_bytes.encode(env)),
+            ("send_errors", s.send_errors.encode(env)),
+        ],
+    )
+}
+
+/// Opens a socket owned by `owner`. `opts`: ip, port, mode (`:thread` or
+/// `:poll`), wait, spin (µs, poll mode), core, batch, max_datagram,
+/// max_queue, recbuf, sndbuf, reuseaddr. Returns `{:ok, socket, info}` or `{:error, errno}`.
+#[rustler::nif(schedule = "DirtyIo")]
+fn udp_open<'a>(env: Env<'a>, opts: Term<'a>, owner: LocalPid) -> NifResult<Term<'a>> {
+    let mode: Atom = get(env, opts, "mode")?;
+    let poll = match mode.to_term(env).atom_to_string()?.as_str() {
+        "thread" => false,
+        "poll" => true,
+        _ => return Err(rustler::Error::BadArg),
+    };
+    // Clamped to a second: longer spins make no sense, and no overflow.
+    let spin = Duration::from_micros(get::<u64>(env, opts, "spin")?.min(1_000_000));
+    let cfg = EndpointConfig {
+        bind: decode_addr(env, opts)?,
+        wait: decode_wait(env, get(env, opts, "wait")?)?,
+        core: get::<Option<u64>>(env, opts, "core")?.map(|c| c as usize),
+        batch: get::<u64>(env, opts, "batch")? as usize,
+        max_datagram: get::<u64>(env, opts, "max_datagram")? as usize,
+        // The poll mode pulls: no credits to wait for.
+        max_queue: if poll {
+            None
+        } else {
+            get(env, opts, "max_queue")?
+        },
+        socket: decode_socket_opts(env, opts)?,
+    };
+    let ep = match Endpoint::bind(cfg) {
+        Ok(ep) => ep,
+        Err(e) => return Ok(error_term(env, &e)),
+    };
+    let res = Handle::new(UdpResource {
+        ep,
+        owner: Mutex::new(Owner {
+            pid: owner,
+            monitor: None,
+        }),
+        poll: poll.then(|| Poll {
+            wait: cfg.wait,
+            spin,
+            batch: Mutex::new(Batch::new(cfg.batch, cfg.max_datagram)),
+            sel: Mutex::new(Select::default()),
+        }),
+    });
+    // Monitor before the thread starts: an owner that is already dead (or
+    // dies now) closes the socket through `down` like any other.
+    match res.monitor(env, &owner) {
+        Some(m) => res.owner.lock().unwrap_or_else(|e| e.into_inner()).monitor = Some(m),
+        None => {
+            res.ep.close();
+            return Ok((atoms::error(), atoms::badarg()).encode(env));
+        }
+    }
+    if !poll {
+        let sink = BeamSink {
+            res: res.clone(),
+            out: ProcessSender::new(),
+            pid: owner,
+        };
+        if let Err(e) = res.ep.start(sink) {
+            res.ep.close();
+            return Ok(error_term(env, &e));
+        }
+    }
+    let (recbuf, sndbuf) = res.ep.buffer_sizes().unwrap_or((0, 0));
+    let mut info = vec![
+        ("address", encode_addr(env, &res.ep.local_addr())),
+        ("recbuf", recbuf.encode(env)),
+        ("sndbuf", sndbuf.encode(env)),
+        ("mode", atom(env, if poll { "poll" } else { "thread" })),
+    ];
+    info.extend(encode_placement(env, &res.ep.placement()));
+    let info = map(env, &info)?;
+    Ok((atoms::ok(), res, info).encode(env))
+}
+
+/// Sends `data` (a binary or iodata) to `{ip, port}` from the calling process.
+#[rustler::nif]
+fn udp_send<'a>(
+    env: Env<'a>,
+    res: &UdpResource,
+    ip: Term<'a>,
+    port: Term<'a>,
+    data: Term<'a>,
+) -> NifResult<Term<'a>> {
+    let to = SocketAddr::new(decode_ip(ip)?, decode_port(port)?);
+    let bin = match Binary::from_term(data) {
+        Ok(b) => b,
+        Err(_) => Binary::from_iolist(data)?,
+    };
+    Ok(match res.ep.send_to(bin.as_slice(), &to) {
+        Ok(_) => atoms::ok().encode(env),
+        Err(SendError::Closed) => (atoms::error(), atoms::closed()).encode(env),
+        Err(SendError::Io(e)) => error_term(env, &e),
+    })
+}
+
+/// Makes `pid` the owner. Only the current owner may call it.
+#[rustler::nif]
+fn udp_controlling_process<'a>(
+    env: Env<'a>,
+    res: Obj<'a, UdpResource>,
+    pid: LocalPid,
+) -> NifResult<Term<'a>> {
+    if res.ep.is_closed() {
+        return Ok((atoms::error(), atoms::closed()).encode(env));
+    }
+    let mut owner = res.owner.lock().unwrap_or_else(|e| e.into_inner());
+    if owner.pid != env.pid() {
+        return Ok((atoms::error(), udp_atoms::not_owner()).encode(env));
+    }
+    if owner.pid == pid {
+        return Ok(atoms::ok().encode(env));
+    }
+    let Some(m) = res.monitor(env, &pid) else {
+        // The new owner is not alive: ownership is unchanged.
+        return Ok((atoms::error(), atoms::badarg()).encode(env));
+    };
+    if let Some(old) = owner.monitor.take() {
+        res.demonitor(env, &old);
+    }
+    owner.pid = pid;
+    owner.monitor = Some(m);
+    Ok(atoms::ok().encode(env))
+}
+
+/// Closes the socket. Thread mode: stops and joins the receive thread; the
+/// port is free on return. Poll mode: takes the socket out of the VM's poll
+/// set (its `stop` callback closes it, at once or as soon as the VM's poll
+/// thread lets go of it) and wakes a process waiting in `recv`.
+/// Idempotent.
+#[rustler::nif(schedule = "DirtyIo")]
+fn udp_close<'a>(env: Env<'a>, res: Obj<'a, UdpResource>) -> Atom {
+    let monitor = res
+        .owner
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .monitor
+        .take();
+    if let Some(m) = monitor {
+        res.demonitor(env, &m);
+    }
+    close_now(&res, env);
+    if res.poll.is_none() {
+        res.ep.close();
+    }
+    atoms::ok()
+}
+
+#[rustler::nif]
+fn udp_stats<'a>(env: Env<'a>, res: &UdpResource) -> NifResult<Term<'a>> {
+    if res.ep.is_closed() {
+        return Ok((atoms::error(), atoms::closed()).encode(env));
+    }
+    let stats = udp_stats_map(env, &res.ep.stats())?;
+    Ok((atoms::ok(), stats).encode(env))
+}
+
+#[rustler::nif]
+fn udp_sockname<'a>(env: Env<'a>, res: &UdpResource) -> Term<'a> {
+    if res.ep.is_closed() {
+        return (atoms::error(), atoms::closed()).encode(env);
+    }
+    (atoms::ok(), encode_addr(env, &res.ep.local_addr())).encode(env)
+}
+
+/// Acknowledges `n` delivered datagrams (room under `:max_queue`).
+#[rustler::nif]
+fn udp_ack(res: &UdpResource, n: u64) -> Atom {
+    res.ep.ack(n);
+    atoms::ok()
+}
+
+/// The owner pid, or `nil` once closed.
+#[rustler::nif]
+fn udp_owner<'a>(env: Env<'a>, res: &UdpResource) -> Term<'a> {
+    if res.ep.is_closed() {
+        return atoms::nil().encode(env);
+    }
+    res.owner
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .pid
+        .encode(env)
+}
