@@ -1,0 +1,178 @@
+defmodule Tachyon.UDPPollTest do
+  use ExUnit.Case, async: true
+
+  alias Tachyon.UDP
+
+  defp open_poll(opts \\ []) do
+    {:ok, sock} = UDP.open(0, [ip: :loopback, mode: :poll] ++ opts)
+    {:ok, addr} = UDP.sockname(sock)
+    {sock, addr}
+  end
+
+  test "100,000 datagrams arrive in order, none lost" do
+    {rx, addr} = open_poll(batch: 64)
+    {:ok, tx} = :gen_udp.open(0, [:binary, active: false, ip: {127, 0, 0, 1}])
+    n = 100_000
+    # A window of datagrams in flight: the kernel buffer never overflows.
+    got = pump(tx, addr, rx, 0, 0, n, [])
+    :gen_udp.close(tx)
+    assert length(got) == n
+    assert got == Enum.to_list(0..(n - 1))
+    {:ok, stats} = UDP.stats(rx)
+    assert stats.received == n and stats.kernel_drops == 0 and stats.dropped == 0
+    UDP.close(rx)
+  end
+
+  defp pump(_tx, _addr, _rx, _sent, got_n, n, acc) when got_n == n,
+    do: acc |> Enum.reverse() |> List.flatten()
+
+  defp pump(tx, {ip, port} = addr, rx, sent, got_n, n, acc) do
+    sent =
+      Enum.reduce_while(sent..(n - 1)//1, sent, fn i, s ->
+        if i < got_n + 256 do
+          :ok = :gen_udp.send(tx, ip, port, <<i::32>>)
+          {:cont, s + 1}
+        else
+          {:halt, s}
+        end
+      end)
+
+    {:ok, list} = UDP.recv_many(rx, 64, 5_000)
+    assert length(list) <= 64
+    ints = for {_from, <<i::32>>} <- list, do: i
+    pump(tx, addr, rx, sent, got_n + length(ints), n, [ints | acc])
+  end
+
+  test "a recv timeout is honoured within a millisecond, for every wait strategy" do
+    for wait <- [:busy_spin, :yield, :backoff, :park], timeout <- [0, 5, 20] do
+      {sock, _} = open_poll(wait: wait)
+      t0 = System.monotonic_time(:microsecond)
+      assert {:error, :timeout} = UDP.recv(sock, timeout)
+      took = System.monotonic_time(:microsecond) - t0
+      assert took >= timeout * 1000, "#{wait} #{timeout} ms took #{took} us"
+      # Within 1 ms, plus scheduling slack on a loaded 2-core machine.
+      assert took <= timeout * 1000 + 1_000 + 4_000, "#{wait} #{timeout} ms took #{took} us"
+      UDP.close(sock)
+    end
+  end
+
+  test "a datagram that comes while recv sleeps wakes it, and a late readiness message is dropped" do
+    {sock, addr} = open_poll(wait: :park)
+    # Times out while the VM watches the socket...
+    assert {:error, :timeout} = UDP.recv(sock, 10)
+    :ok = UDP.send(sock, addr, "one")
+    # ... whose readiness message then arrives: the next recv drops it.
+    assert {:ok, {_, "one"}} = UDP.recv(sock, 1_000)
+    refute_received {:tachyon_udp_ready, ^sock}
+    parent = self()
+
+    spawn(fn ->
+      Process.sleep(20)
+      UDP.send(sock, addr, "late")
+      send(parent, :sent)
+    end)
+
+    assert {:ok, {_, "late"}} = UDP.recv(sock, 2_000)
+    assert_receive :sent, 1_000
+    UDP.close(sock)
+  end
+
+  test "other processes keep running while every scheduler has a process polling" do
+    # One busy-spinning poller per scheduler: whichever scheduler the ticker
+    # lands on, it shares it with a process that never sleeps.
+    n = System.schedulers_online()
+    socks = for _ <- 1..n, do: elem(open_poll(wait: :busy_spin), 0)
+    parent = self()
+    ticker = spawn(fn -> tick(parent, System.monotonic_time(:microsecond), 0) end)
+    for s <- socks, do: spawn(fn -> send(parent, {:polled, UDP.recv(s, 300)}) end)
+    for _ <- socks, do: assert_receive({:polled, {:error, :timeout}}, 5_000)
+    Process.exit(ticker, :kill)
+    ticks = collect_ticks([])
+    # The ticker sleeps 1 ms between ticks: it must keep being scheduled,
+    # and not be late by more than a few time slices.
+    assert length(ticks) >= 50, "only #{length(ticks)} ticks in 300 ms"
+    worst = Enum.max(ticks)
+
+    if System.get_env("TACHYON_TEST_VERBOSE"),
+      do: IO.puts("ticks=#{length(ticks)} worst_late_us=#{worst}")
+
+    assert worst < 20_000, "a tick was #{worst} us late"
+    Enum.each(socks, &UDP.close/1)
+  end
+
+  defp tick(parent, last, n) do
+    Process.sleep(1)
+    now = System.monotonic_time(:microsecond)
+    send(parent, {:tick, now - last - 1_000})
+    tick(parent, now, n + 1)
+  end
+
+  defp collect_ticks(acc) do
+    receive do
+      {:tick, late} -> collect_ticks([late | acc])
+    after
+      0 -> acc
+    end
+  end
+
+  test "close from another process wakes a recv, which returns :closed" do
+    {sock, _} = open_poll(wait: :park)
+    parent = self()
+    task = Task.async(fn -> UDP.recv(sock, 10_000) end)
+    Process.sleep(30)
+    spawn(fn -> send(parent, {:closed, UDP.close(sock)}) end)
+    assert {:error, :closed} = Task.await(task, 5_000)
+    assert_receive {:closed, :ok}, 1_000
+    assert {:error, :closed} = UDP.recv(sock, 0)
+    assert {:error, :closed} = UDP.send(sock, {{127, 0, 0, 1}, 9}, "x")
+  end
+
+  test "the owner's death closes a poll socket and frees its port" do
+    parent = self()
+
+    owner =
+      spawn(fn ->
+        {sock, {_ip, port}} = open_poll(wait: :park)
+        send(parent, {:sock, sock, port})
+        Process.sleep(:infinity)
+      end)
+
+    assert_receive {:sock, sock, port}, 2_000
+    task = Task.async(fn -> UDP.recv(sock, 10_000) end)
+    Process.sleep(20)
+    Process.exit(owner, :kill)
+    assert {:error, :closed} = Task.await(task, 5_000)
+
+    assert Tachyon.TestHelpers.wait_until(fn ->
+             match?({:ok, _}, :gen_udp.open(port, ip: {127, 0, 0, 1}))
+           end)
+  end
+
+  test "bad arguments raise ArgumentError" do
+    {sock, _} = open_poll()
+
+    for max <- [0, -1, 1025, :many] do
+      assert_raise ArgumentError, fn -> UDP.recv_many(sock, max, 0) end
+    end
+
+    assert_raise ArgumentError, fn -> UDP.recv(sock, -5) end
+    assert_raise ArgumentError, fn -> UDP.recv(sock, :soon) end
+    assert_raise ArgumentError, fn -> UDP.recv(make_ref(), 0) end
+    assert_raise ArgumentError, fn -> UDP.recv(:not_a_socket, 0) end
+    assert_raise ArgumentError, fn -> UDP.open(0, mode: :poll, max_queue: 10) end
+    assert_raise ArgumentError, fn -> UDP.open(0, mode: :pull) end
+    {:ok, threaded} = UDP.open(0, ip: :loopback)
+    assert {:error, :not_poll} = UDP.recv(threaded, 0)
+    UDP.close(threaded)
+    UDP.close(sock)
+  end
+
+  test "stats and the open telemetry metadata say poll" do
+    {sock, addr} = open_poll()
+    :ok = UDP.send(sock, addr, "x")
+    assert {:ok, {_, "x"}} = UDP.recv(sock, 1_000)
+    assert {:ok, %{received: 1, delivered: 1, sent: 1}} = UDP.stats(sock)
+    UDP.close(sock)
+    assert {:error, :closed} = UDP.stats(sock)
+  end
+end
