@@ -12,6 +12,9 @@ defmodule Tachyon.MixProject do
       compilers: [:tachyon_cargo] ++ Mix.compilers(),
       elixirc_paths: elixirc_paths(Mix.env()),
       deps: [],
+      # :scheduler (runtime_tools, part of OTP) is only used by the benchmarks
+      # to report scheduler utilization; a user's release need not carry it.
+      xref: [exclude: [:scheduler]],
       description: "Low-latency messaging and storage on the BEAM, with Rust NIFs",
       docs: [main: "Tachyon", extras: ["README.md", "docs/ARCHITECTURE.md", "docs/FORMAT.md"]]
     ]

@@ -189,6 +189,25 @@ defmodule Tachyon.Bench do
   end
 
   @doc """
+  Runs `fun` and returns `{result, utilization}`: how busy the normal
+  schedulers were while it ran (`:scheduler.sample_all/0` before and after),
+  as `%{"normal_pct" => [per scheduler], "total_pct" => all schedulers}`.
+  What a polling case costs the VM.
+  """
+  def with_utilization(fun) do
+    s1 = :scheduler.sample_all()
+    result = fun.()
+    u = :scheduler.utilization(s1, :scheduler.sample_all())
+    normal = for {:normal, _id, f, _} <- u, do: Float.round(f * 100, 1)
+    {:total, total, _} = List.keyfind(u, :total, 0)
+    {result, %{"normal_pct" => normal, "total_pct" => Float.round(total * 100, 1)}}
+  end
+
+  @doc "`\"normal schedulers busy 97.0%/4.1%\"` for a utilization of `with_utilization/1`."
+  def utilization_note(%{"normal_pct" => normal}),
+    do: "normal schedulers busy " <> Enum.map_join(normal, "/", &"#{&1}%")
+
+  @doc """
   The `machine.hiccup` case: a Rust loop on a dirty CPU scheduler that only
   reads the clock for `ms` milliseconds; each sample is the time between two
   reads. Its tail is the machine's (timer ticks, interrupts, the hypervisor

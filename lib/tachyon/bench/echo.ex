@@ -13,6 +13,10 @@ defmodule Tachyon.Bench.Echo do
   #                          Tachyon.UDP: receive thread -> process -> Tachyon.UDP.send)
   #   tachyon.udp.roundtrip  an Elixir process with Tachyon.UDP <-> Tachyon.Echo
   #   tachyon.udp.roundtrip.block  the same with the receive thread blocking (wait: :park)
+  #   tachyon.udp.roundtrip.poll  an Elixir process polling a poll-mode Tachyon.UDP socket
+  #                          (recv/2 on its own scheduler, --udp-wait) <-> Tachyon.Echo
+  #   tachyon.udp.echo.poll  Rust ping thread <-> an Elixir echo process polling a poll-mode
+  #                          Tachyon.UDP socket (recv_many/3)
   #   socket.roundtrip       an Elixir process with :socket <-> a :socket echo process
   #   gen_udp.roundtrip      an Elixir process with gen_udp <-> a gen_udp echo process
   #                          (both active: true, gen_udp's fastest mode here)
@@ -34,7 +38,7 @@ defmodule Tachyon.Bench.Echo do
 
   @defaults [messages: 200_000, warmup: 50_000, size: 256, flood: 100_000, max_queue: 1000]
   @quick [messages: 20_000, warmup: 5_000, flood: 10_000]
-  @all ~w(raw.rust tachyon.echo gen_udp.echo tachyon.udp.echo tachyon.udp.roundtrip tachyon.udp.roundtrip.block socket.roundtrip gen_udp.roundtrip gen_udp.roundtrip.passive tachyon.udp.flood)
+  @all ~w(raw.rust tachyon.echo gen_udp.echo tachyon.udp.echo tachyon.udp.echo.poll tachyon.udp.roundtrip tachyon.udp.roundtrip.block tachyon.udp.roundtrip.poll socket.roundtrip gen_udp.roundtrip gen_udp.roundtrip.passive tachyon.udp.flood)
   @extra [
     cases: :string,
     peer_messages: :integer,
@@ -201,6 +205,65 @@ defmodule Tachyon.Bench.Echo do
     end
   end
 
+  defp run_case("tachyon.udp.echo.poll" = name, cfg) do
+    {pid, addr} = Peers.tachyon_udp_poll_echo(cfg)
+
+    try do
+      {{h, info}, util} =
+        Bench.with_utilization(fn -> Peers.rust_ping!(addr, cfg.n, cfg.warmup, cfg) end)
+
+      Bench.from_hist(name, h, cfg.size, %{
+        note:
+          "ping: Rust thread #{placement(info)}; pong: an Elixir process polling Tachyon.UDP " <>
+            "(poll mode, wait: #{cfg.udp_wait}); #{Bench.utilization_note(util)}",
+        json_extra: %{
+          ping: placement(info),
+          pong: "Elixir process polling Tachyon.UDP, wait #{cfg.udp_wait}",
+          scheduler_utilization: util
+        }
+      })
+    after
+      Peers.stop_proc(pid)
+    end
+  end
+
+  defp run_case("tachyon.udp.roundtrip.poll" = name, cfg) do
+    Peers.with_echo(cfg.pong_core, cfg.wait, fn echo, addr ->
+      payload = :binary.copy(<<0xA5>>, cfg.size)
+
+      open = fn ->
+        {:ok, _} = Tachyon.UDP.open(0, ip: :loopback, mode: :poll, wait: cfg.udp_wait)
+      end
+
+      {{h, lost, gcs}, util} =
+        Bench.with_utilization(fn ->
+          client(
+            cfg.warmup,
+            cfg.n,
+            open,
+            &Tachyon.UDP.close/1,
+            &Peers.udp_poll_round_trip(&1, addr, payload)
+          )
+        end)
+
+      pong = placement(Tachyon.Echo.info(echo))
+
+      Bench.from_hist(name, h, cfg.size, %{
+        unit: :perf_counter,
+        note:
+          "client: Elixir process polling Tachyon.UDP (poll mode, wait: #{cfg.udp_wait}); " <>
+            "pong: Tachyon.Echo #{pong}; #{gcs} minor GCs; #{Bench.utilization_note(util)}",
+        json_extra: %{
+          ping: "Elixir process polling, wait #{cfg.udp_wait}",
+          pong: pong,
+          lost: lost,
+          minor_gcs: gcs,
+          scheduler_utilization: util
+        }
+      })
+    end)
+  end
+
   defp run_case("tachyon.udp.roundtrip.block" = name, cfg),
     do: tachyon_udp_roundtrip(name, %{cfg | udp_wait: :park})
 
@@ -337,18 +400,30 @@ defmodule Tachyon.Bench.Echo do
     {"gen_udp.roundtrip p50 / tachyon.echo p50 >= 8x", "gen_udp.roundtrip", "tachyon.echo", :ge,
      8.0},
     {"gen_udp.roundtrip p50 / tachyon.udp.roundtrip p50 >= 3x", "gen_udp.roundtrip",
-     "tachyon.udp.roundtrip", :ge, 3.0}
+     "tachyon.udp.roundtrip", :ge, 3.0},
+    {"tachyon.udp.roundtrip.poll p50 / raw.rust p50 <= 1.3x", "tachyon.udp.roundtrip.poll",
+     "raw.rust", :le, 1.3},
+    {"gen_udp.roundtrip p50 / tachyon.udp.roundtrip.poll p50 >= 2.5x", "gen_udp.roundtrip",
+     "tachyon.udp.roundtrip.poll", :ge, 2.5},
+    {"tachyon.udp.roundtrip.poll p99.9 / gen_udp.roundtrip p99.9 <= 1x",
+     "tachyon.udp.roundtrip.poll", "gen_udp.roundtrip", :le, 1.0, :p999_ns}
   ]
 
   defp targets(cases) do
     by = Bench.by_name(cases)
 
-    for {label, a, b, cmp, bound} <- @targets, by[a] && by[b], by[b].p50_ns > 0 do
-      ratio = by[a].p50_ns / by[b].p50_ns
+    for t <- @targets,
+        {label, a, b, cmp, bound, key} = with_key(t),
+        by[a] && by[b],
+        Map.get(by[b], key, 0) > 0 do
+      ratio = Map.fetch!(by[a], key) / Map.fetch!(by[b], key)
       met = if cmp == :le, do: ratio <= bound, else: ratio >= bound
       %{"target" => label, "ratio" => Float.round(ratio, 3), "met" => met}
     end
   end
+
+  defp with_key({label, a, b, cmp, bound}), do: {label, a, b, cmp, bound, :p50_ns}
+  defp with_key(t), do: t
 
   # Ratios printed for information (no target in the issue).
   @ratios [
@@ -356,7 +431,9 @@ defmodule Tachyon.Bench.Echo do
     {"gen_udp.echo", "tachyon.echo"},
     {"gen_udp.roundtrip.passive", "tachyon.udp.roundtrip"},
     {"socket.roundtrip", "tachyon.udp.roundtrip"},
-    {"tachyon.udp.roundtrip.block", "tachyon.udp.roundtrip"}
+    {"tachyon.udp.roundtrip.block", "tachyon.udp.roundtrip"},
+    {"tachyon.udp.roundtrip", "tachyon.udp.roundtrip.poll"},
+    {"gen_udp.echo", "tachyon.udp.echo.poll"}
   ]
 
   defp ratios(cases) do
@@ -373,7 +450,7 @@ defmodule Tachyon.Bench.Echo do
         :ok
 
       ts ->
-        IO.puts("\nTargets (issue 4, p50 ratios):")
+        IO.puts("\nTargets (issues 4 and 9, ratios in one run):")
 
         for t <- ts, do: Bench.target(t["target"], t["ratio"], fn _ -> t["met"] end, "x")
     end

@@ -87,6 +87,18 @@ defmodule Tachyon.Bench.Echo.Peers do
     end
   end
 
+  @doc "A round trip on a poll-mode Tachyon.UDP socket (`Tachyon.UDP.recv/2`)."
+  def udp_poll_round_trip(sock, dest, payload) do
+    fn ->
+      :ok = Tachyon.UDP.send(sock, dest, payload)
+
+      case Tachyon.UDP.recv(sock, @rt_timeout) do
+        {:ok, _} -> :ok
+        {:error, :timeout} -> :lost
+      end
+    end
+  end
+
   @doc "A round trip on an active gen_udp socket."
   def gen_udp_round_trip(sock, port, payload) do
     fn ->
@@ -147,6 +159,30 @@ defmodule Tachyon.Bench.Echo.Peers do
 
       :stop ->
         Tachyon.UDP.close(s)
+    end
+  end
+
+  @doc "An echo process polling a poll-mode Tachyon.UDP socket; returns `{pid, address}`."
+  def tachyon_udp_poll_echo(cfg) do
+    spawn_echo(
+      "Tachyon.UDP (poll)",
+      fn ->
+        {:ok, s} = Tachyon.UDP.open(0, ip: :loopback, mode: :poll, wait: cfg.udp_wait)
+        {:ok, addr} = Tachyon.UDP.sockname(s)
+        {s, addr}
+      end,
+      &tachyon_udp_poll_echo_loop/1
+    )
+  end
+
+  defp tachyon_udp_poll_echo_loop(s) do
+    case Tachyon.UDP.recv_many(s, 64, 200) do
+      {:ok, list} ->
+        for {from, data} <- list, do: Tachyon.UDP.send(s, from, data)
+        tachyon_udp_poll_echo_loop(s)
+
+      {:error, :timeout} ->
+        stop_or(s, &Tachyon.UDP.close/1, &tachyon_udp_poll_echo_loop/1)
     end
   end
 
