@@ -530,20 +530,16 @@ defmodule Tachyon.AsyncStore do
       :stop ->
         :ok
 
-      {:tachyon_async_store, _id, kind, _, _} = msg when kind == :writer_failed ->
-        handle_report(msg, meta)
-
-      {:tachyon_async_store, _id, :stopped, _} ->
-        :ok
-
-      {:tachyon_async_store, _id, _, _} = msg ->
-        handle_report(msg, meta)
-        reporter_loop(meta)
+      {:tachyon_report, :async_store, _id, kind, fields} ->
+        handle_report(kind, fields, meta)
+        if kind not in [:writer_failed, :stopped], do: reporter_loop(meta)
     end
   end
 
+  # The writer's reports come on the report channel (tachyon_nif's
+  # deliver::reporter): {:tachyon_report, :async_store, id, kind, fields}.
   @doc false
-  def handle_report({:tachyon_async_store, _id, :stats, stats}, meta) do
+  def handle_report(:stats, stats, meta) do
     Tachyon.Telemetry.execute(
       [:tachyon, :async_store, :stats],
       Map.take(stats, [
@@ -561,7 +557,7 @@ defmodule Tachyon.AsyncStore do
     )
   end
 
-  def handle_report({:tachyon_async_store, _id, :writer_failed, {reason, detail}, stats}, meta) do
+  def handle_report(:writer_failed, %{reason: reason, detail: detail, stats: stats}, meta) do
     Logger.error(
       "Tachyon.AsyncStore #{meta.path}: the writer stopped: #{detail} (#{inspect(reason)}). " <>
         "#{stats.written} messages were written, #{stats.pending} queued ones were not; " <>
@@ -575,5 +571,5 @@ defmodule Tachyon.AsyncStore do
     )
   end
 
-  def handle_report({:tachyon_async_store, _id, :stopped, _stats}, _meta), do: :ok
+  def handle_report(:stopped, _stats, _meta), do: :ok
 end

@@ -28,16 +28,13 @@ defmodule Tachyon.AsyncStore.Server do
   end
 
   @impl true
-  def handle_info({:tachyon_async_store, _, :stats, _} = msg, state) do
-    AsyncStore.handle_report(msg, state.meta)
+  def handle_info({:tachyon_report, :async_store, _id, kind, fields}, state) do
+    AsyncStore.handle_report(kind, fields, state.meta)
     # Emit the owned store's roll events too (Tachyon.Store.stats/1 flushes
     # them).
-    if state.async && state.async.owns_store, do: Store.stats(state.async.store)
-    {:noreply, state}
-  end
+    if kind == :stats and state.async && state.async.owns_store,
+      do: Store.stats(state.async.store)
 
-  def handle_info({:tachyon_async_store, _, _, _, _} = msg, state) do
-    AsyncStore.handle_report(msg, state.meta)
     {:noreply, state}
   end
 

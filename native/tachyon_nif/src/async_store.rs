@@ -11,7 +11,6 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use rustler::env::OwnedEnv;
 use rustler::types::atom::Atom;
 use rustler::{Binary, Encoder, Env, Error, LocalPid, Monitor, NifResult, Term};
 
@@ -24,7 +23,7 @@ use tachyon_core::wait::WaitStrategy;
 
 use crate::atoms;
 use crate::store::{store_error, StoreResource};
-use crate::terms::{atom, errno_atom, get, map};
+use crate::terms::{atom, errno_atom, get};
 
 /// The BEAM's handle on an AsyncStore. Dropping it (GC) or `async_close`
 /// stops the writer after it has written everything queued and joins it.
@@ -87,34 +86,8 @@ fn timeout(ms: u64) -> Duration {
     Duration::from_millis(ms.min(MAX_TIMEOUT_MS))
 }
 
-fn opt_bool<'a>(env: Env<'a>, v: Option<bool>) -> Term<'a> {
-    match v {
-        Some(b) => b.encode(env),
-        None => atoms::nil().encode(env),
-    }
-}
-
-fn stats_term<'a>(env: Env<'a>, s: &Stats) -> NifResult<Term<'a>> {
-    map(
-        env,
-        &[
-            ("enqueued", s.enqueued.encode(env)),
-            ("written", s.written.encode(env)),
-            ("pending", s.pending().encode(env)),
-            ("written_bytes", s.written_bytes.encode(env)),
-            ("batches", s.batches.encode(env)),
-            ("full_events", s.full_events.encode(env)),
-            ("rejected", s.rejected.encode(env)),
-            ("high_water_bytes", s.high_water_bytes.encode(env)),
-            ("ring_size", s.ring_size.encode(env)),
-            ("ring_used", s.ring_used.encode(env)),
-            ("base_index", s.base_index.encode(env)),
-            ("next_index", s.next_index.encode(env)),
-            ("state", atom(env, s.state)),
-            ("wait", atom(env, s.wait)),
-            ("pinned", opt_bool(env, s.pinned)),
-        ],
-    )
+fn stats_term<'a>(env: Env<'a>, s: &Stats) -> Term<'a> {
+    crate::deliver::report_map(env, &s.fields())
 }
 
 /// The reason term of a writer failure.
@@ -158,37 +131,11 @@ fn wait_error<'a>(env: Env<'a>, e: &WaitError) -> Term<'a> {
     error(env, reason)
 }
 
-/// A reporter sending `{:tachyon_async_store, id, kind, ...}` to `pid`.
+/// The writer's reports on the report channel:
+/// `{:tachyon_report, :async_store, id, kind, fields}` to `pid`.
 fn reporter(pid: LocalPid, id: u64) -> Reporter {
-    let mut msg_env = OwnedEnv::new();
-    Box::new(move |r: Report| {
-        let _ = msg_env.send_and_clear(&pid, |env| {
-            let tag = atom(env, "tachyon_async_store");
-            let none = atoms::nil().encode(env);
-            match &r {
-                Report::Stats(s) => {
-                    let st = stats_term(env, s).unwrap_or(none);
-                    (tag, id, atom(env, "stats"), st).encode(env)
-                }
-                Report::Failed(f, s) => {
-                    let st = stats_term(env, s).unwrap_or(none);
-                    let detail = f.to_string();
-                    (
-                        tag,
-                        id,
-                        atom(env, "writer_failed"),
-                        (failure_reason(env, f), detail),
-                        st,
-                    )
-                        .encode(env)
-                }
-                Report::Stopped(s) => {
-                    let st = stats_term(env, s).unwrap_or(none);
-                    (tag, id, atom(env, "stopped"), st).encode(env)
-                }
-            }
-        });
-    })
+    let mut channel = crate::deliver::reporter(pid, "async_store", id);
+    Box::new(move |r: Report| channel(r.into()))
 }
 
 /// Starts an AsyncStore in front of `store`. `report_to` gets the writer's
@@ -285,7 +232,7 @@ fn async_close<'a>(env: Env<'a>, r: Handle<AsyncStoreResource>) -> Term<'a> {
 
 #[rustler::nif]
 fn async_stats<'a>(env: Env<'a>, r: &AsyncStoreResource) -> NifResult<Term<'a>> {
-    stats_term(env, &r.inner.stats())
+    Ok(stats_term(env, &r.inner.stats()))
 }
 
 /// Test hook: stop (true) or resume (false) taking from the ring.

@@ -9,9 +9,15 @@
 //! ([`ProcessSender::end_batch`]), not per message.
 //!
 //! Used by `Tachyon.UDP`'s receive thread (with `tachyon_core::credit` for
-//! flow control).
+//! flow control) and by [`reporter`], the report channel every part's
+//! threads use for stats and events.
 
-use rustler::{Env, LocalPid, OwnedEnv, Term};
+use rustler::{Encoder, Env, LocalPid, OwnedEnv, Term};
+
+use tachyon_core::report::{Report, Reporter, Value};
+
+use crate::atoms;
+use crate::terms::atom;
 
 /// Sends terms built on a Rust thread (never a scheduler thread) to
 /// processes.
@@ -47,5 +53,58 @@ impl ProcessSender {
     /// Frees the terms built since the last call (already copied out).
     pub fn end_batch(&mut self) {
         self.env.clear();
+    }
+
+    /// [`ProcessSender::send`] then [`ProcessSender::end_batch`].
+    pub fn send_one<F>(&mut self, pid: &LocalPid, build: F) -> bool
+    where
+        F: for<'a> FnOnce(Env<'a>) -> Term<'a>,
+    {
+        let ok = self.send(pid, build);
+        self.end_batch();
+        ok
+    }
+}
+
+/// The report channel: a [`Reporter`] that sends every [`Report`] of a
+/// part's thread to `pid` as `{:tachyon_report, part, id, kind, fields}`
+/// (`fields` a map with atom keys). `Tachyon.Telemetry` turns them into
+/// events.
+pub fn reporter(pid: LocalPid, part: &'static str, id: u64) -> Reporter {
+    let mut sender = ProcessSender::new();
+    Box::new(move |r: Report| {
+        sender.send_one(&pid, |env| {
+            let fields = report_map(env, &r.fields);
+            (
+                atom(env, "tachyon_report"),
+                atom(env, part),
+                id,
+                atom(env, r.kind),
+                fields,
+            )
+                .encode(env)
+        });
+    })
+}
+
+/// A report's fields as a map with atom keys.
+pub fn report_map<'a>(env: Env<'a>, fields: &[(&'static str, Value)]) -> Term<'a> {
+    let kv: Vec<(Term<'a>, Term<'a>)> = fields
+        .iter()
+        .map(|(k, v)| (atom(env, k), value(env, v)))
+        .collect();
+    Term::map_from_pairs(env, &kv).unwrap_or_else(|_| atoms::error().encode(env))
+}
+
+fn value<'a>(env: Env<'a>, v: &Value) -> Term<'a> {
+    match v {
+        Value::U64(n) => n.encode(env),
+        Value::I64(n) => n.encode(env),
+        Value::F64(x) => x.encode(env),
+        Value::Bool(b) => b.encode(env),
+        Value::Atom(a) => atom(env, a),
+        Value::Text(s) => s.as_str().encode(env),
+        Value::Nil => atoms::nil().encode(env),
+        Value::Map(m) => report_map(env, m),
     }
 }

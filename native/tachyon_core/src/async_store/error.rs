@@ -50,6 +50,24 @@ impl Failure {
         }
     }
 
+    /// The failure's name (an atom on the BEAM side): `enospc`, `closed`,
+    /// `read_only`, `corrupt`, an errno name, `index_conflict` or
+    /// `writer_panicked`.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            Failure::NoSpace => "enospc",
+            Failure::Closed => "closed",
+            Failure::ReadOnly => "read_only",
+            Failure::Corrupt { .. } => "corrupt",
+            Failure::Io { errno: Some(n), .. } => {
+                crate::errno::name(&io::Error::from_raw_os_error(*n))
+            }
+            Failure::Io { errno: None, .. } => "eio",
+            Failure::IndexConflict { .. } => "index_conflict",
+            Failure::Panicked => "writer_panicked",
+        }
+    }
+
     /// The equivalent store error, for failures that are store errors.
     pub fn to_store_error(&self) -> Option<StoreError> {
         Some(match self {

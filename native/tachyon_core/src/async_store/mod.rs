@@ -51,6 +51,7 @@ use std::time::{Duration, Instant};
 use crossbeam_utils::CachePadded;
 
 use crate::counter::Counter;
+use crate::report::Value;
 use crate::ring::{self, Producer, PushError, Ring};
 use crate::spin::SpinMutex;
 use crate::store::{Mode, Store};
@@ -153,6 +154,47 @@ impl Stats {
     /// Enqueued but not (yet, or ever, after a failure) written.
     pub fn pending(&self) -> u64 {
         self.enqueued - self.written.min(self.enqueued)
+    }
+
+    /// The counters as named values: what `stats/1` returns and the stats
+    /// reports carry (one list of names for both).
+    pub fn fields(&self) -> Vec<(&'static str, Value)> {
+        vec![
+            ("enqueued", self.enqueued.into()),
+            ("written", self.written.into()),
+            ("pending", self.pending().into()),
+            ("written_bytes", self.written_bytes.into()),
+            ("batches", self.batches.into()),
+            ("full_events", self.full_events.into()),
+            ("rejected", self.rejected.into()),
+            ("high_water_bytes", self.high_water_bytes.into()),
+            ("ring_size", self.ring_size.into()),
+            ("ring_used", self.ring_used.into()),
+            ("base_index", self.base_index.into()),
+            ("next_index", self.next_index.into()),
+            ("state", Value::Atom(self.state)),
+            ("wait", Value::Atom(self.wait)),
+            ("pinned", self.pinned.into()),
+        ]
+    }
+}
+
+impl From<Report> for crate::report::Report {
+    /// The writer's report on the shared report channel: `stats`,
+    /// `writer_failed` (`reason`, `detail`, `stats`) or `stopped`.
+    fn from(r: Report) -> Self {
+        match r {
+            Report::Stats(s) => Self::new("stats", s.fields()),
+            Report::Failed(f, s) => Self::new(
+                "writer_failed",
+                vec![
+                    ("reason", Value::Atom(f.reason())),
+                    ("detail", Value::Text(f.to_string())),
+                    ("stats", Value::Map(s.fields())),
+                ],
+            ),
+            Report::Stopped(s) => Self::new("stopped", s.fields()),
+        }
     }
 }
 
