@@ -5,8 +5,8 @@
 //! ring; a full ring spins at most `spin_us`, capped at 1 ms). Everything that
 //! waits (`async_flush`, `async_drain`, `async_close`) runs on a dirty I/O
 //! scheduler with a bounded wait; `async_open` (ring allocation, page
-//! touching, thread spawn) too. The writer thread reports to a process with
-//! `OwnedEnv::send_and_clear`.
+//! touching, thread spawn) too. The writer thread reports to a process on the
+//! report channel (`deliver::reporter`).
 
 use std::sync::Arc;
 use std::time::Duration;
