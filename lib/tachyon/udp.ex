@@ -1,7 +1,8 @@
 defmodule Tachyon.UDP do
   @moduledoc """
   A UDP endpoint for BEAM processes: a sibling of gen_udp whose datagrams are
-  read by a Rust thread and sent straight to the owner process.
+  read by a Rust thread and sent straight to the owner process, or (poll
+  mode) read by the process itself on its own scheduler.
 
       {:ok, sock} = Tachyon.UDP.open(0)
       {:ok, {ip, port}} = Tachyon.UDP.sockname(sock)
@@ -25,23 +26,26 @@ defmodule Tachyon.UDP do
 
   ## Performance
 
-  Measured on a 2-core KVM guest (`docs/BENCHMARKS.md`, `mix tachyon.bench
-  echo`): a round trip from an Elixir process to `Tachyon.Echo` and back is on
-  par with gen_udp's (about 14.5 us against 13.5 us at p50; the floor of two
-  busy-polling Rust threads is 7.7 us there), an echo server process on
-  `Tachyon.UDP` answers 1.15x to 1.4x faster than one on gen_udp, and a burst of
-  100,000 datagrams into a socket whose owner is not running reaches the
-  mailbox whole where gen_udp's port lost 2 to 23% of it (varying between
-  runs). Each datagram costs the owner more to receive than a gen_udp message
-  (about 0.65 us against 0.24 us in that test). The receive thread can only beat the BEAM's own poller when
-  it does not have to be woken: `wait: :busy_spin` on a core of its own
-  (`:core`), which that machine did not have to spare.
+  Measured on a 2-core KVM guest (`docs/BENCHMARKS.md`, "Poll mode", `mix
+  tachyon.bench echo --messages 1000000 --warmup 500000`): a round trip from an
+  Elixir process polling a poll-mode socket to `Tachyon.Echo` and back took
+  4.36 us at p50, 1.22x the floor of two busy-polling Rust threads (3.57 us)
+  and 1.8x faster than gen_udp's (7.89 us), with its scheduler busy while it
+  polls. In the thread mode the same round trip took 5.82 us: the hand-over
+  from the receive thread to the process costs about 1.5 us. An echo server
+  process polling a poll-mode socket answered in 4.08 us, 5.5x faster than
+  one on gen_udp. A burst of 100,000 datagrams into a thread-mode socket
+  whose owner is not running reaches the mailbox whole where gen_udp's port
+  lost 8% of it.
 
   ## How it differs from gen_udp
 
-    * **No active or passive modes.** Every datagram becomes a message to
-      the owner, as with `active: true`; there is no `recv/2`. Flow control
-      is `:max_queue` plus `ack/2` (below), not `{:active, n}`.
+    * **Two receive modes instead of active/passive.** In the default
+      thread mode every datagram becomes a message to the owner, as with
+      `active: true`; flow control is `:max_queue` plus `ack/2` (below), not
+      `{:active, n}`. In the poll mode (`mode: :poll`, see "Poll mode") the
+      process reads with `recv/2` / `recv_many/3`, as with `active: false`,
+      but on its own scheduler.
     * **Backpressure.** A NIF thread cannot see the owner's mailbox, so by
       default (`max_queue: :infinity`) nothing bounds it: if the owner is
       slower than the senders, its mailbox grows (as with gen_udp's
