@@ -19,16 +19,18 @@
 //! element is a sub-binary of it.
 
 use std::net::SocketAddr;
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use rustler::{Binary, Encoder, Env, NewBinary, NifResult, Term};
-use tachyon_core::udp::Sink;
+use rustler::types::atom::Atom;
+use rustler::{Binary, Encoder, Env, LocalPid, NewBinary, NifResult, Term};
+use tachyon_core::udp::{Batch, Endpoint, Sink};
 use tachyon_core::wait::WaitStrategy;
 
 use super::socket::UdpResource;
 use super::{encode_addr, error_term, udp_atoms};
 use crate::atoms;
-use crate::res::Obj;
+use crate::res::{HotResource, Obj};
 
 /// The longest a single `udp_recv` polls: a NIF call on a normal scheduler
 /// stays far below a millisecond, and a process that wants to poll longer
@@ -81,14 +83,164 @@ impl<'a> ListSink<'a> {
     }
 }
 
-/// Receives up to `max` datagrams waiting on a poll-mode socket. `polled_ns`
-/// is how long the caller has been polling for this `recv` so far; by the
-/// socket's wait strategy, if nothing is waiting the call polls for at most
-/// [`MAX_SPIN`] and returns `:empty` (poll again: `:busy_spin`, or
-/// `:backoff` / `:yield` within their `:spin` window) or returns `:sleep`
-/// (wait for readiness with `udp_select`: `:park`, or a window used up).
-/// Returns `{:ok, [{from, data}]}` (never an empty list), `:empty`,
-/// `:sleep`, or `{:error, :closed | :not_poll | errno}`.
+/// The poll mode of an endpoint, for any resource that owns one
+/// (`Tachyon.UDP` sockets now; the sequencer's members read the bus the same
+/// way): the receive buffers, the wait strategy and spin window, and what
+/// the VM's poll set knows of the socket.
+pub struct Poller {
+    wait: WaitStrategy,
+    spin: Duration,
+    /// The receive buffers, taken by the process in `recv`.
+    batch: Mutex<Batch>,
+    sel: Mutex<Select>,
+}
+
+/// What the VM's poll set knows of the socket.
+#[derive(Default)]
+struct Select {
+    /// The descriptor was handed to `enif_select` at least once: it may
+    /// only be closed in the resource's `stop` callback, after a select stop.
+    selected: bool,
+    /// The last process that asked to be told of readiness (woken by a
+    /// close so that its `recv` returns `{:error, :closed}`).
+    waiting: Option<LocalPid>,
+    closed: bool,
+}
+
+/// What one [`Poller::recv`] did.
+pub enum Polled {
+    /// Datagrams were received (handed to the sink; some may have been
+    /// dropped as oversized).
+    Got,
+    /// Nothing yet: poll again (the spin window is not used up).
+    Empty,
+    /// Nothing: sleep until readable ([`Poller::select`]).
+    Sleep,
+    Closed,
+    Failed(std::io::Error),
+}
+
+impl Poller {
+    pub fn new(wait: WaitStrategy, spin: Duration, batch: Batch) -> Poller {
+        Poller {
+            wait,
+            spin,
+            batch: Mutex::new(batch),
+            sel: Mutex::new(Select::default()),
+        }
+    }
+
+    /// Receives up to `max` datagrams waiting on `ep` into `sink`.
+    /// `polled` is how long the caller has been polling for this receive
+    /// so far; by the wait strategy, if nothing is waiting the call polls
+    /// for at most [`MAX_SPIN`] and says [`Polled::Empty`] (`:busy_spin`,
+    /// or `:backoff` / `:yield` within their spin window) or
+    /// [`Polled::Sleep`] (`:park`, or a window used up). The time it spent
+    /// is reported to the VM (`enif_consume_timeslice`).
+    pub fn recv<S: Sink>(
+        &self,
+        env: Env<'_>,
+        ep: &Endpoint,
+        max: usize,
+        polled: Duration,
+        sink: &mut S,
+    ) -> Polled {
+        let left = self.spin.saturating_sub(polled);
+        let (budget, then) = match self.wait {
+            WaitStrategy::BusySpin => (MAX_SPIN, Polled::Empty),
+            WaitStrategy::Park => (Duration::ZERO, Polled::Sleep),
+            // One poll per call: the Elixir side yields between calls.
+            WaitStrategy::Yield if !left.is_zero() => (Duration::ZERO, Polled::Empty),
+            WaitStrategy::Backoff if !left.is_zero() => (left.min(MAX_SPIN), Polled::Empty),
+            WaitStrategy::Yield | WaitStrategy::Backoff => (Duration::ZERO, Polled::Sleep),
+        };
+        let mut batch = self.batch.lock().unwrap_or_else(|e| e.into_inner());
+        let t0 = Instant::now();
+        let result = loop {
+            match ep.poll(&mut batch, max, sink) {
+                Ok(n) if n > 0 => break Polled::Got,
+                Ok(_) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::NotConnected => break Polled::Closed,
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::Interrupted
+                    ) => {}
+                Err(e) => break Polled::Failed(e),
+            }
+            if t0.elapsed() >= budget {
+                break then;
+            }
+            std::hint::spin_loop();
+        };
+        drop(batch);
+        // Tell the VM how much of a time slice (about 1 ms) the call used.
+        let pct = (t0.elapsed().as_micros() / 10).min(100) as i32;
+        if pct > 0 {
+            rustler::schedule::consume_timeslice(env, pct);
+        }
+        result
+    }
+
+    /// Asks the VM to send `msg` to the calling process once `ep`'s socket
+    /// is readable (once), for the resource `res` (whose type has a `stop`
+    /// callback that closes `ep`). `Err(:closed)` once closed.
+    pub fn select<T: HotResource>(
+        &self,
+        env: Env<'_>,
+        res: &Obj<'_, T>,
+        ep: &Endpoint,
+        msg: Term<'_>,
+    ) -> Result<(), Atom> {
+        let mut sel = self.sel.lock().unwrap_or_else(|e| e.into_inner());
+        let fd = match ep.raw_fd() {
+            Some(fd) if !sel.closed => fd,
+            _ => return Err(atoms::closed()),
+        };
+        let me = env.pid();
+        if !res.select_read(env, fd, &me, msg) {
+            return Err(atoms::eio());
+        }
+        sel.selected = true;
+        sel.waiting = Some(me);
+        Ok(())
+    }
+
+    /// Closes without waiting (call after `ep.request_stop()`): a socket
+    /// the VM's poll set knows is taken out of it (the resource's `stop`
+    /// callback then closes `ep`), any other is closed now; the process
+    /// waiting for readiness gets `{:tachyon_udp_ready, res}` so that its
+    /// receive returns `:closed`. Idempotent.
+    pub fn close<T: HotResource>(&self, env: Env<'_>, res: &Obj<'_, T>, ep: &Endpoint) {
+        let mut sel = self.sel.lock().unwrap_or_else(|e| e.into_inner());
+        if sel.closed {
+            return;
+        }
+        sel.closed = true;
+        let waiting = sel.waiting.take();
+        match ep.raw_fd() {
+            Some(fd) if sel.selected => {
+                if !res.select_stop(env, fd) {
+                    ep.close();
+                }
+            }
+            _ => ep.close(),
+        }
+        drop(sel);
+        if let Some(pid) = waiting {
+            let _ = env.send(
+                &pid,
+                (udp_atoms::tachyon_udp_ready(), res.to_term(env)).encode(env),
+            );
+        }
+    }
+}
+
+/// Receives up to `max` datagrams waiting on a poll-mode socket (see
+/// [`Poller::recv`]; `polled_ns` is how long the caller has polled for this
+/// `recv` so far). Returns `{:ok, [{from, data}]}` (never an empty list),
+/// `:empty` (poll again), `:sleep` (select, then wait), or
+/// `{:error, :closed | :not_poll | errno}`.
 #[rustler::nif]
 fn udp_recv<'a>(
     env: Env<'a>,
@@ -102,50 +254,29 @@ fn udp_recv<'a>(
     if max == 0 {
         return Err(rustler::Error::BadArg);
     }
-    let left = p.spin.saturating_sub(Duration::from_nanos(polled_ns));
-    let (budget, then) = match p.wait {
-        WaitStrategy::BusySpin => (MAX_SPIN, udp_atoms::empty()),
-        WaitStrategy::Park => (Duration::ZERO, udp_atoms::sleep()),
-        // One poll per call: the Elixir side yields between calls.
-        WaitStrategy::Yield if !left.is_zero() => (Duration::ZERO, udp_atoms::empty()),
-        WaitStrategy::Backoff if !left.is_zero() => (left.min(MAX_SPIN), udp_atoms::empty()),
-        WaitStrategy::Yield | WaitStrategy::Backoff => (Duration::ZERO, udp_atoms::sleep()),
+    let mut sink = ListSink {
+        env,
+        bin: None,
+        used: 0,
+        items: Vec::new(),
     };
-    let mut batch = p.batch.lock().unwrap_or_else(|e| e.into_inner());
-    let t0 = Instant::now();
-    let result = loop {
-        let mut sink = ListSink {
+    Ok(
+        match p.recv(
             env,
-            bin: None,
-            used: 0,
-            items: Vec::new(),
-        };
-        match res.ep.poll(&mut batch, max as usize, &mut sink) {
-            Ok(_) if !sink.items.is_empty() => break (atoms::ok(), sink.into_list()?).encode(env),
+            &res.ep,
+            max as usize,
+            Duration::from_nanos(polled_ns),
+            &mut sink,
+        ) {
             // Only oversized (dropped and counted) datagrams: poll again.
-            Ok(_) => {}
-            Err(e) if e.kind() == std::io::ErrorKind::NotConnected => {
-                break (atoms::error(), atoms::closed()).encode(env)
-            }
-            Err(e)
-                if matches!(
-                    e.kind(),
-                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::Interrupted
-                ) => {}
-            Err(e) => break error_term(env, &e),
-        }
-        if t0.elapsed() >= budget {
-            break then.encode(env);
-        }
-        std::hint::spin_loop();
-    };
-    drop(batch);
-    // Tell the VM how much of a time slice (about 1 ms) the call used.
-    let pct = (t0.elapsed().as_micros() / 10).min(100) as i32;
-    if pct > 0 {
-        rustler::schedule::consume_timeslice(env, pct);
-    }
-    Ok(result)
+            Polled::Got if sink.items.is_empty() => udp_atoms::empty().encode(env),
+            Polled::Got => (atoms::ok(), sink.into_list()?).encode(env),
+            Polled::Empty => udp_atoms::empty().encode(env),
+            Polled::Sleep => udp_atoms::sleep().encode(env),
+            Polled::Closed => (atoms::error(), atoms::closed()).encode(env),
+            Polled::Failed(e) => error_term(env, &e),
+        },
+    )
 }
 
 /// Asks the VM to send `{:tachyon_udp_ready, socket}` to the calling
@@ -157,17 +288,9 @@ fn udp_select<'a>(env: Env<'a>, sock: Term<'a>) -> NifResult<Term<'a>> {
     let Some(p) = &res.poll else {
         return Ok((atoms::error(), udp_atoms::not_poll()).encode(env));
     };
-    let mut sel = p.sel.lock().unwrap_or_else(|e| e.into_inner());
-    let fd = match res.ep.raw_fd() {
-        Some(fd) if !sel.closed => fd,
-        _ => return Ok((atoms::error(), atoms::closed()).encode(env)),
-    };
-    let me = env.pid();
     let msg = (udp_atoms::tachyon_udp_ready(), sock).encode(env);
-    if !res.select_read(env, fd, &me, msg) {
-        return Ok((atoms::error(), atoms::eio()).encode(env));
-    }
-    sel.selected = true;
-    sel.waiting = Some(me);
-    Ok(atoms::ok().encode(env))
+    Ok(match p.select(env, &res, &res.ep, msg) {
+        Ok(()) => atoms::ok().encode(env),
+        Err(reason) => (atoms::error(), reason).encode(env),
+    })
 }

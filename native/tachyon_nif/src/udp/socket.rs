@@ -8,8 +8,8 @@ use std::time::Duration;
 use rustler::types::atom::Atom;
 use rustler::{Binary, Encoder, Env, LocalPid, Monitor, NewBinary, NifResult, Term};
 use tachyon_core::udp::{Batch, Endpoint, EndpointConfig, EndpointStats, SendError, Sink};
-use tachyon_core::wait::WaitStrategy;
 
+use super::poll::Poller;
 use super::{
     decode_addr, decode_ip, decode_port, decode_socket_opts, decode_wait, encode_addr,
     encode_placement, error_term, udp_atoms,
@@ -29,30 +29,7 @@ pub struct UdpResource {
     pub(super) ep: Endpoint,
     owner: Mutex<Owner>,
     /// `Some` in the poll mode (no receive thread).
-    pub(super) poll: Option<Poll>,
-}
-
-/// The poll mode's state.
-pub(super) struct Poll {
-    /// How `recv` waits when nothing is there (see `poll::udp_recv`).
-    pub(super) wait: WaitStrategy,
-    /// How long `recv` polls before it sleeps (`:backoff`, `:yield`).
-    pub(super) spin: Duration,
-    /// The receive buffers, taken by the process in `udp_recv`.
-    pub(super) batch: Mutex<Batch>,
-    pub(super) sel: Mutex<Select>,
-}
-
-/// What the VM's poll set knows of the socket (see `udp_select`).
-#[derive(Default)]
-pub(super) struct Select {
-    /// The descriptor was handed to `enif_select` at least once: it may
-    /// only be closed in the `stop` callback, after a select stop.
-    pub(super) selected: bool,
-    /// The last process that asked to be told of readiness (woken by a
-    /// close so that its `recv` returns `{:error, :closed}`).
-    pub(super) waiting: Option<LocalPid>,
-    pub(super) closed: bool,
+    pub(super) poll: Option<Poller>,
 }
 
 crate::hot_resource!(UdpResource, c"UdpResource", down = on_down, stop = on_stop);
@@ -76,34 +53,12 @@ impl UdpResource {
 }
 
 /// Closes without waiting: marks the endpoint closed (sends and polls fail
-/// from now on), stops the receive thread (which closes the socket as it
-/// ends) or, in the poll mode, takes the socket out of the VM's poll set
-/// (the stop callback closes it) and wakes the process waiting in `recv`.
+/// from now on) and stops the receive thread (which closes the socket as it
+/// ends) or, in the poll mode, lets the [`Poller`] close it.
 fn close_now(res: &Obj<'_, UdpResource>, env: Env<'_>) {
     res.ep.request_stop();
-    let Some(p) = &res.poll else {
-        return;
-    };
-    let mut sel = p.sel.lock().unwrap_or_else(|e| e.into_inner());
-    if sel.closed {
-        return;
-    }
-    sel.closed = true;
-    let waiting = sel.waiting.take();
-    match res.ep.raw_fd() {
-        Some(fd) if sel.selected => {
-            if !res.select_stop(env, fd) {
-                res.ep.close();
-            }
-        }
-        _ => res.ep.close(),
-    }
-    drop(sel);
-    if let Some(pid) = waiting {
-        let _ = env.send(
-            &pid,
-            (udp_atoms::tachyon_udp_ready(), res.to_term(env)).encode(env),
-        );
+    if let Some(p) = &res.poll {
+        p.close(env, res, &res.ep);
     }
 }
 
@@ -202,12 +157,7 @@ fn udp_open<'a>(env: Env<'a>, opts: Term<'a>, owner: LocalPid) -> NifResult<Term
             pid: owner,
             monitor: None,
         }),
-        poll: poll.then(|| Poll {
-            wait: cfg.wait,
-            spin,
-            batch: Mutex::new(Batch::new(cfg.batch, cfg.max_datagram)),
-            sel: Mutex::new(Select::default()),
-        }),
+        poll: poll.then(|| Poller::new(cfg.wait, spin, Batch::new(cfg.batch, cfg.max_datagram))),
     });
     // Monitor before the thread starts: an owner that is already dead (or
     // dies now) closes the socket through `down` like any other.
