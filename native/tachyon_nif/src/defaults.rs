@@ -54,6 +54,10 @@ fn store_defaults<'a>(env: Env<'a>) -> NifResult<Term<'a>> {
             ("max_bytes", opt(env, c.max_bytes)),
             ("pretouch", c.pretouch.encode(env)),
             ("pretouch_ahead", (c.pretouch_ahead as u64).encode(env)),
+            (
+                "prepared_segments",
+                (c.prepared_segments as u64).encode(env),
+            ),
             ("repair", c.repair.encode(env)),
             (
                 "verify",

@@ -53,6 +53,7 @@ fn decode_config<'a>(env: Env<'a>, opts: Term<'a>) -> NifResult<Config> {
         max_bytes,
         pretouch: get(env, opts, "pretouch")?,
         pretouch_ahead: get::<u64>(env, opts, "pretouch_ahead")? as usize,
+        prepared_segments: get::<u64>(env, opts, "prepared_segments")? as usize,
         repair: get(env, opts, "repair")?,
         verify: if verify == Atom::from_str(env, "all")? {
             Verify::All

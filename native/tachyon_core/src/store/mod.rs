@@ -21,13 +21,13 @@ use std::os::unix::io::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
-use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use crossbeam_utils::CachePadded;
 
 use crate::spin::SpinMutex;
 use crate::sys::{fsync_dir, lock};
+use crate::worker::{Ctx, Worker};
 use format::*;
 pub use segment::{OpenError, RecordError, Segment};
 
@@ -108,8 +108,12 @@ pub struct Config {
     pub max_bytes: Option<u64>,
     /// Run the pre-touch thread.
     pub pretouch: bool,
-    /// How far ahead of the write position pages are faulted in.
+    /// How far ahead of the write position pages are faulted in (in an
+    /// active segment the pre-touch thread did not prepare whole).
     pub pretouch_ahead: usize,
+    /// Segments the pre-touch thread keeps ready (created, allocated and
+    /// faulted in whole) ahead of the writer; the first ones at open.
+    pub prepared_segments: usize,
     /// Cut a corrupt record in the middle of the log instead of failing.
     pub repair: bool,
     pub verify: Verify,
@@ -125,6 +129,7 @@ impl Default for Config {
             max_bytes: None,
             pretouch: true,
             pretouch_ahead: 32 << 20,
+            prepared_segments: 4,
             repair: false,
             verify: Verify::Active,
         }
@@ -145,6 +150,11 @@ impl Config {
         {
             return Err(StoreError::BadConfig(
                 "max_message_size must fit in a segment",
+            ));
+        }
+        if self.prepared_segments > MAX_PREPARED_SEGMENTS {
+            return Err(StoreError::BadConfig(
+                "prepared_segments must be at most 16",
             ));
         }
         if self.max_segments == Some(0) {
@@ -203,6 +213,11 @@ pub struct Stats {
 
 struct Writer {
     active: Arc<Segment>,
+    /// The read-only twin of `active`, made off the writer's path (by the
+    /// pre-touch thread with the segment, or at open): a roll swaps it in
+    /// without a system call (an `mmap` there waited for the process's mmap
+    /// lock behind the pre-touch thread's work: milliseconds).
+    active_twin: Option<Arc<Segment>>,
     /// Next data offset (relative to the data region) in `active`.
     pos: usize,
     /// Next slot in `active`.
@@ -221,15 +236,38 @@ struct Writer {
     deleted: u64,
 }
 
+/// The most segments `Config::prepared_segments` may ask for.
+///
+/// The pre-touch thread keeps `prepared_segments` next segments ready:
+/// each one created, allocated, faulted in whole (index and data), its
+/// read-only twin mapped, before the writer reaches it. Faulting in a fresh
+/// segment is the kernel zeroing its page-cache pages: about 60 ms for 64
+/// MiB on the test machine (1 GB/s), slower than an appender in a tight
+/// loop (up to 2 GB/s). A writer that catches up with the thread's
+/// faulting-in waits in its own page faults, behind the thread, for about
+/// 20 ms (see docs/BENCHMARKS.md, "The stall"). With 4 segments of 64 MiB
+/// ready from the open on (and the active one faulted in whole), a burst of
+/// 256 MiB finds every page ready; the cost is the disk space preallocated
+/// for them, and the open's time to fault them in (done on a dirty
+/// scheduler).
+pub const MAX_PREPARED_SEGMENTS: usize = 16;
+
+/// A next segment, made ready by the pre-touch thread.
+struct Prepared {
+    seg: Segment,
+    twin: Option<Segment>,
+}
+
 /// State shared with the pre-touch thread.
 struct Touch {
     active: Mutex<Arc<Segment>>,
     write_pos: CachePadded<AtomicU64>,
-    prepared: Mutex<Option<io::Result<Segment>>>,
+    /// The next segments, in order (at most `prepared_max`).
+    prepared: Mutex<VecDeque<Prepared>>,
+    prepared_max: usize,
     /// Writable maps of sealed segments, for the thread to drop: unmapping
     /// 64 MiB of dirty shared pages takes milliseconds, not for the writer.
     retired: Mutex<Vec<Arc<Segment>>>,
-    stop: AtomicBool,
 }
 
 /// An open store: a writer (with readers in this process) or a reader.
@@ -242,7 +280,7 @@ pub struct Store {
     first_index: CachePadded<AtomicU64>,
     closed: AtomicBool,
     touch: Option<Arc<Touch>>,
-    toucher: Mutex<Option<JoinHandle<()>>>,
+    toucher: Mutex<Option<Worker>>,
     events: Mutex<VecDeque<Event>>,
     lock_file: Mutex<Option<File>>,
     recovery: Recovery,
@@ -504,8 +542,10 @@ impl Store {
         let first = segs[0].base();
         let next = active.base() + active_count as u64;
 
+        let active_twin = active.read_only_twin().ok().map(Arc::new);
         let writer = Writer {
             active: active.clone(),
+            active_twin,
             pos: active_end,
             slot: active_count,
             next_index: next,
@@ -523,18 +563,17 @@ impl Store {
         rec.messages = next - first;
 
         let touch = if cfg.pretouch {
+            // The whole active segment is faulted in now (open runs on a
+            // dirty scheduler), the next ones by the thread.
             let l = active.layout;
             active.populate(0, l.data_start);
-            active.populate(
-                l.data_start + active_end,
-                l.data_start + active_end + cfg.pretouch_ahead,
-            );
+            active.populate(l.data_start + active_end, l.file_len);
             Some(Arc::new(Touch {
                 active: Mutex::new(active.clone()),
                 write_pos: CachePadded::new(AtomicU64::new(active_end as u64)),
-                prepared: Mutex::new(None),
+                prepared: Mutex::new(VecDeque::new()),
+                prepared_max: cfg.prepared_segments,
                 retired: Mutex::new(Vec::new()),
-                stop: AtomicBool::new(false),
             }))
         } else {
             None
@@ -570,10 +609,15 @@ impl Store {
             let dir = store.dir.clone();
             let cap = store.cfg.segment_size;
             let ahead = store.cfg.pretouch_ahead;
-            let h = std::thread::Builder::new()
-                .name("tachyon-pretouch".into())
-                .spawn(move || pretouch_loop(t, dir, cap, ahead))?;
-            *lock(&store.toucher) = Some(h);
+            // The first next segments are made ready here (open runs on a
+            // dirty scheduler): a writer that starts at once must not catch
+            // up with the thread (see [`MAX_PREPARED_SEGMENTS`]).
+            let mut whole = VecDeque::from([lock(&t.active).seq]);
+            fill_prepared(&t, &dir, cap, &mut whole, || false);
+            let w = Worker::spawn("tachyon-pretouch", None, move |ctx| {
+                pretouch_loop(ctx, t, dir, cap, ahead, whole)
+            })?;
+            *lock(&store.toucher) = Some(w);
         }
         Ok(store)
     }
@@ -704,14 +748,26 @@ impl Store {
         let t0 = Instant::now();
         let seq = w.active.seq + 1;
         let mut prepared = false;
-        let next = match self.touch.as_ref().and_then(|t| lock(&t.prepared).take()) {
-            Some(Ok(s)) if s.seq == seq && s.layout.data_cap == self.cfg.segment_size => {
+        let mut next_twin = None;
+        let next = match self
+            .touch
+            .as_ref()
+            .and_then(|t| lock(&t.prepared).pop_front())
+        {
+            Some(p) if p.seg.seq == seq && p.seg.layout.data_cap == self.cfg.segment_size => {
                 prepared = true;
-                s
+                next_twin = p.twin;
+                p.seg
             }
             other => {
-                if let Some(Ok(s)) = other {
-                    s.remove_if_same_file();
+                if let Some(p) = other {
+                    p.seg.remove_if_same_file();
+                }
+                // Any other prepared segment is out of sequence now.
+                if let Some(t) = &self.touch {
+                    for p in lock(&t.prepared).drain(..) {
+                        p.seg.remove_if_same_file();
+                    }
                 }
                 // The pre-touch thread had nothing ready (or failed): create
                 // the segment here. A leftover file of a failed attempt goes.
@@ -740,10 +796,21 @@ impl Store {
         // (see `Segment::read_only_twin`); the writable one is unmapped once
         // the last reader holding it lets go. (If the twin cannot be made,
         // the writable map stays: correct, only slower under writeback.)
-        let sealed = match old.read_only_twin() {
-            Ok(t) => Arc::new(t),
-            Err(_) => old.clone(),
+        let sealed = match w.active_twin.take() {
+            Some(t) => {
+                // Mapped before the segment was activated: its base, and a
+                // deletion, come from the writable original.
+                t.base.store(old.base(), Ordering::Release);
+                t.deleted
+                    .store(old.deleted.load(Ordering::Acquire), Ordering::Release);
+                t
+            }
+            None => old
+                .read_only_twin()
+                .map(Arc::new)
+                .unwrap_or_else(|_| old.clone()),
         };
+        w.active_twin = next_twin.map(Arc::new);
         w.unsynced.push(sealed.clone());
         w.pos = 0;
         w.slot = 0;
@@ -767,7 +834,7 @@ impl Store {
             lock(&t.retired).push(old);
             t.write_pos.store(0, Ordering::Relaxed);
             if let Some(h) = lock(&self.toucher).as_ref() {
-                h.thread().unpark();
+                h.wake();
             }
         }
         let mut ev = lock(&self.events);
@@ -1034,25 +1101,25 @@ impl Store {
     }
 
     /// Closes the store: no more appends or reads, the pre-touch thread is
-    /// stopped and joined, writeback is started (not waited for: call
-    /// [`Store::sync`] first for durability), the directory lock released.
-    /// Idempotent.
+    /// stopped and joined (it removes the segment it had prepared),
+    /// writeback is started (not waited for: call [`Store::sync`] first for
+    /// durability), the directory lock released. Idempotent. Blocks for the
+    /// join: from the BEAM, on a dirty scheduler (a dropped store stops the
+    /// thread without waiting for it).
     pub fn close(&self) {
+        self.shut(true)
+    }
+
+    fn shut(&self, join: bool) {
         if self.closed.swap(true, Ordering::AcqRel) {
             return;
         }
         let w = self.writer.lock().take();
-        if let Some(t) = &self.touch {
-            t.stop.store(true, Ordering::Release);
-        }
-        if let Some(h) = lock(&self.toucher).take() {
-            h.thread().unpark();
-            let _ = h.join();
-        }
-        if let Some(t) = &self.touch {
-            if let Some(Ok(s)) = lock(&t.prepared).take() {
-                s.remove_if_same_file();
+        if let Some(worker) = lock(&self.toucher).take() {
+            if join {
+                let _ = worker.join();
             }
+            // (Else dropped: stopped, and joined by the reaper.)
         }
         if let Some(w) = w {
             w.active.sync_async();
@@ -1072,13 +1139,18 @@ impl Store {
 
     /// Whether the pre-touch thread is running.
     pub fn pretouch_running(&self) -> bool {
-        lock(&self.toucher).is_some()
+        lock(&self.toucher)
+            .as_ref()
+            .is_some_and(|w| !w.is_finished())
     }
 }
 
 impl Drop for Store {
+    /// Closes without waiting for the pre-touch thread (a store is dropped
+    /// by whichever BEAM scheduler collected its handle): the thread stops
+    /// on its own, removing the segment it had prepared.
     fn drop(&mut self) {
-        self.close();
+        self.shut(false);
     }
 }
 
@@ -1109,22 +1181,79 @@ fn load_reader_segments(
     Ok(segs)
 }
 
-/// The pre-touch thread: keeps `ahead` bytes ahead of the writer faulted in
-/// and the next segment created, allocated and partly faulted in.
-fn pretouch_loop(t: Arc<Touch>, dir: PathBuf, cap: usize, ahead: usize) {
+/// Prepares next segments until `Config::prepared_segments` are ready (or
+/// `stop()`): each created, allocated, faulted in whole and its read-only
+/// twin mapped; their sequence numbers go to `whole`. A segment the writer
+/// overtook meanwhile (it rolled and created that file itself) is removed.
+fn fill_prepared(
+    t: &Touch,
+    dir: &Path,
+    cap: usize,
+    whole: &mut VecDeque<u64>,
+    stop: impl Fn() -> bool,
+) {
+    loop {
+        let queued = lock(&t.prepared).len();
+        if queued >= t.prepared_max || stop() {
+            return;
+        }
+        let seq = lock(&t.active).seq + 1 + queued as u64;
+        // create_new: never touches a file the writer made itself.
+        let Ok(seg) = Segment::create(dir, seq, cap) else {
+            // (A full disk: the writer's roll reports it.)
+            return;
+        };
+        seg.populate(0, seg.layout.file_len);
+        let twin = seg.read_only_twin().ok();
+        let mut p = lock(&t.prepared);
+        // Only kept if it is still next in line.
+        if lock(&t.active).seq + 1 + p.len() as u64 == seq {
+            p.push_back(Prepared { seg, twin });
+            whole.push_back(seq);
+        } else {
+            drop(p);
+            seg.remove_if_same_file();
+            return;
+        }
+    }
+}
+
+/// The pre-touch thread: keeps `Config::prepared_segments` next segments ready
+/// (created, allocated, faulted in whole, read-only twin mapped), faults in
+/// `ahead` bytes ahead of the writer in an active segment that was not
+/// prepared so, and unmaps the writable maps of sealed segments. When
+/// stopped it removes the segments it had prepared.
+fn pretouch_loop(
+    ctx: &Ctx,
+    t: Arc<Touch>,
+    dir: PathBuf,
+    cap: usize,
+    ahead: usize,
+    mut whole: VecDeque<u64>,
+) {
     let mut touched_seq = u64::MAX;
     let mut touched_to = 0usize;
     let mut last_pos = u64::MAX;
-    while !t.stop.load(Ordering::Acquire) {
+    while !ctx.stopped() {
         // Unmap the writable maps of sealed segments (the last reference,
-        // unless a reader still holds one) here, off the writer's path.
-        drop(std::mem::take(&mut *lock(&t.retired)));
+        // unless a reader still holds one) here, off the writer's path:
+        // their pages first, a few at a time (see `Segment::release_pages`).
+        for s in std::mem::take(&mut *lock(&t.retired)) {
+            if Arc::strong_count(&s) == 1 {
+                s.release_pages();
+            }
+        }
         let active = lock(&t.active).clone();
         let pos = t.write_pos.load(Ordering::Relaxed);
         let l = active.layout;
         if active.seq != touched_seq {
             touched_seq = active.seq;
-            touched_to = l.data_start + pos as usize;
+            touched_to = if whole.contains(&active.seq) {
+                l.file_len
+            } else {
+                l.data_start + pos as usize
+            };
+            whole.retain(|&q| q >= active.seq);
         }
         let want = (l.data_start + pos as usize + ahead).min(l.file_len);
         if want > touched_to {
@@ -1132,31 +1261,17 @@ fn pretouch_loop(t: Arc<Touch>, dir: PathBuf, cap: usize, ahead: usize) {
             active.populate(from, want);
             touched_to = want;
         }
-        // Prepare the next segment.
-        let need_next = lock(&t.prepared).is_none();
-        if need_next && !t.stop.load(Ordering::Acquire) {
-            let seq = active.seq + 1;
-            // create_new: never touches a file the writer made itself.
-            let made = Segment::create(&dir, seq, cap).inspect(|s| {
-                s.populate(0, s.layout.data_start + ahead.min(s.layout.data_cap));
-            });
-            let mut p = lock(&t.prepared);
-            // The writer may have rolled meanwhile (and created this file
-            // itself): only keep it if it is still the next one.
-            if lock(&t.active).seq + 1 == seq {
-                *p = Some(made);
-            } else if let Ok(s) = made {
-                drop(p);
-                s.remove_if_same_file();
-            }
-        }
+        fill_prepared(&t, &dir, cap, &mut whole, || ctx.stopped());
         let busy = pos != last_pos;
         last_pos = pos;
-        std::thread::park_timeout(if busy {
+        ctx.sleep(if busy {
             Duration::from_millis(1)
         } else {
             Duration::from_millis(20)
         });
+    }
+    for p in lock(&t.prepared).drain(..) {
+        p.seg.remove_if_same_file();
     }
 }
 

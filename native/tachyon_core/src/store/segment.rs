@@ -43,6 +43,10 @@ unsafe impl Sync for Segment {}
 
 static POPULATE_WRITE_OK: AtomicBool = AtomicBool::new(true);
 
+/// Bytes per `madvise` call of `populate` and `release_pages`: 1 MiB (256
+/// pages), a fraction of a millisecond with the mmap lock held.
+pub const MM_CHUNK: usize = 1 << 20;
+
 /// Bytes after a record that `write_record` prefetches for writing: a
 /// 256-byte record and its header span five cache lines.
 const PREFETCH_BYTES: usize = 320;
@@ -325,28 +329,62 @@ impl Segment {
 
     /// Faults in `[from, to)` (file offsets) writable without changing the
     /// bytes (MADV_POPULATE_WRITE), so the writer takes no page fault there.
+    ///
+    /// In chunks of [`MM_CHUNK`]: the call holds the process's mmap lock
+    /// (shared) while it faults pages in, and an `mmap`/`munmap` anywhere in
+    /// the VM (which takes it exclusively), then every page fault behind
+    /// that (the BEAM heap's, the appender's) waits for it. 32 MiB at once
+    /// held it for milliseconds.
     pub fn populate(&self, from: usize, to: usize) {
         if !self.writable {
             return;
         }
         let from = from & !(PAGE - 1);
         let to = align_up(to.min(self.layout.file_len), PAGE).min(self.layout.file_len);
-        if to <= from || !POPULATE_WRITE_OK.load(Ordering::Relaxed) {
-            return;
+        let mut at = from;
+        while at < to && POPULATE_WRITE_OK.load(Ordering::Relaxed) {
+            let end = (at + MM_CHUNK).min(to);
+            // SAFETY: [at, end) is page aligned and inside the map;
+            // MADV_POPULATE_WRITE only faults pages in, it never changes
+            // contents.
+            let rc = unsafe {
+                libc::madvise(
+                    self.map.as_mut_ptr().add(at) as *mut libc::c_void,
+                    end - at,
+                    libc::MADV_POPULATE_WRITE,
+                )
+            };
+            if rc != 0 && io::Error::last_os_error().raw_os_error() == Some(libc::EINVAL) {
+                // Kernel older than 5.14: no pre-faulting (the writer then
+                // takes its own minor faults).
+                POPULATE_WRITE_OK.store(false, Ordering::Relaxed);
+            }
+            at = end;
         }
-        // SAFETY: the range is page aligned and inside the map;
-        // MADV_POPULATE_WRITE only faults pages in, it never changes contents.
-        let rc = unsafe {
-            libc::madvise(
-                self.map.as_mut_ptr().add(from) as *mut libc::c_void,
-                to - from,
-                libc::MADV_POPULATE_WRITE,
-            )
-        };
-        if rc != 0 && io::Error::last_os_error().raw_os_error() == Some(libc::EINVAL) {
-            // Kernel older than 5.14: no pre-faulting (the writer then takes
-            // its own minor faults).
-            POPULATE_WRITE_OK.store(false, Ordering::Relaxed);
+    }
+
+    /// Drops this map's page table entries ahead of its unmap, in chunks of
+    /// [`MM_CHUNK`] (`MADV_DONTNEED`, which holds the mmap lock shared):
+    /// unmapping 64 MiB of mapped, dirty pages at once holds it exclusively
+    /// for milliseconds. The data is untouched: for a shared file map the
+    /// pages stay in the page cache (dirty ones are written back as usual)
+    /// and a later access through this map faults them back in.
+    pub fn release_pages(&self) {
+        let len = self.layout.file_len;
+        let mut at = 0;
+        while at < len {
+            let end = (at + MM_CHUNK).min(len);
+            // SAFETY: [at, end) is page aligned and inside the map; for a
+            // shared file mapping MADV_DONTNEED only drops page table
+            // entries (see above), the bytes stay the file's.
+            unsafe {
+                libc::madvise(
+                    self.map.as_ptr().add(at) as *mut libc::c_void,
+                    end - at,
+                    libc::MADV_DONTNEED,
+                );
+            }
+            at = end;
         }
     }
 
