@@ -57,7 +57,17 @@ defmodule Tachyon.Table.Options do
       default: {:native, :table, :pretouch},
       doc: """
       a background thread faults the active segment's pages in ahead of the
-      writer and prepares the next segment.
+      writer and prepares the next segments.
+      """
+    ],
+    prepared_segments: [
+      type: {:integer, 0, 16},
+      default: {:native, :table, :prepared_segments},
+      doc: """
+      with `:pretouch`, next segments kept ready (created, allocated,
+      faulted in whole), the first ones during `open`: a writer faster than
+      the kernel can fault in fresh pages then never waits in a page fault.
+      Each one costs `:segment_size` of preallocated disk space.
       """
     ]
   ]

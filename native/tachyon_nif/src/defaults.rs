@@ -111,6 +111,10 @@ fn table_defaults<'a>(env: Env<'a>) -> NifResult<Term<'a>> {
             ("capacity", (c.capacity as u64).encode(env)),
             ("shards", (c.shards as u64).encode(env)),
             ("pretouch", c.pretouch.encode(env)),
+            (
+                "prepared_segments",
+                (c.prepared_segments as u64).encode(env),
+            ),
         ],
     )
 }

@@ -39,6 +39,7 @@ mod names {
         shards,
         capacity,
         pretouch,
+        prepared_segments,
         // recovery / stats / compaction maps
         segments,
         hinted_segments,
@@ -151,6 +152,9 @@ fn config(opts: Term<'_>) -> NifResult<Config> {
     }
     if let Some(v) = opt::<bool>(opts, names::pretouch())? {
         c.pretouch = v;
+    }
+    if let Some(v) = opt::<u64>(opts, names::prepared_segments())? {
+        c.prepared_segments = v.min(u32::MAX as u64) as usize;
     }
     Ok(c)
 }

@@ -151,6 +151,9 @@ pub struct Config {
     pub capacity: usize,
     /// Fault pages of the active segment in ahead of the writer.
     pub pretouch: bool,
+    /// Segments kept ready (created, allocated, faulted in whole) ahead of
+    /// the writer with `pretouch`, the first ones during `open`.
+    pub prepared_segments: usize,
 }
 
 impl Default for Config {
@@ -166,6 +169,7 @@ impl Default for Config {
             shards: 256,
             capacity: 0,
             pretouch: true,
+            prepared_segments: 4,
         }
     }
 }
@@ -193,6 +197,11 @@ impl Config {
         if !(self.compaction_threshold >= 0.0 && self.compaction_threshold <= 1.0) {
             return Err(TableError::BadConfig(
                 "compaction_threshold must be between 0.0 and 1.0",
+            ));
+        }
+        if self.prepared_segments > crate::store::MAX_PREPARED_SEGMENTS {
+            return Err(TableError::BadConfig(
+                "prepared_segments must be at most 16",
             ));
         }
         if self.shards == 0 || self.shards > 65536 {
@@ -311,7 +320,6 @@ impl Value<'_> {
 const MAX_SLOTS: usize = 1 << 16;
 /// How far ahead of the writer the active segment is faulted in.
 const PRETOUCH_AHEAD: usize = 4 << 20;
-const PRETOUCH_STEP: usize = 1 << 20;
 const MAX_EVENTS: usize = 1024;
 /// Most bytes of the next record's place prefetched by a put.
 const PREFETCH_MAX: usize = 1024;
@@ -386,8 +394,14 @@ struct Prep {
     stop: AtomicBool,
     /// The active segment and the offset to fault in up to.
     want: Mutex<Option<(Arc<Segment>, usize)>>,
-    /// The next segment, ready.
-    next: Mutex<Option<Arc<Segment>>>,
+    /// The next segments, ready: created, allocated and faulted in whole
+    /// (at most `Config::prepared_segments`; see the store's
+    /// `MAX_PREPARED_SEGMENTS` for why whole and several).
+    next: Mutex<VecDeque<Arc<Segment>>>,
+    /// Held while the thread creates and faults in a segment: a roll that
+    /// finds none ready waits for that one rather than creating its own and
+    /// failing for the disk space the other takes.
+    creating: Mutex<()>,
     thread: Mutex<Option<std::thread::Thread>>,
 }
 
@@ -606,6 +620,10 @@ impl Table {
             recovery,
         };
         if table.inner.cfg.pretouch {
+            // The first next segments are made ready here (`open` runs on
+            // a dirty scheduler): a writer that starts at once must not
+            // catch up with the thread's faulting-in.
+            inner.fill_prepared();
             let bg = inner.clone();
             let t = std::thread::Builder::new()
                 .name("tachyon-table-prep".into())
@@ -860,7 +878,8 @@ impl Table {
         }
         *lock(&inner.prep.thread) = None;
         *lock(&inner.prep.want) = None;
-        if let Some(s) = lock(&inner.prep.next).take() {
+        let prepared: Vec<_> = lock(&inner.prep.next).drain(..).collect();
+        for s in prepared {
             // Prepared, never written: not part of the table.
             inner.remove_segment(&s);
         }
@@ -1204,7 +1223,12 @@ impl Inner {
     /// the old segment stays active.
     fn roll(&self, w: &mut Writer) -> Result<()> {
         // The segment the prepare thread made ready, or a new one now.
-        let ready = lock(&self.prep.next).take();
+        let mut ready = lock(&self.prep.next).pop_front();
+        if ready.is_none() && self.cfg.pretouch {
+            // One may be on its way: wait for it.
+            let _c = lock(&self.prep.creating);
+            ready = lock(&self.prep.next).pop_front();
+        }
         let new = match ready {
             Some(s) => s,
             None => self.new_segment()?,
@@ -1225,6 +1249,26 @@ impl Inner {
         Ok(())
     }
 
+    /// Prepares next segments until `Config::prepared_segments` are ready
+    /// (or a stop): each one created, allocated and faulted in whole. False
+    /// if one could not be created (a full disk).
+    fn fill_prepared(&self) -> bool {
+        while lock(&self.prep.next).len() < self.cfg.prepared_segments {
+            if self.prep.stop.load(Ordering::Acquire) || self.closed.load(Ordering::Acquire) {
+                return true;
+            }
+            let _c = lock(&self.prep.creating);
+            let s = match self.new_segment() {
+                Ok(s) => s,
+                Err(_) => return false,
+            };
+            s.populate(0, s.cap, self.cfg.mode == ValueMode::Mapped);
+            s.touched.store(s.cap, Ordering::Release);
+            lock(&self.prep.next).push_back(s);
+        }
+        true
+    }
+
     /// The prepare thread (see [`Prep`]). Parks until kicked (or 100 ms).
     fn prepare_loop(self: Arc<Self>) {
         let mut failed_at: Option<Instant> = None;
@@ -1237,28 +1281,14 @@ impl Inner {
                     seg.touched.store(to, Ordering::Release);
                 }
             }
-            // After a failure (disk full), retry at most every second. The
-            // segment is created under the `next` lock, so a writer that
-            // needs it meanwhile waits for it rather than failing for want
-            // of the space it is taking (close joins this thread before it
-            // removes an unused one).
+            // After a failure (disk full), retry at most every second.
             let retry = failed_at.is_none_or(|t| t.elapsed() > Duration::from_secs(1));
-            if retry && !self.closed.load(Ordering::Acquire) {
-                let mut next = lock(&self.prep.next);
-                if next.is_none() && !self.prep.stop.load(Ordering::Acquire) {
-                    match self.new_segment() {
-                        Ok(s) => {
-                            *next = Some(s.clone());
-                            drop(next);
-                            // Faulting in does not change the bytes: fine even
-                            // if the writer has already taken the segment.
-                            s.populate(0, PRETOUCH_STEP, self.cfg.mode == ValueMode::Mapped);
-                            s.touched.store(PRETOUCH_STEP, Ordering::Release);
-                            failed_at = None;
-                        }
-                        Err(_) => failed_at = Some(Instant::now()),
-                    }
-                }
+            if retry {
+                failed_at = if self.fill_prepared() {
+                    None
+                } else {
+                    Some(Instant::now())
+                };
             }
             if lock(&self.prep.want).is_none() {
                 std::thread::park_timeout(Duration::from_millis(100));
@@ -1481,12 +1511,15 @@ impl Inner {
             w.touched_to = pos;
         }
         if self.cfg.pretouch {
-            active.populate(pos, pos + PRETOUCH_STEP, self.cfg.mode == ValueMode::Mapped);
-            active.touched.store(pos + PRETOUCH_STEP, Ordering::Release);
+            // The whole active segment now (open runs on a dirty
+            // scheduler); the next ones are prepared before `open` returns.
+            let cap = active.cap;
+            active.populate(pos, cap, self.cfg.mode == ValueMode::Mapped);
+            active.touched.store(cap, Ordering::Release);
             self.writer
                 .get_mut()
                 .unwrap_or_else(|p| p.into_inner())
-                .touched_to = pos + PRETOUCH_STEP;
+                .touched_to = cap;
         }
         fsync_dir(&self.dir)?;
         self.dir_dirty.store(false, Ordering::Release);

@@ -923,4 +923,3 @@ fn disk_full_is_enospc_not_sigbus() {
         fs::remove_dir_all(&dir).unwrap();
     }
 }
-
