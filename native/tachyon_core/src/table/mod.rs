@@ -40,13 +40,13 @@ use std::os::unix::io::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
-use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use format::*;
 use index::{Index, Node};
 
 use crate::sys::{fsync_dir, lock};
+use crate::worker::Worker;
 pub use segment::{Segment, WriteMap};
 
 /// How values are stored and read (Krati's Memory / Mapped / Channel
@@ -416,8 +416,8 @@ impl Prep {
 /// An open table. Dropping it closes it.
 pub struct Table {
     inner: Arc<Inner>,
-    thread: Mutex<Option<JoinHandle<()>>>,
-    prep_thread: Mutex<Option<JoinHandle<()>>>,
+    thread: Mutex<Option<Worker>>,
+    prep_thread: Mutex<Option<Worker>>,
     recovery: Recovery,
 }
 
@@ -609,9 +609,7 @@ impl Table {
         inner.keys.store(recovery.keys, Ordering::Relaxed);
         let inner = Arc::new(inner);
         let bg = inner.clone();
-        let thread = std::thread::Builder::new()
-            .name("tachyon-table".into())
-            .spawn(move || bg.maintenance_loop())
+        let thread = Worker::spawn("tachyon-table", None, move |_| bg.maintenance_loop())
             .map_err(TableError::Io)?;
         let table = Table {
             inner: inner.clone(),
@@ -625,11 +623,11 @@ impl Table {
             // catch up with the thread's faulting-in.
             inner.fill_prepared();
             let bg = inner.clone();
-            let t = std::thread::Builder::new()
-                .name("tachyon-table-prep".into())
-                .spawn(move || bg.prepare_loop())
-                .map_err(TableError::Io)?;
-            *lock(&inner.prep.thread) = Some(t.thread().clone());
+            let t = Worker::spawn("tachyon-table-prep", None, move |_| {
+                *lock(&bg.prep.thread) = Some(std::thread::current());
+                bg.prepare_loop()
+            })
+            .map_err(TableError::Io)?;
             *lock(&table.prep_thread) = Some(t);
             inner.prep.kick();
         }
@@ -919,11 +917,48 @@ impl Table {
 }
 
 impl Drop for Table {
-    /// Closes without the final fdatasync (a dropped table may be dropped
-    /// by a thread that must not wait for the disk; every write is in the
-    /// page cache already).
+    /// Closes without the final fdatasync (every write is in the page cache
+    /// already) and without waiting: a table is dropped by whichever BEAM
+    /// scheduler collected its handle, which must not wait for the
+    /// background threads (a compaction round may be under way), so the
+    /// close runs on a thread of its own (`tachyon-table-close`, joined by
+    /// the worker reaper).
     fn drop(&mut self) {
-        let _ = self.shut(false);
+        if self.inner.closed.load(Ordering::Acquire) {
+            return;
+        }
+        let t = Table {
+            inner: self.inner.clone(),
+            thread: Mutex::new(
+                self.thread
+                    .get_mut()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .take(),
+            ),
+            prep_thread: Mutex::new(
+                self.prep_thread
+                    .get_mut()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .take(),
+            ),
+            recovery: Recovery::default(),
+        };
+        let slot = Arc::new(Mutex::new(Some(t)));
+        let s2 = slot.clone();
+        let spawned = Worker::spawn("tachyon-table-close", None, move |_| {
+            if let Some(t) = lock(&s2).take() {
+                let _ = t.shut(false);
+            }
+        });
+        match spawned {
+            Ok(w) => drop(w),
+            // No thread to be had: close here after all.
+            Err(_) => {
+                if let Some(t) = lock(&slot).take() {
+                    let _ = t.shut(false);
+                }
+            }
+        }
     }
 }
 

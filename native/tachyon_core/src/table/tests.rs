@@ -121,7 +121,7 @@ fn put_get_delete_reopen_all_modes() {
             t.stats().unwrap().segments > 2,
             "64 KiB segments must have rolled"
         );
-        drop(t);
+        let _ = t.shut(false); // what a drop did, synchronously
         let t = Table::open(&d.0, small(mode)).unwrap();
         assert_eq!(t.recovery().cut, None);
         assert_eq!(t.recovery().keys, live);
@@ -167,7 +167,7 @@ fn hints_are_used_on_reopen() {
         let t = filled_with_hints(&d, mode);
         let sealed = sealed(&t);
         assert!(sealed >= 3);
-        drop(t);
+        let _ = t.shut(false); // what a drop did, synchronously
         let t = Table::open(&d.0, small(mode)).unwrap();
         let r = t.recovery().clone();
         assert_eq!(r.hinted_segments, sealed, "{r:?}");
@@ -177,7 +177,7 @@ fn hints_are_used_on_reopen() {
             assert_eq!(t.get(&key(i)).unwrap(), Some(val(i, 0)));
         }
         // A damaged hint is ignored: the segment is scanned instead.
-        drop(t);
+        let _ = t.shut(false); // what a drop did, synchronously
         let hint = fs::read_dir(&d.0)
             .unwrap()
             .map(|e| e.unwrap().path())
@@ -267,7 +267,7 @@ fn put_many_is_atomic_and_checked() {
         assert!(matches!(t.put_many(&many), Err(TableError::TooLarge)));
         assert_eq!(t.count().unwrap(), 51);
         assert_eq!(t.stats().unwrap().batches, 2);
-        drop(t);
+        let _ = t.shut(false); // what a drop did, synchronously
         let t = Table::open(&d.0, small(mode)).unwrap();
         for i in 0..50 {
             assert_eq!(t.get(&key(i)).unwrap(), Some(val(i, 0)));
@@ -286,8 +286,8 @@ fn torn_batch_is_all_or_nothing() {
     let refs: Vec<(&[u8], &[u8])> = batch.iter().map(|(k, v)| (&k[..], *v)).collect();
     t.put_many(&refs).unwrap();
     let end = lock(&t.inner.writer).pos;
-    drop(t);
-    // Damage the last byte of the batch record: none of it survives.
+    let _ = t.shut(false); // what a drop did, synchronously
+                           // Damage the last byte of the batch record: none of it survives.
     let f = seg_files(&d.0).pop().unwrap();
     let mut b = fs::read(&f).unwrap();
     b[end - 1] ^= 0xff;
@@ -311,9 +311,9 @@ fn torn_tail_is_cut_and_reported() {
             t.put(&key(i), &val(i, 0)).unwrap();
         }
         let end = lock(&t.inner.writer).pos;
-        drop(t);
-        // A half-written record after the last one: a header claiming 200
-        // bytes, with a CRC that cannot match, and some payload.
+        let _ = t.shut(false); // what a drop did, synchronously
+                               // A half-written record after the last one: a header claiming 200
+                               // bytes, with a CRC that cannot match, and some payload.
         let f = seg_files(&d.0).pop().unwrap();
         let mut b = fs::read(&f).unwrap();
         assert_eq!(b.len(), end, "close gives back the preallocated tail");
@@ -327,7 +327,7 @@ fn torn_tail_is_cut_and_reported() {
         assert_eq!(t.count().unwrap(), 100);
         // The table goes on after the cut.
         t.put(b"after", b"cut").unwrap();
-        drop(t);
+        let _ = t.shut(false); // what a drop did, synchronously
         let t = Table::open(&d.0, small(mode)).unwrap();
         assert_eq!(t.recovery().cut, None);
         assert_eq!(t.get(b"after").unwrap(), Some(b"cut".to_vec()));
@@ -342,16 +342,16 @@ fn leftover_files_are_cleaned() {
     let d = TmpDir::new();
     let t = Table::open(&d.0, small(ValueMode::Mapped)).unwrap();
     t.put(b"k", b"v").unwrap();
-    drop(t);
-    // A segment whose creation never finished, an orphan hint, a temp file.
+    let _ = t.shut(false); // what a drop did, synchronously
+                           // A segment whose creation never finished, an orphan hint, a temp file.
     fs::write(d.0.join(segment_file_name(999)), vec![0u8; 4096]).unwrap();
     fs::write(d.0.join(hint_file_name(555)), b"junk").unwrap();
     fs::write(d.0.join("00000000000000000001.tmp"), b"junk").unwrap();
     let t = Table::open(&d.0, small(ValueMode::Mapped)).unwrap();
     assert_eq!(t.recovery().removed_files, 3);
     assert_eq!(t.get(b"k").unwrap(), Some(b"v".to_vec()));
-    drop(t);
-    // A damaged segment header is an error, not silently dropped data.
+    let _ = t.shut(false); // what a drop did, synchronously
+                           // A damaged segment header is an error, not silently dropped data.
     let f = seg_files(&d.0).pop().unwrap();
     let mut b = fs::read(&f).unwrap();
     b[3] ^= 1;
@@ -380,7 +380,7 @@ fn limits_lock_and_config() {
         Table::open(&d.0, small(ValueMode::Memory)),
         Err(TableError::Locked)
     ));
-    drop(t);
+    let _ = t.shut(false); // what a drop did, synchronously
     assert!(Table::open(&d.0, small(ValueMode::Memory)).is_ok());
     let bad = Config {
         segment_size: 1000,
@@ -439,7 +439,7 @@ fn compaction_returns_disk_space() {
         assert_eq!(st.compactions, 1);
         assert_eq!(st.keys, 200);
         assert!(matches!(t.take_events().as_slice(), [Event::Compacted(_)]));
-        drop(t);
+        let _ = t.shut(false); // what a drop did, synchronously
         let t = Table::open(&d.0, small(mode)).unwrap();
         assert_eq!(t.count().unwrap(), 200);
         for i in 0..2000 {
@@ -488,7 +488,7 @@ fn deleted_keys_stay_deleted_after_compaction_and_restart() {
             "the tombstone shadows a put in A: {c:?}"
         );
         assert_eq!(t.get(b"victim").unwrap(), None);
-        drop(t);
+        let _ = t.shut(false); // what a drop did, synchronously
         let t = Table::open(&d.0, cfg.clone()).unwrap();
         assert_eq!(
             t.get(b"victim").unwrap(),
@@ -500,7 +500,7 @@ fn deleted_keys_stay_deleted_after_compaction_and_restart() {
         // the key stays deleted.
         let c = t.compact().unwrap();
         assert!(c.segments_in >= 1, "{c:?}");
-        drop(t);
+        let _ = t.shut(false); // what a drop did, synchronously
         let t = Table::open(&d.0, cfg).unwrap();
         assert_eq!(t.get(b"victim").unwrap(), None);
         assert_eq!(t.get(b"churn").unwrap(), Some(val(j - 1, j - 1)));
@@ -533,9 +533,9 @@ fn crash_while_deleting_compaction_inputs_keeps_deletes() {
         let c = t.compact().unwrap();
         assert!(c.tombstones_dropped >= 1, "{c:?}");
         assert!(!first.exists());
-        drop(t);
-        // Put the old input back, as if the crash came before its unlink,
-        // with the manifest the compaction wrote before deleting.
+        let _ = t.shut(false); // what a drop did, synchronously
+                               // Put the old input back, as if the crash came before its unlink,
+                               // with the manifest the compaction wrote before deleting.
         fs::write(&first, &saved).unwrap();
         let id = parse_file_name(first.file_name().unwrap().to_str().unwrap())
             .unwrap()
@@ -555,7 +555,7 @@ fn crash_while_deleting_compaction_inputs_keeps_deletes() {
         }
         // Without the manifest the same files would resurrect it: the
         // scenario is real.
-        drop(t);
+        let _ = t.shut(false); // what a drop did, synchronously
         fs::write(&first, &saved).unwrap();
         let t = Table::open(&d.0, small(mode)).unwrap();
         assert_eq!(t.get(b"victim").unwrap(), Some(b"old".to_vec()));
@@ -693,7 +693,7 @@ fn concurrent_readers_writer_and_compaction() {
             assert_eq!(t.count().unwrap(), model.len() as u64);
         };
         check(&t);
-        drop(Arc::try_unwrap(t).ok().unwrap());
+        let _ = Arc::try_unwrap(t).ok().unwrap().shut(false);
         let t = Table::open(&d.0, small(mode)).unwrap();
         check(&t);
     }
@@ -741,7 +741,7 @@ fn randomized_model() {
                     t.compact().unwrap();
                 }
                 71 if rnd(20) == 0 => {
-                    drop(t);
+                    let _ = t.shut(false); // what a drop did, synchronously
                     t = Table::open(&d.0, small(mode)).unwrap();
                     assert_eq!(t.recovery().cut, None);
                 }
@@ -765,7 +765,7 @@ fn randomized_model() {
             seen.extend(b);
         }
         assert_eq!(seen, model);
-        drop(t);
+        let _ = t.shut(false); // what a drop did, synchronously
         let t = Table::open(&d.0, small(mode)).unwrap();
         for (k, v) in &model {
             assert_eq!(t.get(k).unwrap().as_ref(), Some(v));
@@ -833,19 +833,20 @@ fn close_releases_threads_and_descriptors() {
             t.put(&key(i), &val(i, 0)).unwrap();
         }
         assert!(mine(&d.0) > 0);
-        let tid = t.thread.lock().unwrap().as_ref().unwrap().thread().id();
+        assert!(t.thread.lock().unwrap().is_some());
         t.close().unwrap();
         assert_eq!(
             mine(&d.0),
             0,
             "{mode:?}: files still open or mapped after close"
         );
-        assert!(t.thread.lock().unwrap().is_none(), "{tid:?} not joined");
+        assert!(t.thread.lock().unwrap().is_none(), "not joined");
         // The lock is released: the table reopens while `t` still exists.
         let t2 = Table::open(&d.0, small(mode)).unwrap();
         assert_eq!(t2.count().unwrap(), 2000);
-        drop(t2);
-        drop(t);
+        // (A drop closes on a thread of its own: close to wait for it.)
+        t2.close().unwrap();
+        let _ = t.shut(false); // what a drop did, synchronously
         assert_eq!(mine(&d.0), 0);
     }
 }
@@ -912,14 +913,14 @@ fn disk_full_is_enospc_not_sigbus() {
         for i in 0..acked {
             assert_eq!(t.get(&key(i)).unwrap(), Some(v.clone()));
         }
-        drop(t);
-        // It reopens on the full disk, with everything acknowledged.
+        let _ = t.shut(false); // what a drop did, synchronously
+                               // It reopens on the full disk, with everything acknowledged.
         let t = Table::open(&dir, small(mode)).unwrap();
         assert_eq!(t.count().unwrap(), acked);
         for i in 0..acked {
             assert_eq!(t.get(&key(i)).unwrap(), Some(v.clone()));
         }
-        drop(t);
+        let _ = t.shut(false); // what a drop did, synchronously
         fs::remove_dir_all(&dir).unwrap();
     }
 }
