@@ -83,8 +83,12 @@ defmodule Tachyon.Named do
         :ok
 
       old ->
-        :persistent_term.erase({mod, name})
+        # Close first, then erase: `old` points into the persistent-term
+        # area, which erasing releases; a handle used after that (by a dirty
+        # NIF, which the release does not wait for) could be destroyed under
+        # the NIF (a heap corruption seen with Echo's orphan close).
         close_fun.(old)
+        :persistent_term.erase({mod, name})
         :ok
     end
   end
