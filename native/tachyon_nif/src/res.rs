@@ -79,6 +79,16 @@ macro_rules! hot_resource {
             }
         }
     };
+    (@down $t:ty, $f:ident) => {
+        fn down(
+            this: &$crate::res::Obj<'_, Self>,
+            env: rustler::Env<'_>,
+            pid: rustler::LocalPid,
+            mon: rustler::Monitor,
+        ) {
+            <$t>::$f(this, env, pid, mon)
+        }
+    };
     ($t:ty, $name:expr) => {
         impl $crate::res::HotResource for $t {
             const NAME: &'static std::ffi::CStr = $name;
@@ -92,14 +102,7 @@ macro_rules! hot_resource {
             const DOWN: bool = true;
             const STOP: bool = true;
             $crate::hot_resource!(@slot);
-            fn down(
-                this: &$crate::res::Obj<'_, Self>,
-                env: rustler::Env<'_>,
-                pid: rustler::LocalPid,
-                mon: rustler::Monitor,
-            ) {
-                <$t>::$f(this, env, pid, mon)
-            }
+            $crate::hot_resource!(@down $t, $f);
             fn stop(&self, fd: std::os::fd::RawFd, direct: bool) {
                 <$t>::$g(self, fd, direct)
             }
@@ -111,14 +114,7 @@ macro_rules! hot_resource {
             const NAME: &'static std::ffi::CStr = $name;
             const DOWN: bool = true;
             $crate::hot_resource!(@slot);
-            fn down(
-                this: &$crate::res::Obj<'_, Self>,
-                env: rustler::Env<'_>,
-                pid: rustler::LocalPid,
-                mon: rustler::Monitor,
-            ) {
-                <$t>::$f(this, env, pid, mon)
-            }
+            $crate::hot_resource!(@down $t, $f);
         }
         $crate::hot_resource!(@decoder $t);
     };
