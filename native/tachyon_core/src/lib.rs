@@ -9,6 +9,7 @@
 //! * [`prefetch`]: write prefetches for the next record of a hot path.
 //! * [`report`]: the report channel (stats and events) from a part's threads.
 //! * [`ring`]: the SPSC byte ring.
+//! * [`seq`]: the sequencer and the members of its total-order bus.
 //! * [`spin`]: the hot paths' mutex (release-store unlock).
 //! * [`store`]: the append-only message log on memory-mapped segment files.
 //! * [`table`]: the persistent key-value table (hash index over an
@@ -33,6 +34,7 @@ pub mod hist;
 pub mod prefetch;
 pub mod report;
 pub mod ring;
+pub mod seq;
 pub mod spin;
 pub mod store;
 mod sys;

@@ -25,6 +25,8 @@ pub struct SocketOptions {
     pub sndbuf: Option<usize>,
     /// `SO_REUSEADDR`.
     pub reuseaddr: bool,
+    /// `SO_REUSEPORT` (several members of one multicast group on a host).
+    pub reuseport: bool,
 }
 
 /// An owned, non-blocking, close-on-exec UDP socket. Closed on drop.
@@ -73,6 +75,9 @@ impl Socket {
         sock.set_int(libc::SOL_SOCKET, SO_RXQ_OVFL, 1)?;
         if opts.reuseaddr {
             sock.set_int(libc::SOL_SOCKET, libc::SO_REUSEADDR, 1)?;
+        }
+        if opts.reuseport {
+            sock.set_int(libc::SOL_SOCKET, libc::SO_REUSEPORT, 1)?;
         }
         if let Some(n) = opts.recbuf {
             sock.set_int(libc::SOL_SOCKET, libc::SO_RCVBUF, clamp_int(n))?;
@@ -123,6 +128,54 @@ impl Socket {
             )
         })?;
         Ok(value)
+    }
+
+    /// Joins the IPv4 multicast `group` on the interface with address
+    /// `iface` (`0.0.0.0`: the kernel's choice).
+    pub fn join_multicast_v4(&self, group: Ipv4Addr, iface: Ipv4Addr) -> io::Result<()> {
+        let mreq = libc::ip_mreq {
+            imr_multiaddr: libc::in_addr {
+                s_addr: u32::from_ne_bytes(group.octets()),
+            },
+            imr_interface: libc::in_addr {
+                s_addr: u32::from_ne_bytes(iface.octets()),
+            },
+        };
+        // SAFETY: mreq is a live ip_mreq and the length matches it.
+        cvt(unsafe {
+            libc::setsockopt(
+                self.fd,
+                libc::IPPROTO_IP,
+                libc::IP_ADD_MEMBERSHIP,
+                &mreq as *const libc::ip_mreq as *const libc::c_void,
+                size_of::<libc::ip_mreq>() as libc::socklen_t,
+            )
+        })?;
+        Ok(())
+    }
+
+    /// Sends multicast through the interface with address `iface`, with
+    /// `ttl` hops, looped back to this host's members when `looped`.
+    pub fn multicast_sender_v4(&self, iface: Ipv4Addr, ttl: u8, looped: bool) -> io::Result<()> {
+        let addr = libc::in_addr {
+            s_addr: u32::from_ne_bytes(iface.octets()),
+        };
+        // SAFETY: addr is a live in_addr and the length matches it.
+        cvt(unsafe {
+            libc::setsockopt(
+                self.fd,
+                libc::IPPROTO_IP,
+                libc::IP_MULTICAST_IF,
+                &addr as *const libc::in_addr as *const libc::c_void,
+                size_of::<libc::in_addr>() as libc::socklen_t,
+            )
+        })?;
+        self.set_int(libc::IPPROTO_IP, libc::IP_MULTICAST_TTL, ttl as libc::c_int)?;
+        self.set_int(
+            libc::IPPROTO_IP,
+            libc::IP_MULTICAST_LOOP,
+            looped as libc::c_int,
+        )
     }
 
     /// The effective `SO_RCVBUF` and `SO_SNDBUF` (as the kernel reports them).
@@ -532,3 +585,41 @@ impl Batch {
 
 /// The errno name of `err` (see [`crate::errno::name`]).
 pub use crate::errno::name as errno_name;
+
+/// An epoll set of sockets: one descriptor that is readable when any of
+/// them is (for a loop or a VM `select` that waits on several sockets).
+#[derive(Debug)]
+pub struct Epoll {
+    fd: RawFd,
+}
+
+impl Epoll {
+    /// A set holding `fds` (level-triggered, readable).
+    pub fn new(fds: &[RawFd]) -> io::Result<Epoll> {
+        // SAFETY: plain syscall; the result is checked.
+        let fd = cvt(unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) })?;
+        let ep = Epoll { fd };
+        for &f in fds {
+            let mut ev = libc::epoll_event {
+                events: libc::EPOLLIN as u32,
+                u64: f as u64,
+            };
+            // SAFETY: ev is a live epoll_event; both descriptors are open.
+            cvt(unsafe { libc::epoll_ctl(ep.fd, libc::EPOLL_CTL_ADD, f, &mut ev) })?;
+        }
+        Ok(ep)
+    }
+
+    pub fn fd(&self) -> RawFd {
+        self.fd
+    }
+}
+
+impl Drop for Epoll {
+    fn drop(&mut self) {
+        // SAFETY: we own fd and close it exactly once.
+        unsafe {
+            libc::close(self.fd);
+        }
+    }
+}

@@ -1,0 +1,732 @@
+//! A member of the bus: publishes commands to the sequencer and delivers
+//! the bus in sequence order, exactly once.
+//!
+//! Two locks, never held together: `tx` (publishing and the commands not
+//! yet seen sequenced) and `rx` (the receive buffers and the ordering
+//! state). Whoever drives the member calls [`Member::poll`] (a thread of its
+//! own, or a BEAM process polling on its scheduler) and [`Member::tick`]
+//! when nothing arrived: resends, gap requests and hellos are timed there.
+
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::io;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::os::fd::RawFd;
+use std::time::{Duration, Instant};
+
+use crossbeam_utils::CachePadded;
+
+use super::wire::{self, Bus, BusKind, CmdKind, Msg, CONT, CONTROL, MORE};
+use super::{BusMode, SeqError};
+use crate::counter::Counter;
+use crate::spin::SpinMutex;
+use crate::udp::sys::{Batch, Epoll, Socket, SocketOptions};
+
+/// Member options (`MemberConfig::new` holds the defaults).
+#[derive(Debug, Clone)]
+pub struct MemberConfig {
+    /// The sequencer's command address.
+    pub sequencer: SocketAddr,
+    pub bus: BusMode,
+    /// The address of the member's own socket (port 0: any).
+    pub bind: SocketAddr,
+    /// Non-zero, unique on the bus.
+    pub member_id: u32,
+    /// `None`: from the next message on; `Some(n)`: from sequence number n.
+    pub from: Option<u64>,
+    /// Largest datagram (as the sequencer's, or smaller).
+    pub max_datagram: usize,
+    /// Largest message (larger ones are refused by publish; fragments of
+    /// a larger one on the bus are dropped).
+    pub max_message_size: usize,
+    /// Resend the commands not seen on the bus after this long.
+    pub resend_after: Duration,
+    /// Ask again for a gap not filled after this long.
+    pub retransmit_after: Duration,
+    /// Say hello again after this long without a datagram.
+    pub hello_after: Duration,
+    pub connect_timeout: Duration,
+    /// Most messages asked for in one replay request (a rewind asks for
+    /// the next chunk when this one is in).
+    pub replay_chunk: u64,
+    /// How far ahead of the next sequence number messages are kept while
+    /// a gap is filled (later ones are asked for again).
+    pub max_buffer: u64,
+    /// Commands (datagrams) published and not yet seen on the bus, at most.
+    pub max_pending: usize,
+    /// Datagrams per `recvmmsg`.
+    pub batch: usize,
+    /// Test and benchmark aid: drop this share of received bus datagrams.
+    pub loss: f64,
+    pub socket: SocketOptions,
+}
+
+impl MemberConfig {
+    pub fn new(sequencer: SocketAddr, member_id: u32) -> MemberConfig {
+        let any = match sequencer.ip() {
+            IpAddr::V4(ip) if ip.is_loopback() => IpAddr::V4(Ipv4Addr::LOCALHOST),
+            IpAddr::V4(_) => IpAddr::V4(Ipv4Addr::UNSPECIFIED),
+            IpAddr::V6(_) => IpAddr::V6(std::net::Ipv6Addr::UNSPECIFIED),
+        };
+        MemberConfig {
+            sequencer,
+            bus: BusMode::Unicast,
+            bind: SocketAddr::new(any, 0),
+            member_id,
+            from: None,
+            max_datagram: 1472,
+            max_message_size: 1 << 20,
+            resend_after: Duration::from_millis(20),
+            retransmit_after: Duration::from_millis(5),
+            hello_after: Duration::from_millis(100),
+            connect_timeout: Duration::from_secs(5),
+            replay_chunk: 1024,
+            max_buffer: 1 << 16,
+            max_pending: 1 << 16,
+            batch: 32,
+            loss: 0.0,
+            socket: SocketOptions::default(),
+        }
+    }
+}
+
+/// Why a publish was refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PublishError {
+    TooLarge,
+    /// `max_pending` commands are waiting to be seen on the bus.
+    Busy,
+    Closed,
+}
+
+#[derive(Debug, Default)]
+struct TxCounters {
+    published: Counter,
+    commands: Counter,
+    resent: Counter,
+    send_errors: Counter,
+}
+
+#[derive(Debug, Default)]
+struct RxCounters {
+    delivered: Counter,
+    datagrams: Counter,
+    duplicates: Counter,
+    gaps: Counter,
+    replay_requests: Counter,
+    malformed: Counter,
+    wrong_session: Counter,
+    dropped_ahead: Counter,
+    injected_losses: Counter,
+    oversized: Counter,
+    hellos: Counter,
+    next_seq: Counter,
+}
+
+/// A snapshot of a member's counters.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct MemberStats {
+    /// Messages published (not fragments).
+    pub published: u64,
+    /// Command datagrams sent, resends aside.
+    pub commands: u64,
+    /// Commands resent (not seen on the bus in time).
+    pub resent: u64,
+    pub send_errors: u64,
+    /// Messages delivered.
+    pub delivered: u64,
+    /// Bus datagrams received.
+    pub datagrams: u64,
+    /// Messages received again (already delivered).
+    pub duplicates: u64,
+    /// Gaps found (a jump in sequence numbers or a heartbeat ahead).
+    pub gaps: u64,
+    /// Replay requests sent (gap fills and rewind chunks).
+    pub replay_requests: u64,
+    pub malformed: u64,
+    pub wrong_session: u64,
+    /// Messages too far ahead to keep during a gap (asked for again later).
+    pub dropped_ahead: u64,
+    /// Datagrams dropped by the `loss` option.
+    pub injected_losses: u64,
+    /// Reassembled messages over `max_message_size`, dropped.
+    pub oversized: u64,
+    pub hellos: u64,
+    /// The next sequence number to deliver.
+    pub next_seq: u64,
+    /// Commands waiting to be seen on the bus.
+    pub pending: u64,
+}
+
+struct Pending {
+    last_seq: u64,
+    sent: Instant,
+    dgram: Vec<u8>,
+}
+
+struct Tx {
+    next_member_seq: u64,
+    pending: VecDeque<Pending>,
+    pool: Vec<Vec<u8>>,
+    closed: bool,
+}
+
+/// A message held while a gap before it is filled.
+struct Held {
+    member_id: u32,
+    member_seq: u64,
+    flags: u8,
+    data: Vec<u8>,
+}
+
+/// The receive buffers and the ordering state, under one lock.
+struct RxAll {
+    batch: Batch,
+    mbatch: Option<Batch>,
+    st: Rx,
+}
+
+struct Rx {
+    next: u64,
+    /// Every sequence number below this one exists.
+    known: u64,
+    held: BTreeMap<u64, Held>,
+    partial: HashMap<u32, Vec<u8>>,
+    /// An outstanding replay request: up to which sequence number, when.
+    requested: Option<(u64, Instant)>,
+    heard: bool,
+    last_heard: Instant,
+    own_seen: u64,
+    rng: u64,
+    scratch: Vec<u8>,
+}
+
+/// A member of the bus. `Sync`: any thread publishes, one at a time drives.
+pub struct Member {
+    cfg: MemberConfig,
+    sock: Socket,
+    mcast: Option<Socket>,
+    epoll: Epoll,
+    session: u64,
+    frag: usize,
+    tx: SpinMutex<Tx>,
+    rx: SpinMutex<RxAll>,
+    txc: CachePadded<TxCounters>,
+    rxc: CachePadded<RxCounters>,
+}
+
+impl Member {
+    /// Binds the member's socket(s), says hello and waits for the
+    /// sequencer's welcome (up to `connect_timeout`). Blocks.
+    pub fn open(cfg: MemberConfig) -> Result<Member, SeqError> {
+        let frag = cfg
+            .max_datagram
+            .checked_sub(wire::BUS_HEADER + wire::MSG_HEADER)
+            .filter(|f| *f > 0 && cfg.max_datagram <= crate::udp::MAX_UDP_PAYLOAD)
+            .ok_or(SeqError::BadConfig)?
+            .min(u16::MAX as usize);
+        if cfg.member_id == 0 || cfg.batch == 0 || cfg.replay_chunk == 0 || cfg.max_pending == 0 {
+            return Err(SeqError::BadConfig);
+        }
+        let sock = Socket::bind(cfg.bind, &cfg.socket)?;
+        let mcast = match cfg.bus {
+            BusMode::Unicast => None,
+            BusMode::Multicast { group, iface, .. } => {
+                let IpAddr::V4(g) = group.ip() else {
+                    return Err(SeqError::BadConfig);
+                };
+                let opts = SocketOptions {
+                    reuseaddr: true,
+                    reuseport: true,
+                    ..cfg.socket
+                };
+                let m = Socket::bind(group, &opts)?;
+                m.join_multicast_v4(g, iface)?;
+                Some(m)
+            }
+        };
+        let mut fds = vec![sock.fd()];
+        fds.extend(mcast.as_ref().map(|m| m.fd()));
+        let epoll = Epoll::new(&fds)?;
+        let unicast = mcast.is_none();
+        let (session, next_seq, last) = welcome(&sock, &cfg, unicast)?;
+        let slot = cfg.max_datagram.max(wire::BUS_HEADER + 8);
+        let now = Instant::now();
+        let next = cfg.from.map_or(next_seq, |f| f.max(1));
+        let rx = Rx {
+            next,
+            known: next_seq,
+            held: BTreeMap::new(),
+            partial: HashMap::new(),
+            requested: None,
+            heard: true,
+            last_heard: now,
+            own_seen: last,
+            rng: 0x2545_f491_4f6c_dd1d ^ (cfg.member_id as u64) << 7,
+            scratch: Vec::with_capacity(64),
+        };
+        let rxc = CachePadded::new(RxCounters::default());
+        rxc.next_seq.bump(next);
+        rxc.hellos.bump(1);
+        Ok(Member {
+            tx: SpinMutex::new(Tx {
+                next_member_seq: last + 1,
+                pending: VecDeque::new(),
+                pool: Vec::new(),
+                closed: false,
+            }),
+            rx: SpinMutex::new(RxAll {
+                batch: Batch::new(cfg.batch, slot),
+                mbatch: mcast.as_ref().map(|_| Batch::new(cfg.batch, slot)),
+                st: rx,
+            }),
+            txc: CachePadded::new(TxCounters::default()),
+            rxc,
+            session,
+            frag,
+            epoll,
+            sock,
+            mcast,
+            cfg,
+        })
+    }
+
+    pub fn member_id(&self) -> u32 {
+        self.cfg.member_id
+    }
+
+    pub fn session(&self) -> u64 {
+        self.session
+    }
+
+    pub fn local_addr(&self) -> io::Result<SocketAddr> {
+        self.sock.local_addr()
+    }
+
+    /// One descriptor readable when a datagram waits on any of the
+    /// member's sockets (for a loop's waiter, or the VM's `select`).
+    pub fn poll_fd(&self) -> RawFd {
+        self.epoll.fd()
+    }
+
+    /// Largest fragment: messages above it go out as several.
+    pub fn fragment_size(&self) -> usize {
+        self.frag
+    }
+
+    /// Publishes one message; returns its `member_seq` (of its last
+    /// fragment, for a fragmented one).
+    pub fn publish(&self, data: &[u8]) -> Result<u64, PublishError> {
+        self.publish_many(std::iter::once(data))
+    }
+
+    /// Publishes messages, as many per command datagram as fit; returns
+    /// the `member_seq` of the last.
+    pub fn publish_many<'a, I>(&self, msgs: I) -> Result<u64, PublishError>
+    where
+        I: IntoIterator<Item = &'a [u8]>,
+        I::IntoIter: Clone,
+    {
+        let it = msgs.into_iter();
+        if it.clone().any(|m| m.len() > self.cfg.max_message_size) {
+            return Err(PublishError::TooLarge);
+        }
+        let mut tx = self.tx.lock();
+        if tx.closed {
+            return Err(PublishError::Closed);
+        }
+        if tx.pending.len() >= self.cfg.max_pending {
+            return Err(PublishError::Busy);
+        }
+        let now = Instant::now();
+        let mut d = tx.pool.pop().unwrap_or_default();
+        let mut count = 0u16;
+        let mut published = 0u64;
+        for m in it {
+            published += 1;
+            let mut chunks = m.chunks(self.frag).peekable();
+            let mut first = true;
+            if m.is_empty() {
+                self.add_cmd(&mut tx, &mut d, &mut count, now, 0, &[]);
+            }
+            while let Some(c) = chunks.next() {
+                let mut flags = if first { 0 } else { CONT };
+                if chunks.peek().is_some() {
+                    flags |= MORE;
+                }
+                first = false;
+                self.add_cmd(&mut tx, &mut d, &mut count, now, flags, c);
+            }
+        }
+        self.send_cmd(&mut tx, d, count, now);
+        self.txc.published.add(published);
+        Ok(tx.next_member_seq - 1)
+    }
+
+    /// Adds one message to the command being built, sending it first if
+    /// it would not fit.
+    fn add_cmd(
+        &self,
+        tx: &mut Tx,
+        d: &mut Vec<u8>,
+        count: &mut u16,
+        now: Instant,
+        flags: u8,
+        c: &[u8],
+    ) {
+        if *count > 0
+            && (d.len() + wire::CMD_MSG_HEADER + c.len() > self.cfg.max_datagram
+                || *count == u16::MAX)
+        {
+            let full = std::mem::replace(d, tx.pool.pop().unwrap_or_default());
+            self.send_cmd(tx, full, *count, now);
+            *count = 0;
+        }
+        if *count == 0 {
+            wire::cmd_header(d, CmdKind::Publish, self.cfg.member_id, self.session);
+        }
+        let seq = tx.next_member_seq;
+        tx.next_member_seq += 1;
+        wire::write_cmd_msg(d, seq, flags, c);
+        *count += 1;
+    }
+
+    fn send_cmd(&self, tx: &mut Tx, mut d: Vec<u8>, count: u16, now: Instant) {
+        if count == 0 {
+            tx.pool.push(d);
+            return;
+        }
+        wire::set_cmd_count(&mut d, count);
+        if self.sock.send_to(&d, &self.cfg.sequencer).is_err() {
+            // Lost like any datagram: resent after `resend_after`.
+            self.txc.send_errors.add(1);
+        }
+        self.txc.commands.add(1);
+        tx.pending.push_back(Pending {
+            last_seq: tx.next_member_seq - 1,
+            sent: now,
+            dgram: d,
+        });
+    }
+
+    /// Reads what waits on the member's sockets (up to `max` datagrams per
+    /// socket) and calls `deliver(seq, member_id, data)` for every message
+    /// now in order. Returns the datagrams read.
+    pub fn poll(&self, max: usize, deliver: &mut dyn FnMut(u64, u32, &[u8])) -> io::Result<usize> {
+        let mut guard = self.rx.lock();
+        let RxAll {
+            batch,
+            mbatch,
+            st: rx,
+        } = &mut *guard;
+        let mut total = 0;
+        let own_before = rx.own_seen;
+        let socks = [
+            (&self.sock, Some(batch)),
+            (self.mcast.as_ref().unwrap_or(&self.sock), mbatch.as_mut()),
+        ];
+        for (sock, b) in socks {
+            let Some(b) = b else { break };
+            let n = match b.recv_max(sock, max) {
+                Ok(n) => n,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => 0,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => 0,
+                Err(e) => return Err(e),
+            };
+            for i in 0..n {
+                if b.is_truncated(i) {
+                    self.rxc.malformed.bump(1);
+                    continue;
+                }
+                self.datagram(rx, b.data(i), deliver);
+            }
+            total += n;
+        }
+        if total > 0 {
+            rx.heard = true;
+            if rx.next < rx.known {
+                self.want(rx, Instant::now());
+            }
+        }
+        let own = rx.own_seen;
+        drop(guard);
+        if own > own_before {
+            self.ack(own);
+        }
+        Ok(total)
+    }
+
+    fn rand(rx: &mut Rx) -> f64 {
+        let mut x = rx.rng;
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        rx.rng = x;
+        (x >> 11) as f64 / (1u64 << 53) as f64
+    }
+
+    fn datagram(&self, rx: &mut Rx, d: &[u8], deliver: &mut dyn FnMut(u64, u32, &[u8])) {
+        if self.cfg.loss > 0.0 && Self::rand(rx) < self.cfg.loss {
+            self.rxc.injected_losses.bump(1);
+            return;
+        }
+        let bus = match Bus::parse(d) {
+            Ok(b) => b,
+            Err(_) => {
+                self.rxc.malformed.bump(1);
+                return;
+            }
+        };
+        if bus.session != self.session {
+            self.rxc.wrong_session.bump(1);
+            return;
+        }
+        self.rxc.datagrams.bump(1);
+        match bus.kind {
+            BusKind::Heartbeat | BusKind::Welcome => {
+                if bus.seq > rx.known {
+                    rx.known = bus.seq;
+                }
+            }
+            BusKind::Data => {
+                let end = bus.seq + bus.count as u64;
+                if end > rx.known {
+                    rx.known = end;
+                }
+                for (seq, m) in bus.messages() {
+                    if seq < rx.next {
+                        self.rxc.duplicates.bump(1);
+                    } else if seq == rx.next {
+                        self.apply(rx, seq, m, deliver);
+                        self.drain(rx, deliver);
+                    } else if seq - rx.next < self.cfg.max_buffer {
+                        if !rx.held.contains_key(&seq) {
+                            if rx.held.is_empty() {
+                                self.rxc.gaps.bump(1);
+                            }
+                            rx.held.insert(
+                                seq,
+                                Held {
+                                    member_id: m.member_id,
+                                    member_seq: m.member_seq,
+                                    flags: m.flags,
+                                    data: m.data.to_vec(),
+                                },
+                            );
+                        } else {
+                            self.rxc.duplicates.bump(1);
+                        }
+                    } else {
+                        self.rxc.dropped_ahead.bump(1);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Delivers the held messages that are now in order.
+    fn drain(&self, rx: &mut Rx, deliver: &mut dyn FnMut(u64, u32, &[u8])) {
+        while let Some(h) = rx.held.remove(&rx.next) {
+            let m = Msg {
+                member_id: h.member_id,
+                member_seq: h.member_seq,
+                flags: h.flags,
+                data: &h.data,
+            };
+            let seq = rx.next;
+            self.apply(rx, seq, m, deliver);
+        }
+    }
+
+    /// Takes message `seq` (the next one): delivers it, or a reassembled
+    /// message whose last fragment it is.
+    fn apply(&self, rx: &mut Rx, seq: u64, m: Msg<'_>, deliver: &mut dyn FnMut(u64, u32, &[u8])) {
+        rx.next = seq + 1;
+        self.rxc.next_seq.bump(1);
+        if m.member_id == self.cfg.member_id && m.member_seq > rx.own_seen {
+            rx.own_seen = m.member_seq;
+        }
+        if m.flags & CONTROL != 0 || m.member_id == 0 {
+            return;
+        }
+        if m.flags & (MORE | CONT) == 0 {
+            self.rxc.delivered.bump(1);
+            deliver(seq, m.member_id, m.data);
+            return;
+        }
+        let part = if m.flags & CONT == 0 {
+            let mut v = rx.partial.remove(&m.member_id).unwrap_or_default();
+            v.clear();
+            Some(v)
+        } else {
+            rx.partial.remove(&m.member_id)
+        };
+        // A continuation without its start (a rewind began mid-message): skip.
+        let Some(mut v) = part else { return };
+        if v.len() + m.data.len() > self.cfg.max_message_size {
+            self.rxc.oversized.bump(1);
+            return;
+        }
+        v.extend_from_slice(m.data);
+        if m.flags & MORE != 0 {
+            rx.partial.insert(m.member_id, v);
+        } else {
+            self.rxc.delivered.bump(1);
+            deliver(seq, m.member_id, &v);
+        }
+    }
+
+    /// Asks for the first missing range if no request for it is out (or
+    /// the last one is older than `retransmit_after`).
+    fn want(&self, rx: &mut Rx, now: Instant) {
+        if rx.next >= rx.known {
+            rx.requested = None;
+            return;
+        }
+        if let Some((upto, at)) = rx.requested {
+            if rx.next < upto && now.duration_since(at) < self.cfg.retransmit_after {
+                return;
+            }
+        }
+        let mut to = rx.known.min(rx.next + self.cfg.replay_chunk);
+        if let Some((&first, _)) = rx.held.first_key_value() {
+            to = to.min(first.max(rx.next + 1));
+        }
+        let mut r = std::mem::take(&mut rx.scratch);
+        wire::replay(&mut r, self.cfg.member_id, self.session, rx.next, to);
+        let _ = self.sock.send_to(&r, &self.cfg.sequencer);
+        rx.scratch = r;
+        rx.requested = Some((to, now));
+        self.rxc.replay_requests.bump(1);
+    }
+
+    /// Forgets the commands sequenced up to `member_seq`.
+    fn ack(&self, member_seq: u64) {
+        let mut tx = self.tx.lock();
+        while tx.pending.front().is_some_and(|p| p.last_seq <= member_seq) {
+            let p = tx.pending.pop_front().expect("front");
+            if tx.pool.len() < 64 {
+                tx.pool.push(p.dgram);
+            }
+        }
+    }
+
+    /// Timed work, when `poll` found nothing: resends, gap requests,
+    /// hellos after a silence. Returns how long until something is due.
+    pub fn tick(&self) -> Duration {
+        let now = Instant::now();
+        let mut due = self.cfg.hello_after;
+        {
+            let mut g = self.rx.lock();
+            let rx = &mut g.st;
+            if rx.next < rx.known {
+                self.want(rx, now);
+                due = due.min(self.cfg.retransmit_after);
+            }
+            if rx.heard {
+                rx.heard = false;
+                rx.last_heard = now;
+            } else if now.duration_since(rx.last_heard) >= self.cfg.hello_after {
+                rx.last_heard = now;
+                let mut h = std::mem::take(&mut rx.scratch);
+                wire::hello(&mut h, self.cfg.member_id, self.mcast.is_none());
+                let _ = self.sock.send_to(&h, &self.cfg.sequencer);
+                rx.scratch = h;
+                self.rxc.hellos.bump(1);
+            }
+        }
+        let mut tx = self.tx.lock();
+        if let Some(p) = tx.pending.front() {
+            let age = now.duration_since(p.sent);
+            if age >= self.cfg.resend_after {
+                let mut n = 0;
+                for p in tx.pending.iter_mut().take(256) {
+                    let _ = self.sock.send_to(&p.dgram, &self.cfg.sequencer);
+                    p.sent = now;
+                    n += 1;
+                }
+                self.txc.resent.add(n);
+            } else {
+                due = due.min(self.cfg.resend_after - age);
+            }
+        }
+        due
+    }
+
+    /// Leaves the bus: no more publishes; a unicast member tells the
+    /// sequencer to stop sending to it.
+    pub fn close(&self) {
+        let mut tx = self.tx.lock();
+        if tx.closed {
+            return;
+        }
+        tx.closed = true;
+        if self.mcast.is_none() {
+            let mut b = Vec::with_capacity(wire::CMD_HEADER);
+            wire::cmd_header(&mut b, CmdKind::Bye, self.cfg.member_id, self.session);
+            let _ = self.sock.send_to(&b, &self.cfg.sequencer);
+        }
+    }
+
+    pub fn is_closed(&self) -> bool {
+        self.tx.lock().closed
+    }
+
+    pub fn stats(&self) -> MemberStats {
+        let (t, r) = (&self.txc, &self.rxc);
+        MemberStats {
+            published: t.published.get(),
+            commands: t.commands.get(),
+            resent: t.resent.get(),
+            send_errors: t.send_errors.get(),
+            delivered: r.delivered.get(),
+            datagrams: r.datagrams.get(),
+            duplicates: r.duplicates.get(),
+            gaps: r.gaps.get(),
+            replay_requests: r.replay_requests.get(),
+            malformed: r.malformed.get(),
+            wrong_session: r.wrong_session.get(),
+            dropped_ahead: r.dropped_ahead.get(),
+            injected_losses: r.injected_losses.get(),
+            oversized: r.oversized.get(),
+            hellos: r.hellos.get(),
+            next_seq: r.next_seq.get(),
+            pending: self.tx.lock().pending.len() as u64,
+        }
+    }
+}
+
+/// Says hello until the welcome comes: `(session, next seq, last member_seq)`.
+fn welcome(sock: &Socket, cfg: &MemberConfig, unicast: bool) -> Result<(u64, u64, u64), SeqError> {
+    let mut hello = Vec::new();
+    wire::hello(&mut hello, cfg.member_id, unicast);
+    let mut buf = vec![0u8; cfg.max_datagram.max(wire::BUS_HEADER + 8)];
+    let t0 = Instant::now();
+    let mut said = None::<Instant>;
+    loop {
+        if said.is_none_or(|s| s.elapsed() >= Duration::from_millis(20)) {
+            sock.send_to(&hello, &cfg.sequencer)?;
+            said = Some(Instant::now());
+        }
+        match sock.recv(&mut buf) {
+            Ok(n) if n <= buf.len() => {
+                if let Ok(b) = Bus::parse(&buf[..n]) {
+                    if b.kind == BusKind::Welcome {
+                        return Ok((b.session, b.seq, b.welcome_last()));
+                    }
+                }
+            }
+            Ok(_) => {}
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                let _ = crate::wait::poll_fds(
+                    &[(sock.fd(), libc::POLLIN)],
+                    Some(Duration::from_millis(5)),
+                );
+            }
+            // ECONNREFUSED from an earlier hello: nobody there yet.
+            Err(_) => std::thread::sleep(Duration::from_millis(5)),
+        }
+        if t0.elapsed() >= cfg.connect_timeout {
+            return Err(SeqError::Timeout);
+        }
+    }
+}

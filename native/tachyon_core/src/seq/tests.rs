@@ -1,0 +1,273 @@
+use std::net::{Ipv4Addr, SocketAddr};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use super::*;
+use crate::store;
+use crate::udp::sys::{Socket, SocketOptions};
+use crate::wait::WaitStrategy;
+
+fn tmp(name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!(
+        "tachyon-seq-{name}-{}-{:?}",
+        std::process::id(),
+        Instant::now()
+    ));
+    let _ = std::fs::remove_dir_all(&d);
+    d
+}
+
+fn small_store() -> store::Config {
+    store::Config {
+        segment_size: 1 << 20,
+        max_message_size: 1 << 16,
+        prepared_segments: 1,
+        pretouch: false,
+        ..store::Config::default()
+    }
+}
+
+fn sequencer(dir: &PathBuf, port: u16) -> Sequencer {
+    let mut cfg = SequencerConfig::new(SocketAddr::from(([127, 0, 0, 1], port)), dir);
+    cfg.store = small_store();
+    cfg.wait = WaitStrategy::Park;
+    Sequencer::start(cfg).expect("sequencer")
+}
+
+fn member(seq: &Sequencer, id: u32, from: Option<u64>) -> Member {
+    let mut cfg = MemberConfig::new(seq.local_addr(), id);
+    cfg.from = from;
+    Member::open(cfg).expect("member")
+}
+
+type Got = Vec<(u64, u32, Vec<u8>)>;
+
+/// Drives `m` until `want` messages were delivered (or 20 s).
+fn collect(m: &Member, want: usize, got: &mut Got) {
+    let t0 = Instant::now();
+    while got.len() < want && t0.elapsed() < Duration::from_secs(20) {
+        let n = m
+            .poll(32, &mut |s, id, d| got.push((s, id, d.to_vec())))
+            .expect("poll");
+        if n == 0 {
+            m.tick();
+            std::thread::sleep(Duration::from_micros(50));
+        }
+    }
+}
+
+fn digest(got: &Got) -> Vec<(u64, u32, Vec<u8>)> {
+    got.clone()
+}
+
+fn check_own_order(got: &Got, id: u32, n: usize) {
+    let own: Vec<&Vec<u8>> = got.iter().filter(|g| g.1 == id).map(|g| &g.2).collect();
+    assert_eq!(own.len(), n, "member {id}: every own message once");
+    for (i, d) in own.iter().enumerate() {
+        assert_eq!(
+            d.as_slice(),
+            format!("{id}:{i}").as_bytes(),
+            "own messages in publish order"
+        );
+    }
+}
+
+#[test]
+fn three_members_see_one_order() {
+    let dir = tmp("three");
+    let mut s = sequencer(&dir, 0);
+    let ms: Vec<Arc<Member>> = (1..=3).map(|i| Arc::new(member(&s, i, None))).collect();
+    let per = 2000;
+    let threads: Vec<_> = ms
+        .iter()
+        .cloned()
+        .map(|m| {
+            std::thread::spawn(move || {
+                let mut got = Got::new();
+                for i in 0..per {
+                    let msg = format!("{}:{i}", m.member_id());
+                    while m.publish(msg.as_bytes()) == Err(member::PublishError::Busy) {
+                        m.poll(32, &mut |s, id, d| got.push((s, id, d.to_vec())))
+                            .unwrap();
+                    }
+                    if i % 16 == 0 {
+                        m.poll(32, &mut |s, id, d| got.push((s, id, d.to_vec())))
+                            .unwrap();
+                    }
+                }
+                collect(&m, 3 * per, &mut got);
+                got
+            })
+        })
+        .collect();
+    let all: Vec<Got> = threads.into_iter().map(|t| t.join().unwrap()).collect();
+    for (i, got) in all.iter().enumerate() {
+        assert_eq!(got.len(), 3 * per);
+        assert_eq!(digest(got), digest(&all[0]), "member {} differs", i + 1);
+        let seqs: Vec<u64> = got.iter().map(|g| g.0).collect();
+        assert_eq!(seqs, (1..=(3 * per) as u64).collect::<Vec<_>>());
+        for id in 1..=3 {
+            check_own_order(got, id, per);
+        }
+    }
+    assert_eq!(s.stats().messages, 3 * per as u64);
+    s.stop();
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn losses_are_filled_and_fragments_reassembled() {
+    let dir = tmp("loss");
+    let mut s = sequencer(&dir, 0);
+    let mut cfg = MemberConfig::new(s.local_addr(), 7);
+    cfg.loss = 0.1;
+    let lossy = Member::open(cfg).unwrap();
+    let clean = member(&s, 8, None);
+    let big: Vec<u8> = (0..20_000u32).map(|i| (i % 251) as u8).collect();
+    let mut sent = Vec::new();
+    for i in 0..500 {
+        let m = if i % 50 == 0 {
+            big.clone()
+        } else {
+            format!("m{i}").into_bytes()
+        };
+        clean.publish(&m).unwrap();
+        sent.push(m);
+    }
+    let (mut a, mut b) = (Got::new(), Got::new());
+    collect(&clean, 500, &mut b);
+    collect(&lossy, 500, &mut a);
+    assert_eq!(a, b);
+    let data: Vec<Vec<u8>> = a.iter().map(|g| g.2.clone()).collect();
+    assert_eq!(data, sent);
+    let st = lossy.stats();
+    assert!(st.injected_losses > 0 && st.replay_requests > 0, "{st:?}");
+    assert_eq!(st.delivered, 500);
+    s.stop();
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn restart_continues_numbering_and_sequences_resent_commands_once() {
+    let dir = tmp("restart");
+    let mut s = sequencer(&dir, 0);
+    let port = s.local_addr().port();
+    let m = member(&s, 5, None);
+    for i in 0..10 {
+        m.publish(format!("5:{i}").as_bytes()).unwrap();
+    }
+    let mut got = Got::new();
+    collect(&m, 10, &mut got);
+    let session = s.session();
+    s.stop();
+    // Published while the sequencer is down: resent after the restart.
+    for i in 10..20 {
+        m.publish(format!("5:{i}").as_bytes()).unwrap();
+    }
+    let mut s = sequencer(&dir, port);
+    assert_eq!(s.session(), session);
+    assert_eq!(s.recovered_members(), 1);
+    collect(&m, 20, &mut got);
+    check_own_order(&got, 5, 20);
+    let seqs: Vec<u64> = got.iter().map(|g| g.0).collect();
+    assert_eq!(seqs, (1..=20).collect::<Vec<_>>());
+    // A late member rewinds from 1 and sees the same.
+    let late = member(&s, 6, Some(0));
+    let mut again = Got::new();
+    collect(&late, 20, &mut again);
+    assert_eq!(again, got);
+    assert!(m.stats().resent > 0);
+    s.stop();
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn garbage_is_counted_and_dropped() {
+    let dir = tmp("garbage");
+    let mut s = sequencer(&dir, 0);
+    let m = member(&s, 1, None);
+    let stranger = Socket::bind(
+        SocketAddr::from(([127, 0, 0, 1], 0)),
+        &SocketOptions::default(),
+    )
+    .unwrap();
+    let mut x = 1u64;
+    for len in [0usize, 1, 3, 19, 20, 27, 28, 100, 1500] {
+        let g: Vec<u8> = (0..len)
+            .map(|_| {
+                x = x.wrapping_mul(6364136223846793005).wrapping_add(1);
+                (x >> 33) as u8
+            })
+            .collect();
+        let _ = stranger.send_to(&g, &s.local_addr());
+        let _ = stranger.send_to(&g, &m.local_addr().unwrap());
+    }
+    // A well-formed command of another session.
+    let mut c = Vec::new();
+    wire::cmd_header(&mut c, wire::CmdKind::Publish, 9, s.session() ^ 1);
+    wire::write_cmd_msg(&mut c, 1, 0, b"x");
+    wire::set_cmd_count(&mut c, 1);
+    stranger.send_to(&c, &s.local_addr()).unwrap();
+    m.publish(b"after").unwrap();
+    let mut got = Got::new();
+    collect(&m, 1, &mut got);
+    assert_eq!(got[0].2, b"after");
+    let st = s.stats();
+    assert!(st.malformed >= 8 && st.wrong_session == 1, "{st:?}");
+    assert!(m.stats().malformed >= 8);
+    s.stop();
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn multicast_bus() {
+    let dir = tmp("mcast");
+    let group = SocketAddr::from(([239, 255, 42, 7], 0));
+    // A free port for the group.
+    let probe = Socket::bind(
+        SocketAddr::from(([0, 0, 0, 0], 0)),
+        &SocketOptions::default(),
+    )
+    .unwrap();
+    let group = SocketAddr::new(group.ip(), probe.local_addr().unwrap().port());
+    drop(probe);
+    let bus = BusMode::Multicast {
+        group,
+        iface: Ipv4Addr::UNSPECIFIED,
+        ttl: 0,
+        looped: true,
+    };
+    let mut cfg = SequencerConfig::new(SocketAddr::from(([127, 0, 0, 1], 0)), &dir);
+    cfg.store = small_store();
+    cfg.wait = WaitStrategy::Park;
+    cfg.bus = bus;
+    let mut s = match Sequencer::start(cfg) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("skipped: no multicast here ({e})");
+            return;
+        }
+    };
+    let mut mc = MemberConfig::new(s.local_addr(), 1);
+    mc.bus = bus;
+    let a = Member::open(mc.clone()).unwrap();
+    mc.member_id = 2;
+    let b = Member::open(mc).unwrap();
+    for i in 0..100 {
+        a.publish(format!("1:{i}").as_bytes()).unwrap();
+    }
+    let (mut ga, mut gb) = (Got::new(), Got::new());
+    collect(&a, 100, &mut ga);
+    collect(&b, 100, &mut gb);
+    if s.stats().send_errors > 0 && ga.is_empty() {
+        eprintln!("skipped: multicast sends fail here");
+        s.stop();
+        return;
+    }
+    assert_eq!(ga, gb);
+    check_own_order(&ga, 1, 100);
+    assert_eq!(s.stats().members, 0, "no unicast fan-out in multicast mode");
+    s.stop();
+    let _ = std::fs::remove_dir_all(&dir);
+}
