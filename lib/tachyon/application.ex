@@ -15,7 +15,8 @@ defmodule Tachyon.Application do
     # Every part's child id is {Module, name}: no ids needed here.
     children =
       Enum.map(Application.get_env(:tachyon, :stores, []), &{Tachyon.Store, &1}) ++
-        Enum.map(Application.get_env(:tachyon, :async_stores, []), &{Tachyon.AsyncStore, &1})
+        Enum.map(Application.get_env(:tachyon, :async_stores, []), &{Tachyon.AsyncStore, &1}) ++
+        Enum.map(Application.get_env(:tachyon, :sequencers, []), &{Tachyon.Sequencer, &1})
 
     Supervisor.start_link(children, strategy: :rest_for_one, name: Tachyon.Supervisor)
   end

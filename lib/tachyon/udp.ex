@@ -383,84 +383,18 @@ defmodule Tachyon.UDP do
   def recv_many(sock, max, timeout \\ :infinity)
 
   def recv_many(sock, max, timeout) when is_integer(max) and max >= 1 and max <= 1024 do
-    timeout = Tachyon.Options.timeout!(timeout)
-    t0 = System.monotonic_time(:nanosecond)
-
-    deadline = if timeout == :infinity, do: :infinity, else: t0 + timeout * 1_000_000
-
-    flush_stale_ready(sock)
-    poll(sock, max, t0, deadline)
+    Tachyon.Poll.recv(
+      sock,
+      timeout,
+      &Native.udp_recv(sock, max, &1),
+      fn -> Native.udp_select(sock) end,
+      :tachyon_udp_ready
+    )
   end
 
   def recv_many(_sock, max, _timeout) do
     raise ArgumentError,
           "Tachyon.UDP.recv_many/3: max must be an integer in 1..1024, got: #{inspect(max)}"
-  end
-
-  # Polls (by the socket's :wait and :spin), then sleeps until the VM says
-  # the socket is readable.
-  defp poll(sock, max, t0, deadline) do
-    now = System.monotonic_time(:nanosecond)
-
-    case Native.udp_recv(sock, max, now - t0) do
-      {:ok, _list} = ok ->
-        ok
-
-      :empty ->
-        if past?(deadline, now) do
-          {:error, :timeout}
-        else
-          :erlang.yield()
-          poll(sock, max, t0, deadline)
-        end
-
-      :sleep ->
-        if past?(deadline, now), do: {:error, :timeout}, else: sleep(sock, max, deadline, now)
-
-      {:error, _} = error ->
-        error
-    end
-  end
-
-  defp sleep(sock, max, deadline, now) do
-    case Native.udp_select(sock) do
-      :ok ->
-        receive do
-          {:tachyon_udp_ready, ^sock} ->
-            # Polled "forever" already: one try, then sleep again if it was
-            # a spurious wake-up.
-            poll(sock, max, now - 1_000_000_000_000, deadline)
-        after
-          remaining_ms(deadline, now) ->
-            # The readiness message may still come: the next recv drops it.
-            Process.put({__MODULE__, :armed, sock}, true)
-            {:error, :timeout}
-        end
-
-      {:error, _} = error ->
-        error
-    end
-  end
-
-  defp past?(:infinity, _now), do: false
-  defp past?(deadline, now), do: now >= deadline
-
-  defp remaining_ms(:infinity, _now), do: :infinity
-  defp remaining_ms(deadline, now), do: max(0, div(deadline - now + 999_999, 1_000_000))
-
-  # After a recv that timed out while the VM watched the socket, its
-  # readiness message may arrive later: drop it (only then, so a recv never
-  # scans a large mailbox otherwise).
-  defp flush_stale_ready(sock) do
-    if Process.delete({__MODULE__, :armed, sock}) do
-      receive do
-        {:tachyon_udp_ready, ^sock} -> :ok
-      after
-        0 -> :ok
-      end
-    end
-
-    :ok
   end
 
   @doc """

@@ -137,7 +137,8 @@ defmodule Tachyon.UDP.Options do
     [type: {:integer, 0, 65_535}, default: 0, doc: "UDP port, `0` for one the kernel picks."]
   end
 
-  defp ip_spec(default) do
+  @doc "The schema entry of an address to bind."
+  def ip_spec(default) do
     [
       type:
         {:custom, &__MODULE__.ip/1, "an IPv4 or IPv6 tuple, :loopback, :any or an address string"},
@@ -149,7 +150,8 @@ defmodule Tachyon.UDP.Options do
     ]
   end
 
-  defp core_spec do
+  @doc "The schema entry of a core to pin a thread to."
+  def core_spec do
     [
       type: {:custom, &__MODULE__.core/1, "nil or an integer in 0..(online cores - 1)"},
       default: nil,

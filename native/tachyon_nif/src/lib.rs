@@ -12,6 +12,7 @@
 //! * `res`: resource types for the hot NIFs (store, async store, table), decoded
 //!   without rustler's per-call type lookup.
 //! * `runtime`: the shared runtime's own NIFs (worker counters).
+//! * `seq`: `Tachyon.Sequencer` and `Tachyon.Bus` (total-order bus).
 //! * `store`: `Tachyon.Store` (message log).
 //! * `table`: `Tachyon.Table` (persistent key-value table).
 //! * `udp`: `Tachyon.Echo` and `Tachyon.UDP`.
@@ -24,6 +25,7 @@ mod defaults;
 mod deliver;
 mod res;
 mod runtime;
+mod seq;
 mod store;
 mod table;
 mod terms;
@@ -42,4 +44,6 @@ fn load(env: rustler::Env, _info: rustler::Term) -> bool {
         && res::register::<bench::HistResource>(env)
         && res::register::<udp::EchoResource>(env)
         && res::register::<udp::UdpResource>(env)
+        && res::register::<seq::SeqResource>(env)
+        && res::register::<seq::BusResource>(env)
 }

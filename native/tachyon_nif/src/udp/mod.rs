@@ -12,7 +12,7 @@
 //!   scheduler ([`poll`]).
 
 mod echo;
-mod poll;
+pub(crate) mod poll;
 mod socket;
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
@@ -26,6 +26,7 @@ use crate::atoms;
 use crate::terms::{atom, errno_atom, get};
 
 pub use echo::EchoResource;
+pub(crate) use poll::{Polled, Poller};
 pub use socket::UdpResource;
 
 mod udp_atoms {
@@ -107,6 +108,7 @@ pub(crate) fn decode_socket_opts<'a>(env: Env<'a>, opts: Term<'a>) -> NifResult<
         recbuf: get::<Option<u64>>(env, opts, "recbuf")?.map(|n| n as usize),
         sndbuf: get::<Option<u64>>(env, opts, "sndbuf")?.map(|n| n as usize),
         reuseaddr: get(env, opts, "reuseaddr")?,
+        reuseport: false,
     })
 }
 

@@ -19,12 +19,13 @@
 //! element is a sub-binary of it.
 
 use std::net::SocketAddr;
+use std::os::fd::RawFd;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use rustler::types::atom::Atom;
 use rustler::{Binary, Encoder, Env, LocalPid, NewBinary, NifResult, Term};
-use tachyon_core::udp::{Batch, Endpoint, Sink};
+use tachyon_core::udp::{Batch, Sink};
 use tachyon_core::wait::WaitStrategy;
 
 use super::socket::UdpResource;
@@ -87,11 +88,12 @@ impl<'a> ListSink<'a> {
 /// (`Tachyon.UDP` sockets now; the sequencer's members read the bus the same
 /// way): the receive buffers, the wait strategy and spin window, and what
 /// the VM's poll set knows of the socket.
-pub struct Poller {
+pub struct Poller<B = Batch> {
     wait: WaitStrategy,
     spin: Duration,
-    /// The receive buffers, taken by the process in `recv`.
-    batch: Mutex<Batch>,
+    /// The receive buffers (or whatever the source needs), taken by the
+    /// process in `recv`: one receiver at a time.
+    batch: Mutex<B>,
     sel: Mutex<Select>,
 }
 
@@ -120,8 +122,8 @@ pub enum Polled {
     Failed(std::io::Error),
 }
 
-impl Poller {
-    pub fn new(wait: WaitStrategy, spin: Duration, batch: Batch) -> Poller {
+impl<B> Poller<B> {
+    pub fn new(wait: WaitStrategy, spin: Duration, batch: B) -> Poller<B> {
         Poller {
             wait,
             spin,
@@ -137,13 +139,11 @@ impl Poller {
     /// or `:backoff` / `:yield` within their spin window) or
     /// [`Polled::Sleep`] (`:park`, or a window used up). The time it spent
     /// is reported to the VM (`enif_consume_timeslice`).
-    pub fn recv<S: Sink>(
+    pub fn recv(
         &self,
         env: Env<'_>,
-        ep: &Endpoint,
-        max: usize,
         polled: Duration,
-        sink: &mut S,
+        mut once: impl FnMut(&mut B) -> std::io::Result<usize>,
     ) -> Polled {
         let left = self.spin.saturating_sub(polled);
         let (budget, then) = match self.wait {
@@ -157,7 +157,7 @@ impl Poller {
         let mut batch = self.batch.lock().unwrap_or_else(|e| e.into_inner());
         let t0 = Instant::now();
         let result = loop {
-            match ep.poll(&mut batch, max, sink) {
+            match once(&mut batch) {
                 Ok(n) if n > 0 => break Polled::Got,
                 Ok(_) => {}
                 Err(e) if e.kind() == std::io::ErrorKind::NotConnected => break Polled::Closed,
@@ -182,18 +182,19 @@ impl Poller {
         result
     }
 
-    /// Asks the VM to send `msg` to the calling process once `ep`'s socket
-    /// is readable (once), for the resource `res` (whose type has a `stop`
-    /// callback that closes `ep`). `Err(:closed)` once closed.
+    /// Asks the VM to send `msg` to the calling process once `fd` (the
+    /// source's descriptor, `None` once closed) is readable (once), for the
+    /// resource `res` (whose type has a `stop` callback that closes it).
+    /// `Err(:closed)` once closed.
     pub fn select<T: HotResource>(
         &self,
         env: Env<'_>,
         res: &Obj<'_, T>,
-        ep: &Endpoint,
+        fd: Option<RawFd>,
         msg: Term<'_>,
     ) -> Result<(), Atom> {
         let mut sel = self.sel.lock().unwrap_or_else(|e| e.into_inner());
-        let fd = match ep.raw_fd() {
+        let fd = match fd {
             Some(fd) if !sel.closed => fd,
             _ => return Err(atoms::closed()),
         };
@@ -206,25 +207,32 @@ impl Poller {
         Ok(())
     }
 
-    /// Closes without waiting (call after `ep.request_stop()`): a socket
+    /// Closes without waiting (call after the source stopped, e.g.
+    /// `ep.request_stop()`; `close_fd` closes its descriptor): a socket
     /// the VM's poll set knows is taken out of it (the resource's `stop`
     /// callback then closes `ep`), any other is closed now; the process
     /// waiting for readiness gets `{:tachyon_udp_ready, res}` so that its
     /// receive returns `:closed`. Idempotent.
-    pub fn close<T: HotResource>(&self, env: Env<'_>, res: &Obj<'_, T>, ep: &Endpoint) {
+    pub fn close<T: HotResource>(
+        &self,
+        env: Env<'_>,
+        res: &Obj<'_, T>,
+        fd: Option<RawFd>,
+        close_fd: impl FnOnce(),
+    ) {
         let mut sel = self.sel.lock().unwrap_or_else(|e| e.into_inner());
         if sel.closed {
             return;
         }
         sel.closed = true;
         let waiting = sel.waiting.take();
-        match ep.raw_fd() {
+        match fd {
             Some(fd) if sel.selected => {
                 if !res.select_stop(env, fd) {
-                    ep.close();
+                    close_fd();
                 }
             }
-            _ => ep.close(),
+            _ => close_fd(),
         }
         drop(sel);
         if let Some(pid) = waiting {
@@ -261,13 +269,9 @@ fn udp_recv<'a>(
         items: Vec::new(),
     };
     Ok(
-        match p.recv(
-            env,
-            &res.ep,
-            max as usize,
-            Duration::from_nanos(polled_ns),
-            &mut sink,
-        ) {
+        match p.recv(env, Duration::from_nanos(polled_ns), |b| {
+            res.ep.poll(b, max as usize, &mut sink)
+        }) {
             // Only oversized (dropped and counted) datagrams: poll again.
             Polled::Got if sink.items.is_empty() => udp_atoms::empty().encode(env),
             Polled::Got => (atoms::ok(), sink.into_list()?).encode(env),
@@ -289,7 +293,7 @@ fn udp_select<'a>(env: Env<'a>, sock: Term<'a>) -> NifResult<Term<'a>> {
         return Ok((atoms::error(), udp_atoms::not_poll()).encode(env));
     };
     let msg = (udp_atoms::tachyon_udp_ready(), sock).encode(env);
-    Ok(match p.select(env, &res, &res.ep, msg) {
+    Ok(match p.select(env, &res, res.ep.raw_fd(), msg) {
         Ok(()) => atoms::ok().encode(env),
         Err(reason) => (atoms::error(), reason).encode(env),
     })

@@ -58,7 +58,7 @@ impl UdpResource {
 fn close_now(res: &Obj<'_, UdpResource>, env: Env<'_>) {
     res.ep.request_stop();
     if let Some(p) = &res.poll {
-        p.close(env, res, &res.ep);
+        p.close(env, res, res.ep.raw_fd(), || res.ep.close());
     }
 }
 

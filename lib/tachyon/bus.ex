@@ -1,0 +1,260 @@
+defmodule Tachyon.Bus do
+  @moduledoc """
+  A member of a `Tachyon.Sequencer`'s bus (what CoralSequencer calls a
+  node): publishes messages and receives every message of the bus, its
+  own included, in sequence order, exactly once.
+
+  `open/1` says hello to the sequencer and returns once welcomed. The
+  member then delivers to its owner, by `:mode`:
+
+    * `:messages` (default): a thread sends `{:tachyon_bus, bus, seq,
+      member_id, data}` for every message.
+    * `:poll`: no thread; `recv/2` reads the bus on the caller's scheduler
+      and returns `{seq, member_id, data}` entries (the fast path: no
+      thread hand-off between the datagram and the code that handles it).
+
+  A member recognises its own messages by `member_id`. What it does for
+  you: a gap (a jump in sequence numbers, or a heartbeat ahead of it) is
+  asked for at once and filled in one round trip while later messages
+  wait; a command not seen on the bus within `:resend_after` is resent
+  (the sequencer drops duplicates); messages larger than a datagram are
+  cut into fragments and reassembled; datagrams of another session are
+  dropped; `from: n` rewinds from sequence number `n` (one chunk of
+  `replay_max` messages per round trip, so a rewind does not starve live
+  traffic) and joins the live stream with no gap and no duplicate. In poll
+  mode, this timed work runs inside `recv/2`: a member nobody polls does
+  not resend.
+
+  ## Example
+
+      dir = Path.join(System.tmp_dir!(), "bus-doc-#{System.unique_integer([:positive])}")
+      {:ok, seq} = Tachyon.Sequencer.start_link(path: dir, wait: :park)
+      {:ok, bus} = Tachyon.Bus.open(sequencer: Tachyon.Sequencer.address(seq), member_id: 7, mode: :poll)
+      {:ok, 1} = Tachyon.Bus.publish(bus, ["he", "llo"])
+      {:ok, [{1, 7, "hello"}]} = Tachyon.Bus.recv(bus, 5000)
+
+  ## Options
+
+  #{Tachyon.Options.docs(Tachyon.Sequencer.Options.bus_schema())}
+  """
+  use GenServer
+
+  alias Tachyon.Native
+  alias Tachyon.Sequencer.Options
+
+  @typedoc "A member of the bus (a reference)."
+  @type bus :: reference()
+  @type entry :: {seq :: pos_integer(), member_id :: pos_integer(), data :: binary()}
+
+  @doc """
+  Joins the bus; the owner (default: the caller) receives the messages and
+  its exit closes the member. Returns `{:error, :timeout}` if the
+  sequencer does not answer within `:connect_timeout`.
+
+  ## Example
+
+      dir = Path.join(System.tmp_dir!(), "bus-#{System.unique_integer([:positive])}")
+      {:ok, seq} = Tachyon.Sequencer.start_link(path: dir, wait: :park)
+      {:ok, bus} = Tachyon.Bus.open(sequencer: Tachyon.Sequencer.address(seq), member_id: 1)
+      :ok = Tachyon.Bus.close(bus)
+  """
+  @spec open(keyword()) :: {:ok, bus()} | {:error, atom()}
+  def open(opts) do
+    case open_info(opts) do
+      {:ok, bus, _info} -> {:ok, bus}
+      {:error, _} = error -> error
+    end
+  end
+
+  defp open_info(opts) do
+    o = opts |> Tachyon.Options.validate!(Options.bus_schema(), "Tachyon.Bus") |> Map.new()
+    owner = o.owner || self()
+
+    nif =
+      o
+      |> Map.drop([
+        :owner,
+        :spin,
+        :resend_after,
+        :retransmit_after,
+        :hello_after,
+        :connect_timeout
+      ])
+      |> Map.merge(%{
+        from: if(o.from == :live, do: nil, else: o.from),
+        spin_us: o.spin,
+        resend_after_us: o.resend_after * 1000,
+        retransmit_after_us: o.retransmit_after,
+        hello_after_us: o.hello_after * 1000,
+        connect_timeout_us: o.connect_timeout * 1000,
+        loss: o.loss / 1
+      })
+
+    Native.bus_open(nif, owner)
+  end
+
+  @doc """
+  Starts a process that joins the bus for `:owner` (required: under a
+  supervisor the caller is the supervisor) and emits
+  `[:tachyon, :bus, :stats]` every `:stats_interval` ms (default 1000).
+  `bus/1` returns its member. The member closes when the process stops or
+  the owner exits.
+
+  ## Example
+
+      dir = Path.join(System.tmp_dir!(), "bus-#{System.unique_integer([:positive])}")
+      {:ok, seq} = Tachyon.Sequencer.start_link(path: dir, wait: :park)
+      {:ok, pid} = Tachyon.Bus.start_link(sequencer: Tachyon.Sequencer.address(seq), member_id: 2, owner: self())
+      bus = Tachyon.Bus.bus(pid)
+      {:ok, _} = Tachyon.Bus.publish(bus, "x")
+  """
+  @spec start_link(keyword()) :: GenServer.on_start()
+  def start_link(opts) do
+    {name, opts} = Keyword.pop(opts, :name)
+    {interval, opts} = Keyword.pop(opts, :stats_interval, 1000)
+
+    unless Keyword.has_key?(opts, :owner),
+      do: raise(ArgumentError, "Tachyon.Bus.start_link/1 needs :owner")
+
+    gen = if name, do: [name: name], else: []
+    GenServer.start_link(__MODULE__, {opts, interval}, gen)
+  end
+
+  @doc """
+  The child specification (id `{Tachyon.Bus, name}`).
+
+  ## Example
+
+      %{id: {Tachyon.Bus, :m1}} = Tachyon.Bus.child_spec(name: :m1, sequencer: {{127, 0, 0, 1}, 7000}, member_id: 1, owner: self())
+  """
+  @spec child_spec(keyword()) :: Supervisor.child_spec()
+  def child_spec(opts) do
+    %{id: {__MODULE__, Keyword.get(opts, :name)}, start: {__MODULE__, :start_link, [opts]}}
+  end
+
+  @doc """
+  The member of a process started by `start_link/1`.
+
+  ## Example
+
+      bus = Tachyon.Bus.bus(pid)
+  """
+  @spec bus(GenServer.server()) :: bus()
+  def bus(server), do: GenServer.call(server, :bus)
+
+  @doc """
+  Publishes `data` (iodata); returns `{:ok, member_seq}` (of its last
+  fragment when it is larger than a datagram), `{:error, :too_large}`
+  (over `:max_message_size`), `{:error, :busy}` (too many commands not yet
+  seen on the bus) or `{:error, :closed}`.
+
+  ## Example
+
+      {:ok, member_seq} = Tachyon.Bus.publish(bus, "order 42")
+  """
+  @spec publish(bus(), iodata()) :: {:ok, pos_integer()} | {:error, :too_large | :busy | :closed}
+  def publish(bus, data) when is_binary(data), do: Native.bus_publish(bus, data)
+  def publish(bus, data), do: Native.bus_publish(bus, IO.iodata_to_binary(data))
+
+  @doc """
+  Publishes several messages at once, as many per datagram as fit (the
+  sequencer then sends them in as few bus datagrams). Returns the
+  `member_seq` of the last.
+
+  ## Example
+
+      {:ok, _} = Tachyon.Bus.publish_many(bus, ["a", "b", "c"])
+  """
+  @spec publish_many(bus(), [binary()]) ::
+          {:ok, pos_integer()} | {:error, :too_large | :busy | :closed}
+  def publish_many(bus, list) when is_list(list) and list != [],
+    do: Native.bus_publish_many(bus, list)
+
+  @doc """
+  Poll mode: the messages now in order (at least one), waiting at most
+  `timeout` ms: `{:ok, [{seq, member_id, data}]}`, `{:error, :timeout}`,
+  `{:error, :closed}` or `{:error, :not_poll}`.
+
+  ## Example
+
+      {:ok, [{_seq, _member_id, _data} | _]} = Tachyon.Bus.recv(bus, 1000)
+  """
+  @spec recv(bus(), timeout()) ::
+          {:ok, [entry()]} | {:error, :timeout | :closed | :not_poll | atom()}
+  def recv(bus, timeout \\ :infinity) do
+    Tachyon.Poll.recv(
+      bus,
+      timeout,
+      &Native.bus_recv(bus, 64, &1),
+      fn -> Native.bus_select(bus) end,
+      :tachyon_bus_ready,
+      5
+    )
+  end
+
+  @doc """
+  The member's counters: `{:ok, map}` (`:published`, `:commands`,
+  `:resent`, `:delivered`, `:datagrams`, `:duplicates`, `:gaps`,
+  `:replay_requests`, `:malformed`, `:wrong_session`, `:dropped_ahead`,
+  `:injected_losses`, `:oversized`, `:hellos`, `:next_seq`, `:pending`,
+  `:send_errors`) or `{:error, :closed}`.
+
+  ## Example
+
+      {:ok, %{delivered: _}} = Tachyon.Bus.stats(bus)
+  """
+  @spec stats(bus()) :: {:ok, map()} | {:error, :closed}
+  def stats(bus), do: Native.bus_stats(bus)
+
+  @doc """
+  Leaves the bus (a unicast member tells the sequencer); the thread, if
+  any, stops. Idempotent.
+
+  ## Example
+
+      :ok = Tachyon.Bus.close(bus)
+  """
+  @spec close(bus()) :: :ok
+  def close(bus), do: Native.bus_close(bus)
+
+  # -- GenServer (start_link/1) --------------------------------------------------
+
+  @impl true
+  def init({opts, interval}) do
+    Process.flag(:trap_exit, true)
+
+    case open_info(opts) do
+      {:ok, bus, info} ->
+        schedule(interval)
+        {:ok, %{bus: bus, info: info, interval: interval}}
+
+      {:error, reason} ->
+        {:stop, reason}
+    end
+  end
+
+  @impl true
+  def handle_call(:bus, _from, state), do: {:reply, state.bus, state}
+
+  @impl true
+  def handle_info(:stats, state) do
+    with {:ok, st} <- stats(state.bus),
+         do:
+           Tachyon.Telemetry.execute([:tachyon, :bus, :stats], st, %{
+             member_id: state.info.member_id
+           })
+
+    schedule(state.interval)
+    {:noreply, state}
+  end
+
+  def handle_info({:EXIT, _pid, :normal}, state), do: {:noreply, state}
+  def handle_info({:EXIT, _pid, reason}, state), do: {:stop, reason, state}
+  def handle_info(_other, state), do: {:noreply, state}
+
+  @impl true
+  def terminate(_reason, state), do: close(state.bus)
+
+  defp schedule(nil), do: :ok
+  defp schedule(ms), do: Process.send_after(self(), :stats, ms)
+end

@@ -1,0 +1,219 @@
+defmodule Tachyon.Sequencer.Options do
+  @moduledoc false
+  # The option schemas of Tachyon.Sequencer and Tachyon.Bus (checked and
+  # documented by Tachyon.Options), and the bus address type they share.
+
+  alias Tachyon.UDP.Options, as: U
+
+  @doc "The options of `Tachyon.Sequencer.start_link/1`."
+  def sequencer_schema do
+    [
+      path: [
+        type: :string,
+        required: true,
+        doc: "the directory of the sequencer's log (a `Tachyon.Store`)."
+      ],
+      port:
+        U.port()
+        |> Keyword.put(
+          :doc,
+          "UDP port for commands (the bus leaves from it too), `0` for one the kernel picks."
+        ),
+      ip: U.ip_spec(:loopback),
+      bus: bus_spec(),
+      wait: [
+        type: :wait,
+        default: U.default_wait(),
+        default_doc: "`:busy_spin` on machines with more than two cores, `:backoff` otherwise",
+        doc: "what the thread does when no command is waiting (as `Tachyon.Echo`'s `:wait`)."
+      ],
+      core: U.core_spec(),
+      batch: [type: {:integer, 1, 1024}, default: 32, doc: "command datagrams per `recvmmsg`."],
+      max_datagram: max_datagram(),
+      batching: [
+        type: :boolean,
+        default: true,
+        doc:
+          "several messages per bus datagram when several commands are waiting (`false`: one each)."
+      ],
+      heartbeat: [
+        type: {:integer, 1, 3_600_000},
+        default: 10,
+        doc: "milliseconds between heartbeats (the next sequence number) when the bus is idle."
+      ],
+      heartbeat_after: [
+        type: {:integer, 1, 1_000_000},
+        default: 50,
+        doc: """
+        microseconds after the last data datagram before one early heartbeat:
+        a member that lost the last message of a burst learns of it then,
+        not a whole `:heartbeat` later.
+        """
+      ],
+      replay_max: [
+        type: {:integer, 1, 65_536},
+        default: 1024,
+        doc: "most messages sent for one replay request."
+      ],
+      segment_size: [
+        type: {:multiple_of, 8, 65_536, 3_221_225_472},
+        default: 64 * 1024 * 1024,
+        doc: "bytes per segment file of the log."
+      ],
+      recbuf: [
+        type: {:or, [nil, {:integer, 1, :infinity}]},
+        default: 4 * 1024 * 1024,
+        doc: "`SO_RCVBUF` in bytes."
+      ],
+      sndbuf: [
+        type: {:or, [nil, {:integer, 1, :infinity}]},
+        default: 4 * 1024 * 1024,
+        doc: "`SO_SNDBUF` in bytes."
+      ],
+      reuseaddr: [type: :boolean, default: false, doc: "set `SO_REUSEADDR`."],
+      name: [
+        type: {:custom, &U.gen_name/1, "nil, an atom, {:global, term} or {:via, module, term}"},
+        default: nil,
+        doc: "register the process under this name."
+      ],
+      stats_interval: [
+        type: :interval,
+        default: 1000,
+        doc: "milliseconds between `[:tachyon, :sequencer, :stats]` events (`nil`: none)."
+      ]
+    ]
+  end
+
+  @doc "The options of `Tachyon.Bus.open/1`."
+  def bus_schema do
+    [
+      sequencer: [
+        type: {:custom, &__MODULE__.address/1, "{ip, port}"},
+        required: true,
+        doc: "the sequencer's command address `{ip, port}`."
+      ],
+      member_id: [
+        type: {:integer, 1, 4_294_967_295},
+        required: true,
+        doc: "this member's id, unique on the bus."
+      ],
+      bus: bus_spec(),
+      ip: [
+        type: {:or, [nil, {:custom, &U.ip/1, "an IP address"}]},
+        default: nil,
+        doc:
+          "address of the member's socket (`nil`: loopback for a loopback sequencer, any otherwise)."
+      ],
+      owner: [
+        type: {:custom, &U.owner/1, "a local pid or nil"},
+        default: nil,
+        doc: "the process the messages go to (`nil`: the caller). Its exit closes the member."
+      ],
+      from: [
+        type: {:or, [{:in, [:live]}, {:integer, 0, :infinity}]},
+        default: :live,
+        doc: "`:live` (messages sequenced from now on), or a sequence number to rewind from."
+      ],
+      mode: [
+        type: {:in, [:messages, :poll]},
+        default: :messages,
+        doc: """
+        `:messages`: a thread sends `{:tachyon_bus, bus, seq, member_id, data}`
+        to the owner; `:poll`: no thread, `recv/2` delivers on the caller's scheduler.
+        """
+      ],
+      wait: [
+        type: :wait,
+        default: :backoff,
+        doc: "`:messages`: how the thread waits; `:poll`: how `recv` waits (as `Tachyon.UDP`)."
+      ],
+      spin: [
+        type: {:integer, 0, 1_000_000},
+        default: 50,
+        doc: "poll mode: microseconds `recv` polls before it sleeps."
+      ],
+      core: U.core_spec(),
+      max_datagram: max_datagram(),
+      max_message_size: [
+        type: {:integer, 0, 64 * 1024 * 1024},
+        default: 1024 * 1024,
+        doc: "largest message; larger ones are cut into fragments on the bus and reassembled."
+      ],
+      resend_after: [
+        type: {:integer, 1, 60_000},
+        default: 20,
+        doc: "milliseconds before a command not seen on the bus is resent."
+      ],
+      retransmit_after: [
+        type: {:integer, 1, 60_000_000},
+        default: 5000,
+        doc: "microseconds before an unanswered replay request is sent again."
+      ],
+      hello_after: [
+        type: {:integer, 1, 60_000},
+        default: 100,
+        doc: "milliseconds of silence before the member says hello again."
+      ],
+      connect_timeout: [
+        type: {:integer, 1, 3_600_000},
+        default: 5000,
+        doc: "milliseconds `open/1` waits for the sequencer."
+      ],
+      loss: [
+        type: {:number, 0, 1},
+        default: 0.0,
+        doc: "tests and benchmarks only: the share of received bus datagrams dropped on purpose."
+      ]
+    ]
+  end
+
+  defp max_datagram do
+    [
+      type: {:integer, 64, 65_507},
+      default: 1472,
+      doc: "largest datagram on the bus (the same for the sequencer and its members)."
+    ]
+  end
+
+  defp bus_spec do
+    [
+      type:
+        {:custom, &__MODULE__.bus/1,
+         ":unicast or {:multicast, {group_ip, port}} or {:multicast, {group_ip, port}, opts}"},
+      default: :unicast,
+      doc: """
+      `:unicast`: the sequencer sends the bus to every member that said
+      hello; `{:multicast, {group, port}}` or `{:multicast, {group, port},
+      interface: ip, ttl: 1, loop: true}`: to an IPv4 multicast group.
+      """
+    ]
+  end
+
+  @doc false
+  def bus(:unicast), do: {:ok, :unicast}
+  def bus({:multicast, group}), do: bus({:multicast, group, []})
+
+  def bus({:multicast, {ip, port}, opts})
+      when is_integer(port) and port in 1..65_535 and is_list(opts) do
+    with {:ok, {a, _, _, _} = g} when a in 224..239 <- U.ip(ip),
+         {:ok, iface} <- U.ip(Keyword.get(opts, :interface, :any)),
+         ttl when ttl in 0..255 <- Keyword.get(opts, :ttl, 1),
+         loop when is_boolean(loop) <- Keyword.get(opts, :loop, true) do
+      {:ok, {:multicast, {g, port}, iface, ttl, loop}}
+    else
+      _ -> :error
+    end
+  end
+
+  def bus(_), do: :error
+
+  @doc false
+  def address({ip, port}) when is_integer(port) and port in 1..65_535 do
+    case U.ip(ip) do
+      {:ok, ip} -> {:ok, {ip, port}}
+      :error -> :error
+    end
+  end
+
+  def address(_), do: :error
+end

@@ -1,0 +1,468 @@
+//! `Tachyon.Native.seq_*`, `bus_*`: `Tachyon.Sequencer` and `Tachyon.Bus`
+//! over `tachyon_core::seq`.
+//!
+//! * `SeqResource`: a sequencer thread; `seq_stop` joins it (dirty).
+//! * `BusResource`: a member of the bus, in one of two modes (as
+//!   `Tachyon.UDP`): `:messages`, a thread drives the member and sends
+//!   `{:tachyon_bus, bus, seq, member_id, data}` to the owner; `:poll`, the
+//!   process that calls `bus_recv` drives it on its own scheduler (through
+//!   the shared [`Poller`]).
+
+use std::net::{IpAddr, SocketAddr};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use rustler::types::atom::Atom;
+use rustler::{Binary, Encoder, Env, LocalPid, Monitor, NewBinary, NifResult, Term};
+use tachyon_core::seq::member::PublishError;
+use tachyon_core::seq::{
+    BusMode, Member, MemberConfig, MemberStats, SeqError, Sequencer, SequencerConfig,
+    SequencerStats,
+};
+use tachyon_core::wait::Waiter;
+use tachyon_core::worker::Worker;
+
+use crate::atoms;
+use crate::deliver::ProcessSender;
+use crate::res::{Handle, Obj};
+use crate::terms::{atom, get, map};
+use crate::udp::{decode_addr, decode_ip, decode_socket_opts, decode_wait, encode_addr};
+use crate::udp::{Polled, Poller};
+
+mod seq_atoms {
+    rustler::atoms! {
+        tachyon_bus,
+        tachyon_bus_ready,
+        not_poll,
+        empty,
+        sleep,
+        unicast,
+        multicast,
+    }
+}
+
+fn seq_error<'a>(env: Env<'a>, e: &SeqError) -> Term<'a> {
+    (atoms::error(), atom(env, &e.reason())).encode(env)
+}
+
+fn micros<'a>(env: Env<'a>, opts: Term<'a>, key: &str) -> NifResult<Duration> {
+    Ok(Duration::from_micros(
+        get::<u64>(env, opts, key)?.min(3_600_000_000),
+    ))
+}
+
+/// `:unicast` or `{:multicast, {group_ip, port}, iface_ip, ttl, loop}`.
+fn decode_bus<'a>(term: Term<'a>) -> NifResult<BusMode> {
+    if let Ok(a) = term.decode::<Atom>() {
+        return if a == seq_atoms::unicast() {
+            Ok(BusMode::Unicast)
+        } else {
+            Err(rustler::Error::BadArg)
+        };
+    }
+    let (tag, group, iface, ttl, looped): (Atom, Term, Term, u8, bool) = term.decode()?;
+    if tag != seq_atoms::multicast() {
+        return Err(rustler::Error::BadArg);
+    }
+    let (gip, gport): (Term, u16) = group.decode()?;
+    let (IpAddr::V4(g), IpAddr::V4(i)) = (decode_ip(gip)?, decode_ip(iface)?) else {
+        return Err(rustler::Error::BadArg);
+    };
+    if !g.is_multicast() {
+        return Err(rustler::Error::BadArg);
+    }
+    Ok(BusMode::Multicast {
+        group: SocketAddr::new(IpAddr::V4(g), gport),
+        iface: i,
+        ttl,
+        looped,
+    })
+}
+
+// -- the sequencer ---------------------------------------------------------------
+
+pub struct SeqResource {
+    seq: Mutex<Sequencer>,
+}
+
+crate::hot_resource!(SeqResource, c"SeqResource");
+
+fn seq_stats_map<'a>(env: Env<'a>, s: &SequencerStats) -> NifResult<Term<'a>> {
+    map(
+        env,
+        &[
+            ("messages", s.messages.encode(env)),
+            ("datagrams", s.datagrams.encode(env)),
+            ("heartbeats", s.heartbeats.encode(env)),
+            ("duplicates", s.duplicates.encode(env)),
+            ("out_of_order", s.out_of_order.encode(env)),
+            ("replays", s.replays.encode(env)),
+            ("replayed", s.replayed.encode(env)),
+            ("malformed", s.malformed.encode(env)),
+            ("wrong_session", s.wrong_session.encode(env)),
+            ("oversized", s.oversized.encode(env)),
+            ("send_errors", s.send_errors.encode(env)),
+            ("store_errors", s.store_errors.encode(env)),
+            ("members", s.members.encode(env)),
+            ("next_seq", s.next_seq.encode(env)),
+        ],
+    )
+}
+
+/// Starts a sequencer. `opts`: ip, port, path, bus, wait, core, batch,
+/// max_datagram, batching, heartbeat_us, heartbeat_after_us, replay_max,
+/// segment_size, max_message_size, recbuf, sndbuf, reuseaddr. Returns
+/// `{:ok, ref, info}` or `{:error, reason}`.
+#[rustler::nif(schedule = "DirtyIo")]
+fn seq_start<'a>(env: Env<'a>, opts: Term<'a>) -> NifResult<Term<'a>> {
+    let path: String = get(env, opts, "path")?;
+    let mut cfg = SequencerConfig::new(decode_addr(env, opts)?, path);
+    cfg.bus = decode_bus(get(env, opts, "bus")?)?;
+    cfg.wait = decode_wait(env, get(env, opts, "wait")?)?;
+    cfg.core = get::<Option<u64>>(env, opts, "core")?.map(|c| c as usize);
+    cfg.batch = get::<u64>(env, opts, "batch")? as usize;
+    cfg.max_datagram = get::<u64>(env, opts, "max_datagram")? as usize;
+    cfg.batching = get(env, opts, "batching")?;
+    cfg.heartbeat = micros(env, opts, "heartbeat_us")?;
+    cfg.heartbeat_after = micros(env, opts, "heartbeat_after_us")?;
+    cfg.replay_max = get::<u64>(env, opts, "replay_max")? as usize;
+    cfg.store.segment_size = get::<u64>(env, opts, "segment_size")? as usize;
+    cfg.store.max_message_size = cfg.max_datagram;
+    cfg.store.prepared_segments = 1;
+    cfg.socket = decode_socket_opts(env, opts)?;
+    match Sequencer::start(cfg) {
+        Ok(s) => {
+            let p = s.placement();
+            let info = map(
+                env,
+                &[
+                    ("address", encode_addr(env, &s.local_addr())),
+                    ("session", s.session().encode(env)),
+                    ("recovered_members", s.recovered_members().encode(env)),
+                    ("next_seq", s.stats().next_seq.encode(env)),
+                    ("core", p.core.encode(env)),
+                    ("pinned", p.pinned.encode(env)),
+                    ("wait", atom(env, p.wait.name())),
+                ],
+            )?;
+            let res = Handle::new(SeqResource { seq: Mutex::new(s) });
+            Ok((atoms::ok(), res, info).encode(env))
+        }
+        Err(e) => Ok(seq_error(env, &e)),
+    }
+}
+
+/// Stops the sequencer and joins its thread: the port is free and the log
+/// closed on return.
+#[rustler::nif(schedule = "DirtyIo")]
+fn seq_stop(res: &SeqResource) -> Atom {
+    res.seq.lock().unwrap_or_else(|e| e.into_inner()).stop();
+    atoms::ok()
+}
+
+#[rustler::nif]
+fn seq_stats<'a>(env: Env<'a>, res: &SeqResource) -> NifResult<Term<'a>> {
+    let s = res.seq.lock().unwrap_or_else(|e| e.into_inner());
+    if !s.is_running() {
+        return Ok((atoms::error(), atoms::closed()).encode(env));
+    }
+    Ok((atoms::ok(), seq_stats_map(env, &s.stats())?).encode(env))
+}
+
+// -- the members -----------------------------------------------------------------
+
+struct Owner {
+    pid: LocalPid,
+    monitor: Option<Monitor>,
+}
+
+/// A member of the bus.
+pub struct BusResource {
+    member: Arc<Member>,
+    owner: Mutex<Owner>,
+    /// `:messages` mode: the thread that drives the member.
+    worker: Mutex<Option<Worker>>,
+    /// `:poll` mode.
+    poll: Option<Poller<()>>,
+}
+
+crate::hot_resource!(BusResource, c"BusResource", down = on_down, stop = on_stop);
+
+impl BusResource {
+    fn on_down(this: &Obj<'_, Self>, env: Env<'_>, _pid: LocalPid, monitor: Monitor) {
+        let owner = this.owner.lock().unwrap_or_else(|e| e.into_inner());
+        if owner.monitor == Some(monitor) {
+            drop(owner);
+            close_now(this, env);
+        }
+    }
+
+    /// The VM let go of the member's descriptor; it is closed with the
+    /// member (when the resource is collected).
+    fn on_stop(&self, _fd: std::os::fd::RawFd, _direct: bool) {}
+}
+
+/// Closes without waiting: no more publishes, the thread (if any) is told
+/// to stop (the reaper joins it), a process waiting in `recv` is woken.
+fn close_now(res: &Obj<'_, BusResource>, env: Env<'_>) {
+    res.member.close();
+    if let Some(w) = res.worker.lock().unwrap_or_else(|e| e.into_inner()).take() {
+        w.stop();
+        drop(w);
+    }
+    if let Some(p) = &res.poll {
+        p.close(env, res, Some(res.member.poll_fd()), || {});
+    }
+}
+
+fn bus_stats_map<'a>(env: Env<'a>, s: &MemberStats) -> NifResult<Term<'a>> {
+    map(
+        env,
+        &[
+            ("published", s.published.encode(env)),
+            ("commands", s.commands.encode(env)),
+            ("resent", s.resent.encode(env)),
+            ("send_errors", s.send_errors.encode(env)),
+            ("delivered", s.delivered.encode(env)),
+            ("datagrams", s.datagrams.encode(env)),
+            ("duplicates", s.duplicates.encode(env)),
+            ("gaps", s.gaps.encode(env)),
+            ("replay_requests", s.replay_requests.encode(env)),
+            ("malformed", s.malformed.encode(env)),
+            ("wrong_session", s.wrong_session.encode(env)),
+            ("dropped_ahead", s.dropped_ahead.encode(env)),
+            ("injected_losses", s.injected_losses.encode(env)),
+            ("oversized", s.oversized.encode(env)),
+            ("hellos", s.hellos.encode(env)),
+            ("next_seq", s.next_seq.encode(env)),
+            ("pending", s.pending.encode(env)),
+        ],
+    )
+}
+
+/// Builds `{:tachyon_bus, bus, seq, member_id, data}`.
+fn bus_msg<'a>(env: Env<'a>, bus: Term<'a>, seq: u64, id: u32, data: &[u8]) -> Term<'a> {
+    let mut bin = NewBinary::new(env, data.len());
+    bin.as_mut_slice().copy_from_slice(data);
+    let bin: Binary = bin.into();
+    (seq_atoms::tachyon_bus(), bus, seq, id, bin).encode(env)
+}
+
+/// Joins the bus (blocks until the sequencer's welcome, or
+/// `connect_timeout`). `opts`: sequencer ({ip, port}), bus, ip (own
+/// address), member_id, from (nil or a sequence number), mode (`:messages`
+/// or `:poll`), wait, core, spin_us, max_datagram, max_message_size,
+/// resend_after_us, retransmit_after_us, hello_after_us, connect_timeout_us,
+/// loss. Returns `{:ok, bus, info}` or `{:error, reason}`.
+#[rustler::nif(schedule = "DirtyIo")]
+fn bus_open<'a>(env: Env<'a>, opts: Term<'a>, owner: LocalPid) -> NifResult<Term<'a>> {
+    let (sip, sport): (Term, u16) = get(env, opts, "sequencer")?;
+    let sequencer = SocketAddr::new(decode_ip(sip)?, sport);
+    let mut cfg = MemberConfig::new(sequencer, get(env, opts, "member_id")?);
+    cfg.bus = decode_bus(get(env, opts, "bus")?)?;
+    let ip: Term = get(env, opts, "ip")?;
+    if ip.decode::<Atom>().is_err() {
+        cfg.bind = SocketAddr::new(decode_ip(ip)?, 0);
+    }
+    cfg.from = get(env, opts, "from")?;
+    cfg.max_datagram = get::<u64>(env, opts, "max_datagram")? as usize;
+    cfg.max_message_size = get::<u64>(env, opts, "max_message_size")? as usize;
+    cfg.resend_after = micros(env, opts, "resend_after_us")?;
+    cfg.retransmit_after = micros(env, opts, "retransmit_after_us")?;
+    cfg.hello_after = micros(env, opts, "hello_after_us")?;
+    cfg.connect_timeout = micros(env, opts, "connect_timeout_us")?;
+    cfg.loss = get::<f64>(env, opts, "loss")?.clamp(0.0, 1.0);
+    let wait = decode_wait(env, get(env, opts, "wait")?)?;
+    let core = get::<Option<u64>>(env, opts, "core")?.map(|c| c as usize);
+    let spin = micros(env, opts, "spin_us")?.min(Duration::from_secs(1));
+    let mode: Atom = get(env, opts, "mode")?;
+    let poll = match mode.to_term(env).atom_to_string()?.as_str() {
+        "messages" => false,
+        "poll" => true,
+        _ => return Err(rustler::Error::BadArg),
+    };
+    let member = match Member::open(cfg) {
+        Ok(m) => Arc::new(m),
+        Err(e) => return Ok(seq_error(env, &e)),
+    };
+    let res = Handle::new(BusResource {
+        member: member.clone(),
+        owner: Mutex::new(Owner {
+            pid: owner,
+            monitor: None,
+        }),
+        worker: Mutex::new(None),
+        poll: poll.then(|| Poller::new(wait, spin, ())),
+    });
+    match res.monitor(env, &owner) {
+        Some(m) => res.owner.lock().unwrap_or_else(|e| e.into_inner()).monitor = Some(m),
+        None => {
+            member.close();
+            return Ok((atoms::error(), atoms::badarg()).encode(env));
+        }
+    }
+    if !poll {
+        let handle = res.clone();
+        let spawned = Worker::spawn("tachyon-bus", core, move |ctx| {
+            let mut out = ProcessSender::new();
+            let mut waiter = Waiter::with_socket(wait, ctx.wake().clone(), member.poll_fd());
+            let m = &handle.member;
+            while !ctx.stopped() {
+                let pid = handle.owner.lock().unwrap_or_else(|e| e.into_inner()).pid;
+                let got = m.poll(64, &mut |seq, id, data| {
+                    out.send(&pid, |env| {
+                        let bus = handle.encode(env);
+                        bus_msg(env, bus, seq, id, data)
+                    });
+                });
+                out.end_batch();
+                match got {
+                    Ok(n) if n > 0 => waiter.reset(),
+                    Ok(_) => {
+                        let due = m.tick();
+                        waiter.idle_at_most(Some(due), || false);
+                    }
+                    Err(_) => ctx.sleep(Duration::from_millis(1)),
+                }
+            }
+        });
+        match spawned {
+            Ok(w) => *res.worker.lock().unwrap_or_else(|e| e.into_inner()) = Some(w),
+            Err(e) => {
+                res.member.close();
+                return Ok((atoms::error(), crate::terms::errno_atom(env, &e)).encode(env));
+            }
+        }
+    }
+    let addr = res.member.local_addr().ok();
+    let info = map(
+        env,
+        &[
+            (
+                "address",
+                addr.map_or(atoms::nil().encode(env), |a| encode_addr(env, &a)),
+            ),
+            ("session", res.member.session().encode(env)),
+            ("member_id", res.member.member_id().encode(env)),
+            ("fragment_size", res.member.fragment_size().encode(env)),
+            ("mode", atom(env, if poll { "poll" } else { "messages" })),
+        ],
+    )?;
+    Ok((atoms::ok(), res, info).encode(env))
+}
+
+fn publish_result<'a>(env: Env<'a>, r: Result<u64, PublishError>) -> Term<'a> {
+    match r {
+        Ok(n) => (atoms::ok(), n).encode(env),
+        Err(PublishError::TooLarge) => (atoms::error(), atoms::too_large()).encode(env),
+        Err(PublishError::Busy) => (atoms::error(), atoms::busy()).encode(env),
+        Err(PublishError::Closed) => (atoms::error(), atoms::closed()).encode(env),
+    }
+}
+
+/// Publishes a binary: `{:ok, member_seq}` or `{:error, :too_large | :busy | :closed}`.
+#[rustler::nif]
+fn bus_publish<'a>(env: Env<'a>, res: &BusResource, data: Binary<'a>) -> Term<'a> {
+    publish_result(env, res.member.publish(data.as_slice()))
+}
+
+/// Publishes a list of binaries, packed into as few commands as fit.
+#[rustler::nif]
+fn bus_publish_many<'a>(env: Env<'a>, res: &BusResource, list: Vec<Binary<'a>>) -> Term<'a> {
+    publish_result(
+        env,
+        res.member.publish_many(list.iter().map(|b| b.as_slice())),
+    )
+}
+
+/// Polls a `:poll` member: `{:ok, [{seq, member_id, data}]}` (never
+/// empty), `:empty` (poll again), `:sleep` (select, then wait) or
+/// `{:error, :closed | :not_poll | errno}`.
+#[rustler::nif]
+fn bus_recv<'a>(
+    env: Env<'a>,
+    res: Obj<'a, BusResource>,
+    max: u64,
+    polled_ns: u64,
+) -> NifResult<Term<'a>> {
+    let Some(p) = &res.poll else {
+        return Ok((atoms::error(), seq_atoms::not_poll()).encode(env));
+    };
+    if max == 0 {
+        return Err(rustler::Error::BadArg);
+    }
+    if res.member.is_closed() {
+        return Ok((atoms::error(), atoms::closed()).encode(env));
+    }
+    // One binary for the batch; each entry a sub-binary of it.
+    let mut bytes: Vec<u8> = Vec::new();
+    let mut items: Vec<(u64, u32, usize, usize)> = Vec::new();
+    let polled = p.recv(env, Duration::from_nanos(polled_ns), |_| {
+        let n = res.member.poll(max as usize, &mut |seq, id, d| {
+            items.push((seq, id, bytes.len(), d.len()));
+            bytes.extend_from_slice(d);
+        })?;
+        if n == 0 {
+            res.member.tick();
+        }
+        Ok(if items.is_empty() { 0 } else { n })
+    });
+    Ok(match polled {
+        Polled::Got => {
+            let mut bin = NewBinary::new(env, bytes.len());
+            bin.as_mut_slice().copy_from_slice(&bytes);
+            let bin: Binary = bin.into();
+            let mut out = Vec::with_capacity(items.len());
+            for (seq, id, off, len) in items {
+                out.push((seq, id, bin.make_subbinary(off, len)?).encode(env));
+            }
+            (atoms::ok(), out).encode(env)
+        }
+        Polled::Empty => seq_atoms::empty().encode(env),
+        Polled::Sleep => seq_atoms::sleep().encode(env),
+        Polled::Closed => (atoms::error(), atoms::closed()).encode(env),
+        Polled::Failed(e) => (atoms::error(), crate::terms::errno_atom(env, &e)).encode(env),
+    })
+}
+
+/// Asks the VM to send `{:tachyon_bus_ready, bus}` once a datagram waits.
+#[rustler::nif]
+fn bus_select<'a>(env: Env<'a>, bus: Term<'a>) -> NifResult<Term<'a>> {
+    let res: Obj<'a, BusResource> = bus.decode()?;
+    let Some(p) = &res.poll else {
+        return Ok((atoms::error(), seq_atoms::not_poll()).encode(env));
+    };
+    if res.member.is_closed() {
+        return Ok((atoms::error(), atoms::closed()).encode(env));
+    }
+    let msg = (seq_atoms::tachyon_bus_ready(), bus).encode(env);
+    Ok(match p.select(env, &res, Some(res.member.poll_fd()), msg) {
+        Ok(()) => atoms::ok().encode(env),
+        Err(reason) => (atoms::error(), reason).encode(env),
+    })
+}
+
+/// Leaves the bus without waiting (the thread, if any, is joined by the
+/// reaper).
+#[rustler::nif]
+fn bus_close<'a>(env: Env<'a>, res: Obj<'a, BusResource>) -> Atom {
+    let monitor = res
+        .owner
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .monitor
+        .take();
+    if let Some(m) = monitor {
+        res.demonitor(env, &m);
+    }
+    close_now(&res, env);
+    atoms::ok()
+}
+
+#[rustler::nif]
+fn bus_stats<'a>(env: Env<'a>, res: &BusResource) -> NifResult<Term<'a>> {
+    if res.member.is_closed() {
+        return Ok((atoms::error(), atoms::closed()).encode(env));
+    }
+    Ok((atoms::ok(), bus_stats_map(env, &res.member.stats())?).encode(env))
+}
