@@ -21,6 +21,9 @@ use crate::counter::Counter;
 use crate::spin::SpinMutex;
 use crate::udp::sys::{Batch, Epoll, Socket, SocketOptions};
 
+/// Commands resent at once when the oldest is overdue.
+const RESEND_WINDOW: usize = 32;
+
 /// Member options (`MemberConfig::new` holds the defaults).
 #[derive(Debug, Clone)]
 pub struct MemberConfig {
@@ -639,7 +642,11 @@ impl Member {
             let age = now.duration_since(p.sent);
             if age >= self.cfg.resend_after {
                 let mut n = 0;
-                for p in tx.pending.iter_mut().take(256) {
+                // The oldest few only: the sequencer takes a member's
+                // commands in member_seq order, so everything after a lost
+                // one was dropped too and goes out as these are sequenced
+                // (a window per round trip, not a flood of the whole queue).
+                for p in tx.pending.iter_mut().take(RESEND_WINDOW) {
                     let _ = self.sock.send_to(&p.dgram, &self.cfg.sequencer);
                     p.sent = now;
                     n += 1;

@@ -1,0 +1,63 @@
+defmodule Tachyon.Sequencer.OSProcess do
+  @moduledoc false
+  # A sequencer in an OS process of its own (`mix tachyon.sequencer` run by
+  # `elixir` with this node's code path): for the benchmark (as the seed
+  # runs it) and the kill -9 tests.
+
+  @doc "Starts one; returns `%{port, os_pid, address: {ip, port}, session}` once it listens."
+  def start(args, timeout \\ 30_000) do
+    elixir = System.find_executable("elixir") || raise "elixir not found"
+    paths = Enum.flat_map([:tachyon], fn app -> ["-pa", List.to_string(:code.lib_dir(app, :ebin))] end)
+    code = "Mix.Tasks.Tachyon.Sequencer.run(#{inspect(args)})"
+
+    port =
+      Port.open({:spawn_executable, elixir}, [
+        :binary,
+        :exit_status,
+        {:line, 4096},
+        args: paths ++ ["-e", code]
+      ])
+
+    {:os_pid, os_pid} = Port.info(port, :os_pid)
+    await_ready(%{port: port, os_pid: os_pid}, System.monotonic_time(:millisecond) + timeout)
+  end
+
+  defp await_ready(p, deadline) do
+    left = max(0, deadline - System.monotonic_time(:millisecond))
+
+    receive do
+      {port, {:data, {:eol, "tachyon.sequencer ready " <> rest}}} when port == p.port ->
+        [hostport, "session", s, "next_seq", n] = String.split(rest, " ")
+        [host, portno] = String.split(hostport, ":")
+        {:ok, ip} = :inet.parse_address(String.to_charlist(host))
+
+        {:ok,
+         Map.merge(p, %{
+           address: {ip, String.to_integer(portno)},
+           session: String.to_integer(s),
+           next_seq: String.to_integer(n)
+         })}
+
+      {port, {:data, _other}} when port == p.port ->
+        await_ready(p, deadline)
+
+      {port, {:exit_status, st}} when port == p.port ->
+        {:error, {:exit_status, st}}
+    after
+      left ->
+        kill(p)
+        {:error, :timeout}
+    end
+  end
+
+  @doc "kill -9, and waits for the exit."
+  def kill(%{port: port, os_pid: os_pid}) do
+    System.cmd("kill", ["-9", Integer.to_string(os_pid)], stderr_to_stdout: true)
+
+    receive do
+      {^port, {:exit_status, _}} -> :ok
+    after
+      5000 -> :ok
+    end
+  end
+end

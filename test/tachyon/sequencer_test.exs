@@ -1,0 +1,195 @@
+defmodule Tachyon.SequencerTest do
+  # Not async: it counts the VM's OS threads (see lifecycle_test.exs).
+  use ExUnit.Case, async: false
+
+  import Tachyon.TestHelpers, only: [tmp_dir: 1, wait_until: 1, threads_named: 1]
+
+  alias Tachyon.{Bus, Sequencer}
+  alias Tachyon.Sequencer.OSProcess
+
+  defp start_seq(label, opts \\ []) do
+    dir = tmp_dir(label)
+    {:ok, seq} = Sequencer.start_link([path: dir, wait: :park, stats_interval: nil] ++ opts)
+    {seq, dir}
+  end
+
+  # Receives `n` bus messages for `bus` (messages mode), in arrival order.
+  defp collect(bus, n, acc \\ [])
+  defp collect(_bus, 0, acc), do: Enum.reverse(acc)
+
+  defp collect(bus, n, acc) do
+    receive do
+      {:tachyon_bus, ^bus, seq, id, data} -> collect(bus, n - 1, [{seq, id, data} | acc])
+    after
+      20_000 -> flunk("only #{length(acc)} messages, #{n} missing")
+    end
+  end
+
+  defp own_in_order(got, id, n) do
+    assert for({_, ^id, d} <- got, do: d) == for(i <- 1..n, do: "#{id}:#{i}")
+  end
+
+  # Members 1..3 each publish `per` messages at once; each member's owner
+  # returns everything it received.
+  defp three_members(addr, per, extra \\ []) do
+    parent = self()
+
+    tasks =
+      for id <- 1..3 do
+        Task.async(fn ->
+          {:ok, bus} = Bus.open([sequencer: addr, member_id: id] ++ extra)
+          send(parent, {:joined, id})
+          receive do: (:go -> :ok), after: (10_000 -> flunk("no go"))
+
+          for i <- 1..per, do: publish!(bus, "#{id}:#{i}")
+          got = collect(bus, 3 * per)
+          Bus.close(bus)
+          got
+        end)
+      end
+
+    for id <- 1..3, do: assert_receive({:joined, ^id}, 10_000)
+    for t <- tasks, do: send(t.pid, :go)
+    Enum.map(tasks, &Task.await(&1, 60_000))
+  end
+
+  defp publish!(bus, data) do
+    case Bus.publish(bus, data) do
+      {:ok, _} -> :ok
+      {:error, :busy} -> Process.sleep(1) && publish!(bus, data)
+    end
+  end
+
+  test "three members publishing at once see one order, their own in publish order, nothing twice or missing" do
+    {seq, _} = start_seq("three")
+    per = 2000
+    [a, b, c] = three_members(Sequencer.address(seq), per)
+    assert :erlang.md5(:erlang.term_to_binary(a)) == :erlang.md5(:erlang.term_to_binary(b))
+    assert a == c
+    assert Enum.map(a, &elem(&1, 0)) == Enum.to_list(1..(3 * per))
+    for id <- 1..3, do: own_in_order(a, id, per)
+    assert {:ok, %{messages: 6000, duplicates: 0}} = Sequencer.stats(seq)
+  end
+
+  test "poll mode: recv delivers in order; fragments of a large message are reassembled" do
+    {seq, _} = start_seq("poll")
+    {:ok, bus} = Bus.open(sequencer: Sequencer.address(seq), member_id: 9, mode: :poll)
+    big = :crypto.strong_rand_bytes(100_000)
+    {:ok, 1} = Bus.publish(bus, "a")
+    {:ok, last} = Bus.publish(bus, big)
+    assert last > 2, "fragmented into several commands"
+    assert recv_all(bus, 2) == [{1, 9, "a"}, {last, 9, big}]
+    assert {:error, :timeout} = Bus.recv(bus, 20)
+    assert {:error, :too_large} = Bus.publish(bus, :binary.copy("x", 2_000_000))
+    Bus.close(bus)
+    assert {:error, :closed} = Bus.recv(bus, 10)
+    assert {:error, :closed} = Bus.publish(bus, "x")
+  end
+
+  defp recv_all(bus, n, acc \\ []) do
+    if length(acc) >= n do
+      acc
+    else
+      {:ok, l} = Bus.recv(bus, 5000)
+      recv_all(bus, n, acc ++ l)
+    end
+  end
+
+  test "a lossy relay (5% dropped both ways, duplicates, reordering) changes nothing" do
+    {seq, _} = start_seq("lossy")
+    {:ok, relay} = Tachyon.LossyRelay.start_link(Sequencer.address(seq), drop: 0.05, dup: 0.02, reorder: 0.02)
+    per = 500
+    [a, b, c] = three_members(Tachyon.LossyRelay.address(relay), per, resend_after: 10)
+    assert a == b and b == c
+    assert Enum.map(a, &elem(&1, 0)) == Enum.to_list(1..(3 * per))
+    for id <- 1..3, do: own_in_order(a, id, per)
+    stats = Tachyon.LossyRelay.stats(relay)
+    assert stats.dropped > 0 and stats.duplicated > 0 and stats.reordered > 0
+    {:ok, st} = Sequencer.stats(seq)
+    assert st.messages == 3 * per
+    assert st.duplicates > 0 or st.out_of_order > 0
+  end
+
+  @tag :slow
+  test "a member rewinding from 0 after 100,000 messages, while traffic continues, sees the same sequence" do
+    {seq, _} = start_seq("rewind")
+    addr = Sequencer.address(seq)
+    {:ok, live} = Bus.open(sequencer: addr, member_id: 1, mode: :poll)
+    for chunk <- Enum.chunk_every(1..100_000, 100), do: {:ok, _} = Bus.publish_many(live, Enum.map(chunk, &"m#{&1}"))
+    first = recv_all(live, 100_000)
+    assert length(first) == 100_000
+    {:ok, late} = Bus.open(sequencer: addr, member_id: 2, mode: :poll, from: 0)
+    # Traffic continues while the late member catches up.
+    for i <- 1..2000, do: {:ok, _} = Bus.publish(live, "t#{i}")
+    all = first ++ recv_all(live, 2000)
+    assert recv_all(late, 102_000) == all
+    assert {:ok, %{replay_requests: r}} = Bus.stats(late)
+    assert r >= 100
+  end
+
+  test "kill -9 of the sequencer's OS process and a restart on the same log: numbering continues, resent commands sequenced once" do
+    dir = tmp_dir("kill")
+    {:ok, p} = OSProcess.start(["--path", dir, "--port", "0", "--wait", "park"])
+    {ip, port} = p.address
+    {:ok, bus} = Bus.open(sequencer: {ip, port}, member_id: 4, resend_after: 20)
+    for i <- 1..100, do: publish!(bus, "4:#{i}")
+    got = collect(bus, 100)
+    OSProcess.kill(p)
+    # Published while no sequencer runs: resent after the restart.
+    for i <- 101..150, do: publish!(bus, "4:#{i}")
+    {:ok, p2} = OSProcess.start(["--path", dir, "--port", "#{port}", "--wait", "park"])
+    assert p2.session == p.session
+    assert p2.next_seq == 101
+    got = got ++ collect(bus, 50)
+    own_in_order(got, 4, 150)
+    assert Enum.map(got, &elem(&1, 0)) == Enum.to_list(1..150)
+    refute_receive {:tachyon_bus, ^bus, _, _, _}, 100
+    {:ok, st} = Bus.stats(bus)
+    assert st.resent > 0
+    OSProcess.kill(p2)
+  end
+
+  test "garbage on both ports is counted and dropped; a dead owner closes its member; stop frees the port and the thread" do
+    before = threads_named("tachyon-seq")
+    {seq, dir} = start_seq("garbage")
+    assert threads_named("tachyon-seq") == before + 1
+    {_, port} = addr = Sequencer.address(seq)
+    {:ok, bus} = Bus.open(sequencer: addr, member_id: 1, mode: :poll)
+    {:ok, sock} = :gen_udp.open(0, [:binary])
+    {:ok, %{address: _}} = {:ok, %{address: nil}}
+
+    for len <- [0, 1, 19, 20, 27, 28, 64, 1400] do
+      :ok = :gen_udp.send(sock, {127, 0, 0, 1}, port, :crypto.strong_rand_bytes(len))
+    end
+
+    {:ok, 1} = Bus.publish(bus, "after")
+    assert {:ok, [{1, 1, "after"}]} = Bus.recv(bus, 5000)
+    {:ok, st} = Sequencer.stats(seq)
+    assert st.malformed >= 7
+
+    # The member's own socket: garbage from a stranger.
+    member_threads = threads_named("tachyon-bus")
+    owner = spawn(fn -> receive do: (:stop -> :ok) end)
+    {:ok, m} = Bus.open(sequencer: addr, member_id: 2, owner: owner)
+    assert threads_named("tachyon-bus") == member_threads + 1
+    Process.exit(owner, :kill)
+    assert wait_until(fn -> threads_named("tachyon-bus") == member_threads end)
+    assert {:error, :closed} = Bus.publish(m, "x")
+
+    :ok = Sequencer.stop(seq)
+    assert threads_named("tachyon-seq") == before
+    {:ok, again} = :gen_udp.open(port, [:binary, ip: {127, 0, 0, 1}])
+    :gen_udp.close(again)
+    {:ok, seq2} = Sequencer.start_link(path: dir, port: 0, wait: :park)
+    assert %{next_seq: 2, recovered_members: 1} = Sequencer.info(seq2)
+  end
+
+  test "bad options raise ArgumentError; no sequencer answers: timeout" do
+    assert_raise ArgumentError, fn -> Sequencer.start_link(port: 1) end
+    assert_raise ArgumentError, fn -> Bus.open(sequencer: {{127, 0, 0, 1}, 9}, member_id: 0) end
+    assert_raise ArgumentError, fn -> Bus.open(sequencer: {{127, 0, 0, 1}, 9}, member_id: 1, bus: {:multicast, {{10, 0, 0, 1}, 5}}) end
+    {:ok, s} = :gen_udp.open(0)
+    {:ok, p} = :inet.port(s)
+    assert {:error, :timeout} = Bus.open(sequencer: {{127, 0, 0, 1}, p}, member_id: 1, connect_timeout: 100)
+  end
+end
