@@ -13,7 +13,9 @@ defmodule Tachyon.LossyRelay do
 
   @impl true
   def init({upstream, opts}) do
-    {:ok, front} = :gen_udp.open(0, [:binary, ip: {127, 0, 0, 1}, active: true, recbuf: 4_000_000])
+    {:ok, front} =
+      :gen_udp.open(0, [:binary, ip: {127, 0, 0, 1}, active: true, recbuf: 4_000_000])
+
     :rand.seed(:exsss, {1, 2, 3})
 
     {:ok,
@@ -57,8 +59,11 @@ defmodule Tachyon.LossyRelay do
         {sock, s}
 
       :error ->
-        {:ok, sock} = :gen_udp.open(0, [:binary, ip: {127, 0, 0, 1}, active: true, recbuf: 4_000_000])
-        {sock, %{s | socks: Map.put(s.socks, member, sock), peers: Map.put(s.peers, sock, member)}}
+        {:ok, sock} =
+          :gen_udp.open(0, [:binary, ip: {127, 0, 0, 1}, active: true, recbuf: 4_000_000])
+
+        {sock,
+         %{s | socks: Map.put(s.socks, member, sock), peers: Map.put(s.peers, sock, member)}}
     end
   end
 

@@ -97,7 +97,10 @@ defmodule Tachyon.SequencerTest do
 
   test "a lossy relay (5% dropped both ways, duplicates, reordering) changes nothing" do
     {seq, _} = start_seq("lossy")
-    {:ok, relay} = Tachyon.LossyRelay.start_link(Sequencer.address(seq), drop: 0.05, dup: 0.02, reorder: 0.02)
+
+    {:ok, relay} =
+      Tachyon.LossyRelay.start_link(Sequencer.address(seq), drop: 0.05, dup: 0.02, reorder: 0.02)
+
     per = 500
     [a, b, c] = three_members(Tachyon.LossyRelay.address(relay), per, resend_after: 10)
     assert a == b and b == c
@@ -115,7 +118,10 @@ defmodule Tachyon.SequencerTest do
     {seq, _} = start_seq("rewind")
     addr = Sequencer.address(seq)
     {:ok, live} = Bus.open(sequencer: addr, member_id: 1, mode: :poll)
-    for chunk <- Enum.chunk_every(1..100_000, 100), do: {:ok, _} = Bus.publish_many(live, Enum.map(chunk, &"m#{&1}"))
+
+    for chunk <- Enum.chunk_every(1..100_000, 100),
+        do: {:ok, _} = Bus.publish_many(live, Enum.map(chunk, &"m#{&1}"))
+
     first = recv_all(live, 100_000)
     assert length(first) == 100_000
     {:ok, late} = Bus.open(sequencer: addr, member_id: 2, mode: :poll, from: 0)
@@ -187,9 +193,19 @@ defmodule Tachyon.SequencerTest do
   test "bad options raise ArgumentError; no sequencer answers: timeout" do
     assert_raise ArgumentError, fn -> Sequencer.start_link(port: 1) end
     assert_raise ArgumentError, fn -> Bus.open(sequencer: {{127, 0, 0, 1}, 9}, member_id: 0) end
-    assert_raise ArgumentError, fn -> Bus.open(sequencer: {{127, 0, 0, 1}, 9}, member_id: 1, bus: {:multicast, {{10, 0, 0, 1}, 5}}) end
+
+    assert_raise ArgumentError, fn ->
+      Bus.open(
+        sequencer: {{127, 0, 0, 1}, 9},
+        member_id: 1,
+        bus: {:multicast, {{10, 0, 0, 1}, 5}}
+      )
+    end
+
     {:ok, s} = :gen_udp.open(0)
     {:ok, p} = :inet.port(s)
-    assert {:error, :timeout} = Bus.open(sequencer: {{127, 0, 0, 1}, p}, member_id: 1, connect_timeout: 100)
+
+    assert {:error, :timeout} =
+             Bus.open(sequencer: {{127, 0, 0, 1}, p}, member_id: 1, connect_timeout: 100)
   end
 end

@@ -29,7 +29,8 @@ defmodule Mix.Tasks.Tachyon.Bench do
     {"store", Tachyon.Bench.Store},
     {"async", Tachyon.Bench.Async},
     {"echo", Tachyon.Bench.Echo},
-    {"table", Tachyon.Bench.Table}
+    {"table", Tachyon.Bench.Table},
+    {"sequencer", Tachyon.Bench.Sequencer}
   ]
 
   @doc false

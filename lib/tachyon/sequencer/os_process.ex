@@ -7,7 +7,10 @@ defmodule Tachyon.Sequencer.OSProcess do
   @doc "Starts one; returns `%{port, os_pid, address: {ip, port}, session}` once it listens."
   def start(args, timeout \\ 30_000) do
     elixir = System.find_executable("elixir") || raise "elixir not found"
-    paths = Enum.flat_map([:tachyon], fn app -> ["-pa", List.to_string(:code.lib_dir(app, :ebin))] end)
+
+    paths =
+      Enum.flat_map([:tachyon], fn app -> ["-pa", List.to_string(:code.lib_dir(app, :ebin))] end)
+
     code = "Mix.Tasks.Tachyon.Sequencer.run(#{inspect(args)})"
 
     port =

@@ -1,0 +1,258 @@
+defmodule Tachyon.Bench.Sequencer do
+  @moduledoc false
+  # `mix tachyon.bench sequencer`: the bus round trip (publish, then wait
+  # for the own message on the bus) against the UDP echo of the same run,
+  # as CoralSequencer's pages show it; the sequencer runs in an OS process
+  # of its own (`mix tachyon.sequencer`), the measuring member here.
+  #
+  # Cases:
+  #   machine.hiccup                    the machine's own tail (--hiccup-ms)
+  #   tachyon.echo                      Rust ping thread -> Tachyon.Echo (the seed's 1.5x reference)
+  #   tachyon.sequencer.roundtrip       an Elixir process (member in :poll mode) publishes
+  #                                     --size bytes and waits for its own message
+  #   tachyon.sequencer.roundtrip.loss  the same, 1% of bus datagrams dropped on the member's side
+  #   tachyon.sequencer.throughput      publish --messages one per datagram (sequencer
+  #                                     --no-batching) and receive them all: messages/s
+  #   tachyon.sequencer.throughput.batched  the same, 64 messages per command, batching on
+  #
+  # Not built yet (see the issue): .roundtrip.native (a Rust member loop) and
+  # beam.dist.roundtrip (a GenServer sequencer on a second node).
+  #
+  # Extra options: --cases, --hiccup-ms, --wait (the sequencer's and the
+  # echo's thread, default :backoff on two cores).
+
+  alias Tachyon.{Bench, Bus}
+  alias Tachyon.Bench.Echo.Peers
+  alias Tachyon.Bench.Report
+  alias Tachyon.Sequencer.OSProcess
+
+  @defaults [messages: 100_000, warmup: 20_000, size: 256, hiccup_ms: 1000]
+  @quick [messages: 5_000, warmup: 1_000, hiccup_ms: 200]
+  @all ~w(machine.hiccup tachyon.echo tachyon.sequencer.roundtrip tachyon.sequencer.roundtrip.loss tachyon.sequencer.throughput tachyon.sequencer.throughput.batched)
+
+  def run(argv) do
+    opts =
+      Bench.parse!(argv, [cases: :string, hiccup_ms: :integer, wait: :string], @defaults, @quick)
+
+    wanted = Bench.cases!(opts, @all)
+
+    wait =
+      if opts[:wait], do: String.to_atom(opts[:wait]), else: Tachyon.UDP.Options.default_wait()
+
+    cfg = %{
+      n: opts[:messages],
+      warmup: opts[:warmup],
+      size: opts[:size],
+      wait: wait,
+      ping_core: nil,
+      pong_core: nil
+    }
+
+    Report.print_machine()
+
+    IO.puts(
+      "Sequencer bench: #{Report.delimit(cfg.n)} messages of #{cfg.size} bytes after #{Report.delimit(cfg.warmup)} warm-up; " <>
+        "sequencer in its own OS process, wait #{wait}"
+    )
+
+    cases =
+      Bench.run_cases(@all, wanted, opts, "sequencer", fn name, dir ->
+        run_case(name, dir, cfg)
+      end)
+
+    rates = for c <- cases, c[:rate], do: {c.name, c.rate}
+    Report.print_table(cases, "tachyon.echo")
+    for {name, r} <- rates, do: IO.puts("#{name}: #{Report.delimit(round(r))} msg/s")
+    targets(cases)
+    Report.write_json(opts[:json], "sequencer", cases, %{"warmup" => cfg.warmup})
+    cases
+  end
+
+  defp run_case("tachyon.echo" = name, _dir, cfg) do
+    Peers.with_echo(nil, cfg.wait, fn _echo, addr ->
+      {h, info} = Peers.rust_ping!(addr, cfg.n, cfg.warmup, cfg)
+
+      Bench.from_hist(name, h, cfg.size, %{
+        note: "Rust ping thread -> Tachyon.Echo, lost #{info.lost}"
+      })
+    end)
+  end
+
+  defp run_case("tachyon.sequencer.roundtrip" = name, dir, cfg),
+    do: roundtrip(name, dir, cfg, 0.0)
+
+  defp run_case("tachyon.sequencer.roundtrip.loss" = name, dir, cfg),
+    do: roundtrip(name, dir, cfg, 0.01)
+
+  defp run_case("tachyon.sequencer.throughput" = name, dir, cfg),
+    do: throughput(name, dir, cfg, 1, ["--no-batching"])
+
+  defp run_case("tachyon.sequencer.throughput.batched" = name, dir, cfg),
+    do: throughput(name, dir, cfg, 64, ["--max-datagram", "65000"])
+
+  defp with_sequencer(dir, cfg, extra, fun) do
+    {:ok, p} = OSProcess.start(["--path", dir, "--port", "0", "--wait", "#{cfg.wait}"] ++ extra)
+
+    try do
+      fun.(p.address)
+    after
+      OSProcess.kill(p)
+    end
+  end
+
+  defp roundtrip(name, dir, cfg, loss) do
+    with_sequencer(dir, cfg, [], fn addr ->
+      msg = :binary.copy(<<0x5A>>, cfg.size)
+
+      {h, stats} =
+        Bench.in_big_heap(fn ->
+          {:ok, bus} =
+            Bus.open(sequencer: addr, member_id: 1, mode: :poll, wait: :busy_spin, loss: loss)
+
+          {h, _, _gcs} =
+            Bench.sample(cfg.warmup, cfg.n, fn k, h, _ -> rt_loop(bus, msg, k, h) end)
+
+          {:ok, st} = Bus.stats(bus)
+          Bus.close(bus)
+          {h, st}
+        end)
+
+      Bench.from_hist(name, h, cfg.size, %{
+        unit: :perf_counter,
+        note:
+          "member in :poll mode on this VM's scheduler; loss #{loss}: #{stats.injected_losses} datagrams dropped, " <>
+            "#{stats.replay_requests} replay requests, #{stats.resent} resent",
+        json_extra: Map.take(stats, [:injected_losses, :replay_requests, :resent, :gaps])
+      })
+    end)
+  end
+
+  defp rt_loop(_bus, _msg, 0, _h), do: nil
+
+  defp rt_loop(bus, msg, k, h) do
+    t0 = :os.perf_counter()
+    {:ok, ms} = Bus.publish(bus, msg)
+    await_own(bus, ms)
+    t1 = :os.perf_counter()
+    if h, do: Bench.record(h, t1 - t0)
+    rt_loop(bus, msg, k - 1, h)
+  end
+
+  # Only this member publishes: its message is the last one of the batch.
+  defp await_own(bus, _ms) do
+    {:ok, [_ | _]} = Bus.recv(bus, 5000)
+  end
+
+  defp throughput(name, dir, cfg, per_cmd, extra) do
+    with_sequencer(dir, cfg, extra, fn addr ->
+      msg = :binary.copy(<<0x33>>, cfg.size)
+      batch = List.duplicate(msg, per_cmd)
+      max_dg = if per_cmd > 1, do: 65_000, else: 1472
+
+      {:ok, bus} =
+        Bus.open(
+          sequencer: addr,
+          member_id: 1,
+          mode: :poll,
+          wait: :busy_spin,
+          max_datagram: max_dg
+        )
+
+      n = cfg.n - rem(cfg.n, per_cmd)
+      t0 = System.monotonic_time(:nanosecond)
+      pump(bus, batch, per_cmd, div(n, per_cmd), 0, n)
+      dt = System.monotonic_time(:nanosecond) - t0
+      {:ok, st} = Bus.stats(bus)
+      Bus.close(bus)
+      rate = n * 1.0e9 / dt
+
+      Bench.from_report(name, flat_report(dt / n, n), cfg.size, %{
+        rate: rate,
+        note:
+          "#{per_cmd} message(s) per command; #{Report.delimit(round(rate))} msg/s delivered; " <>
+            "resent #{st.resent}, replay requests #{st.replay_requests}; the latency columns are elapsed/messages",
+        json_extra: %{"msgs_per_sec" => rate}
+      })
+    end)
+  end
+
+  # Publishes `cmds` commands of `per` messages while draining the bus, at
+  # most 256 commands ahead of what came back; until `total` were received.
+  defp pump(bus, batch, per, cmds, got, total) do
+    cond do
+      got >= total ->
+        :ok
+
+      cmds > 0 and total - cmds * per - got < 256 * per ->
+        case publish(bus, batch, per) do
+          :ok -> pump(bus, batch, per, cmds - 1, got, total)
+          :busy -> pump(bus, batch, per, cmds, got + drain(bus), total)
+        end
+
+      true ->
+        pump(bus, batch, per, cmds, got + drain(bus), total)
+    end
+  end
+
+  defp publish(bus, [m], 1) do
+    case Bus.publish(bus, m) do
+      {:ok, _} -> :ok
+      {:error, :busy} -> :busy
+    end
+  end
+
+  defp publish(bus, batch, _) do
+    case Bus.publish_many(bus, batch) do
+      {:ok, _} -> :ok
+      {:error, :busy} -> :busy
+    end
+  end
+
+  defp drain(bus) do
+    case Bus.recv(bus, 5000) do
+      {:ok, l} -> length(l)
+    end
+  end
+
+  defp flat_report(ns, n) do
+    ks = [:avg, :min, :max, :p50, :p90, :p99, :p999, :p9999, :p99999]
+    Map.merge(Map.new(ks, &{&1, ns}), %{count: n, stdev: 0, tails: []})
+  end
+
+  @targets [
+    {"tachyon.sequencer.roundtrip p50 / tachyon.echo p50 <= 1.5x", "tachyon.sequencer.roundtrip",
+     "tachyon.echo", :le, 1.5, :p50_ns},
+    {"tachyon.sequencer.roundtrip.loss p99.9 / tachyon.sequencer.roundtrip p50 <= 4x",
+     "tachyon.sequencer.roundtrip.loss", "tachyon.sequencer.roundtrip", :le, 4.0,
+     {:p999_ns, :p50_ns}}
+  ]
+
+  defp targets(cases) do
+    by = Bench.by_name(cases)
+
+    for {label, a, b, cmp, bound, key} <- @targets, by[a] && by[b] do
+      {ka, kb} = if is_tuple(key), do: key, else: {key, key}
+      ratio = Map.fetch!(by[a], ka) / Map.fetch!(by[b], kb)
+
+      Bench.target(
+        label,
+        Float.round(ratio, 2),
+        if(cmp == :le, do: ratio <= bound, else: ratio >= bound),
+        "x"
+      )
+    end
+
+    for {name, floor} <- [
+          {"tachyon.sequencer.throughput", 200_000},
+          {"tachyon.sequencer.throughput.batched", 2_000_000}
+        ],
+        c = by[name],
+        do:
+          Bench.target(
+            "#{name} >= #{Report.delimit(floor)} msg/s",
+            round(c.rate),
+            c.rate >= floor,
+            "msg/s"
+          )
+  end
+end
