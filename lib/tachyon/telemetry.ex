@@ -77,6 +77,35 @@ defmodule Tachyon.Telemetry do
   An AsyncStore that opened its own store under `start_link/1` also flushes
   that store's `[:tachyon, :store, :roll]` events at each stats tick.
 
+  ## Sequencer and bus events
+
+    * `[:tachyon, :sequencer, :start]` - a `Tachyon.Sequencer` started (log
+      recovered, port bound, thread running).
+      * Measurements: `:next_seq`.
+      * Metadata: `:name`, `:address`, `:session`, `:path`.
+
+    * `[:tachyon, :sequencer, :stats]` - periodic, every `:stats_interval`
+      ms (default 1000), from the sequencer's process.
+      * Measurements: the thread's counters since start: `:messages`,
+        `:datagrams`, `:heartbeats`, `:duplicates` (dropped),
+        `:out_of_order`, `:replays`, `:replayed`, `:malformed`,
+        `:wrong_session`, `:oversized`, `:send_errors`, `:store_errors`,
+        `:members`, `:next_seq`.
+      * Metadata: as for `:start`.
+
+    * `[:tachyon, :sequencer, :stop]` - the sequencer stopped; the final
+      counters (as for `:stats`).
+
+    * `[:tachyon, :bus, :stats]` - periodic, from a member started with
+      `Tachyon.Bus.start_link/1` (every `:stats_interval` ms, default 1000).
+      * Measurements: the member's counters: `:published`, `:commands`,
+        `:resent` (retransmits of commands), `:delivered`, `:datagrams`,
+        `:duplicates`, `:gaps`, `:replay_requests` (gap fills and rewind
+        chunks), `:malformed`, `:wrong_session`, `:dropped_ahead`,
+        `:injected_losses`, `:oversized`, `:hellos`, `:next_seq`,
+        `:pending`, `:send_errors`.
+      * Metadata: `:member_id`.
+
   ## Echo and UDP events
 
     * `[:tachyon, :echo, :start]` - a `Tachyon.Echo` server started (its
