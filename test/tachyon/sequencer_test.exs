@@ -7,10 +7,13 @@ defmodule Tachyon.SequencerTest do
   alias Tachyon.{Bus, Sequencer}
   alias Tachyon.Sequencer.OSProcess
 
+  # Under ExUnit's supervisor: stopped (thread joined) before the next test
+  # module, which may count threads.
+  defp sup(opts), do: start_supervised!(Supervisor.child_spec({Sequencer, opts}, id: make_ref()))
+
   defp start_seq(label, opts \\ []) do
     dir = tmp_dir(label)
-    {:ok, seq} = Sequencer.start_link([path: dir, wait: :park, stats_interval: nil] ++ opts)
-    {seq, dir}
+    {sup([path: dir, wait: :park, stats_interval: nil] ++ opts), dir}
   end
 
   # Receives `n` bus messages for `bus` (messages mode), in arrival order.
@@ -186,7 +189,7 @@ defmodule Tachyon.SequencerTest do
     assert threads_named("tachyon-seq") == before
     {:ok, again} = :gen_udp.open(port, [:binary, ip: {127, 0, 0, 1}])
     :gen_udp.close(again)
-    {:ok, seq2} = Sequencer.start_link(path: dir, port: 0, wait: :park)
+    seq2 = sup(path: dir, port: 0, wait: :park)
     assert %{next_seq: 2, recovered_members: 1} = Sequencer.info(seq2)
   end
 
