@@ -15,8 +15,13 @@ defmodule Tachyon.Bench.Sequencer do
   #                                     --no-batching) and receive them all: messages/s
   #   tachyon.sequencer.throughput.batched  the same, 64 messages per command, batching on
   #
-  # Not built yet (see the issue): .roundtrip.native (a Rust member loop) and
-  # beam.dist.roundtrip (a GenServer sequencer on a second node).
+  #   tachyon.sequencer.roundtrip.native  the same round trip from a Rust member loop
+  #                                     (dirty scheduler, busy polling): this sequencer's floor
+  #   beam.dist.roundtrip               the BEAM way: a GenServer sequencer on a second BEAM
+  #                                     node (:peer) stamps, logs with :disk_log and sends to
+  #                                     the members over distributed Erlang
+  #   tachyon.sequencer.throughput.native, .throughput.batched.native
+  #                                     the throughput cases with a Rust member loop
   #
   # Extra options: --cases, --hiccup-ms, --wait (the sequencer's and the
   # echo's thread, default :backoff on two cores).
@@ -28,7 +33,7 @@ defmodule Tachyon.Bench.Sequencer do
 
   @defaults [messages: 100_000, warmup: 20_000, size: 256, hiccup_ms: 1000]
   @quick [messages: 5_000, warmup: 1_000, hiccup_ms: 200]
-  @all ~w(machine.hiccup tachyon.echo tachyon.sequencer.roundtrip tachyon.sequencer.roundtrip.loss tachyon.sequencer.throughput tachyon.sequencer.throughput.batched)
+  @all ~w(machine.hiccup tachyon.echo tachyon.sequencer.roundtrip.native tachyon.sequencer.roundtrip tachyon.sequencer.roundtrip.loss beam.dist.roundtrip tachyon.sequencer.throughput tachyon.sequencer.throughput.batched tachyon.sequencer.throughput.native tachyon.sequencer.throughput.batched.native)
 
   def run(argv) do
     opts =
@@ -89,6 +94,101 @@ defmodule Tachyon.Bench.Sequencer do
 
   defp run_case("tachyon.sequencer.throughput.batched" = name, dir, cfg),
     do: throughput(name, dir, cfg, 64, ["--max-datagram", "65000"])
+
+  defp run_case("tachyon.sequencer.roundtrip.native" = name, dir, cfg) do
+    with_sequencer(dir, cfg, [], fn addr ->
+      {:ok, h} =
+        Tachyon.Native.bench_seq_native(%{
+          sequencer: addr,
+          kind: :roundtrip,
+          count: cfg.n,
+          warmup: cfg.warmup,
+          size: cfg.size,
+          max_datagram: 1472,
+          loss: 0.0
+        })
+
+      Bench.from_hist(name, h, cfg.size, %{
+        note: "Rust member loop on a dirty scheduler, busy polling"
+      })
+    end)
+  end
+
+  defp run_case("beam.dist.roundtrip" = name, dir, cfg) do
+    alias Tachyon.Bench.DistSequencer
+    {peer, node} = DistSequencer.start_peer(dir)
+
+    try do
+      msg = :binary.copy(<<0x5A>>, cfg.size)
+      seq = {DistSequencer, node}
+      n = cfg.n
+      warmup = cfg.warmup
+
+      h =
+        Bench.in_big_heap(fn ->
+          :ok = GenServer.call(seq, {:join, self()})
+          {h, _, _} = Bench.sample(warmup, n, fn k, h, _ -> dist_loop(seq, msg, k, h) end)
+          h
+        end)
+
+      Bench.from_hist(name, h, cfg.size, %{
+        unit: :perf_counter,
+        note:
+          "GenServer.cast to a sequencer on a second BEAM node (:peer), :disk_log.blog, send back over distribution"
+      })
+    after
+      DistSequencer.stop_peer(peer)
+    end
+  end
+
+  defp run_case("tachyon.sequencer.throughput.native" = name, dir, cfg),
+    do: native_throughput(name, dir, cfg, 1, ["--no-batching"], 1472)
+
+  defp run_case("tachyon.sequencer.throughput.batched.native" = name, dir, cfg),
+    do: native_throughput(name, dir, cfg, 64, ["--max-datagram", "65000"], 65_000)
+
+  defp dist_loop(_seq, _msg, 0, _h), do: nil
+
+  defp dist_loop(seq, msg, k, h) do
+    t0 = :os.perf_counter()
+    GenServer.cast(seq, {:publish, 1, msg})
+
+    receive do
+      {:dist_bus, _, 1, _} -> :ok
+    after
+      5000 -> raise "beam.dist.roundtrip: no message in 5 s"
+    end
+
+    t1 = :os.perf_counter()
+    if h, do: Bench.record(h, t1 - t0)
+    dist_loop(seq, msg, k - 1, h)
+  end
+
+  defp native_throughput(name, dir, cfg, per, extra, max_dg) do
+    with_sequencer(dir, cfg, extra, fn addr ->
+      n = cfg.n - rem(cfg.n, per)
+
+      {:ok, dt} =
+        Tachyon.Native.bench_seq_native(%{
+          sequencer: addr,
+          kind: :throughput,
+          count: n,
+          per: per,
+          size: cfg.size,
+          max_datagram: max_dg,
+          loss: 0.0
+        })
+
+      rate = n * 1.0e9 / dt
+
+      Bench.from_report(name, flat_report(dt / n, n), cfg.size, %{
+        rate: rate,
+        note:
+          "Rust member loop; #{per} message(s) per command; the latency columns are elapsed/messages",
+        json_extra: %{"msgs_per_sec" => rate}
+      })
+    end)
+  end
 
   defp with_sequencer(dir, cfg, extra, fun) do
     {:ok, p} = OSProcess.start(["--path", dir, "--port", "0", "--wait", "#{cfg.wait}"] ++ extra)
@@ -220,6 +320,10 @@ defmodule Tachyon.Bench.Sequencer do
   end
 
   @targets [
+    {"tachyon.sequencer.roundtrip.native p50 / tachyon.echo p50 <= 1.3x",
+     "tachyon.sequencer.roundtrip.native", "tachyon.echo", :le, 1.3, :p50_ns},
+    {"beam.dist.roundtrip p50 / tachyon.sequencer.roundtrip p50 >= 3x", "beam.dist.roundtrip",
+     "tachyon.sequencer.roundtrip", :ge, 3.0, :p50_ns},
     {"tachyon.sequencer.roundtrip p50 / tachyon.echo p50 <= 1.5x", "tachyon.sequencer.roundtrip",
      "tachyon.echo", :le, 1.5, :p50_ns},
     {"tachyon.sequencer.roundtrip.loss p99.9 / tachyon.sequencer.roundtrip p50 <= 4x",
@@ -234,25 +338,22 @@ defmodule Tachyon.Bench.Sequencer do
       {ka, kb} = if is_tuple(key), do: key, else: {key, key}
       ratio = Map.fetch!(by[a], ka) / Map.fetch!(by[b], kb)
 
-      Bench.target(
-        label,
-        Float.round(ratio, 2),
-        if(cmp == :le, do: ratio <= bound, else: ratio >= bound),
-        "x"
-      )
+      Bench.target(label, ratio, fn r -> if cmp == :le, do: r <= bound, else: r >= bound end, "x")
     end
 
     for {name, floor} <- [
           {"tachyon.sequencer.throughput", 200_000},
-          {"tachyon.sequencer.throughput.batched", 2_000_000}
+          {"tachyon.sequencer.throughput.batched", 2_000_000},
+          {"tachyon.sequencer.throughput.native", 200_000},
+          {"tachyon.sequencer.throughput.batched.native", 2_000_000}
         ],
         c = by[name],
         do:
           Bench.target(
             "#{name} >= #{Report.delimit(floor)} msg/s",
-            round(c.rate),
-            c.rate >= floor,
-            "msg/s"
+            c.rate,
+            &(&1 >= floor),
+            " msg/s"
           )
   end
 end

@@ -202,3 +202,37 @@ fn udp_ping<'a>(env: Env<'a>, opts: Term<'a>) -> NifResult<Term<'a>> {
     let info = map(env, &info)?;
     Ok((atoms::ok(), HistResource::wrap(out.hist), info).encode(env))
 }
+
+/// The sequencer bench's native member (`tachyon_core::bench::seq`), on a
+/// dirty scheduler. `kind`: `:roundtrip` returns `{:ok, hist}`;
+/// `:throughput` returns `{:ok, elapsed_ns}` for `count` messages, `per`
+/// per command.
+#[rustler::nif(schedule = "DirtyIo")]
+fn bench_seq_native<'a>(env: Env<'a>, opts: Term<'a>) -> NifResult<Term<'a>> {
+    use crate::terms::get;
+    let (ip, port): (Term, u16) = get(env, opts, "sequencer")?;
+    let addr = std::net::SocketAddr::new(crate::udp::decode_ip(ip)?, port);
+    let kind: rustler::Atom = get(env, opts, "kind")?;
+    let count: u64 = get(env, opts, "count")?;
+    let size = get::<u64>(env, opts, "size")? as usize;
+    let max_datagram = get::<u64>(env, opts, "max_datagram")? as usize;
+    let loss: f64 = get(env, opts, "loss")?;
+    let err = |e: tachyon_core::seq::SeqError| {
+        (atoms::error(), crate::terms::atom(env, &e.reason())).encode(env)
+    };
+    let m = match tachyon_core::bench::seq::member(addr, 1, max_datagram, loss) {
+        Ok(m) => m,
+        Err(e) => return Ok(err(e)),
+    };
+    let out = if kind.to_term(env).atom_to_string()? == "roundtrip" {
+        let warmup: u64 = get(env, opts, "warmup")?;
+        tachyon_core::bench::seq::roundtrip(&m, count, warmup, size)
+            .map(|h| (atoms::ok(), HistResource::wrap(h)).encode(env))
+    } else {
+        let per = get::<u64>(env, opts, "per")? as usize;
+        tachyon_core::bench::seq::throughput(&m, count, size, per, 256)
+            .map(|d| (atoms::ok(), d.as_nanos() as u64).encode(env))
+    };
+    m.close();
+    Ok(out.unwrap_or_else(err))
+}

@@ -12,10 +12,13 @@
 //! * [`hiccup`]: the machine's own hiccups (a loop that only reads the clock).
 //! * [`ping`]: the ping client of the UDP round-trip benchmark (against
 //!   [`crate::udp::EchoServer`] or any echo peer).
+//! * [`seq`]: the native member of the sequencer bench (round trip and
+//!   throughput floors).
 
 pub mod async_store;
 pub mod hiccup;
 pub mod ping;
+pub mod seq;
 pub mod store;
 
 #[cfg(test)]
