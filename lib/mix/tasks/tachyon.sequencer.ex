@@ -10,7 +10,8 @@ defmodule Mix.Tasks.Tachyon.Sequencer do
   Options: `--port P` (0: any; the chosen one is printed), `--ip ADDR`,
   `--path DIR` (required), `--bus unicast | multicast:GROUP:PORT`,
   `--interface ADDR` (multicast), `--wait busy_spin|yield|backoff|park`,
-  `--core N`, `--max-datagram BYTES`, `--no-batching`, `--heartbeat MS`.
+  `--core N`, `--max-datagram BYTES`, `--no-batching`, `--heartbeat MS`,
+  `--heartbeat-after US`.
   It prints `tachyon.sequencer ready ip:port session S next_seq N` once
   it listens.
   """
@@ -26,7 +27,8 @@ defmodule Mix.Tasks.Tachyon.Sequencer do
     core: :integer,
     max_datagram: :integer,
     batching: :boolean,
-    heartbeat: :integer
+    heartbeat: :integer,
+    heartbeat_after: :integer
   ]
 
   @impl true
@@ -44,6 +46,7 @@ defmodule Mix.Tasks.Tachyon.Sequencer do
       |> put(:max_datagram, opts[:max_datagram])
       |> put(:batching, opts[:batching])
       |> put(:heartbeat, opts[:heartbeat])
+      |> put(:heartbeat_after, opts[:heartbeat_after])
       |> put(:bus, bus(opts[:bus], opts[:interface]))
 
     {:ok, seq} = Tachyon.Sequencer.start_link(seq_opts)

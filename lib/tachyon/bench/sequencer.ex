@@ -37,7 +37,12 @@ defmodule Tachyon.Bench.Sequencer do
 
   def run(argv) do
     opts =
-      Bench.parse!(argv, [cases: :string, hiccup_ms: :integer, wait: :string], @defaults, @quick)
+      Bench.parse!(
+        argv,
+        [cases: :string, hiccup_ms: :integer, wait: :string, heartbeat_after: :integer],
+        @defaults,
+        @quick
+      )
 
     wanted = Bench.cases!(opts, @all)
 
@@ -50,6 +55,11 @@ defmodule Tachyon.Bench.Sequencer do
       size: opts[:size],
       wait: wait,
       ping_core: nil,
+      seq_args:
+        if(opts[:heartbeat_after],
+          do: ["--heartbeat-after", "#{opts[:heartbeat_after]}"],
+          else: []
+        ),
       pong_core: nil
     }
 
@@ -191,7 +201,10 @@ defmodule Tachyon.Bench.Sequencer do
   end
 
   defp with_sequencer(dir, cfg, extra, fun) do
-    {:ok, p} = OSProcess.start(["--path", dir, "--port", "0", "--wait", "#{cfg.wait}"] ++ extra)
+    {:ok, p} =
+      OSProcess.start(
+        ["--path", dir, "--port", "0", "--wait", "#{cfg.wait}"] ++ cfg.seq_args ++ extra
+      )
 
     try do
       fun.(p.address)

@@ -43,11 +43,12 @@ defmodule Tachyon.Sequencer.Options do
       ],
       heartbeat_after: [
         type: {:integer, 1, 1_000_000},
-        default: 50,
+        default: 10,
         doc: """
-        microseconds after the last data datagram before one early heartbeat:
-        a member that lost the last message of a burst learns of it then,
-        not a whole `:heartbeat` later.
+        microseconds after the last data datagram before a heartbeat when the
+        bus goes idle; the next ones come ten times later each (10 us,
+        100 us, 1 ms ...) up to `:heartbeat`. A member that lost the last
+        message of a burst learns of it then, not a whole `:heartbeat` later.
         """
       ],
       replay_max: [
@@ -146,7 +147,7 @@ defmodule Tachyon.Sequencer.Options do
       ],
       retransmit_after: [
         type: {:integer, 1, 60_000_000},
-        default: 5000,
+        default: 1000,
         doc: "microseconds before an unanswered replay request is sent again."
       ],
       hello_after: [

@@ -18,7 +18,9 @@ defmodule Tachyon.Sequencer.OSProcess do
         :binary,
         :exit_status,
         {:line, 4096},
-        args: paths ++ ["-e", code]
+        # Its schedulers have nothing to do: no busy-waiting that would take
+        # a core from the sequencer's thread.
+        args: ["--erl", "+sbwt none +sbwtdcpu none +sbwtdio none"] ++ paths ++ ["-e", code]
       ])
 
     {:os_pid, os_pid} = Port.info(port, :os_pid)

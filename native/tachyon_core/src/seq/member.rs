@@ -79,7 +79,7 @@ impl MemberConfig {
             max_datagram: 1472,
             max_message_size: 1 << 20,
             resend_after: Duration::from_millis(20),
-            retransmit_after: Duration::from_millis(5),
+            retransmit_after: Duration::from_millis(1),
             hello_after: Duration::from_millis(100),
             connect_timeout: Duration::from_secs(5),
             replay_chunk: 1024,

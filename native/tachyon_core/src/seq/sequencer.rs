@@ -15,13 +15,17 @@ use super::wire::{self, Bad, BusKind, Cmd, CmdKind, Msg, CONTROL};
 use super::{BusMode, SeqError};
 use crate::counter::Counter;
 use crate::store::{self, Store};
-use crate::udp::sys::{Batch, Socket, SocketOptions};
+use crate::udp::sys::{Batch, SendBatch, Socket, SocketOptions};
 use crate::udp::Placement;
 use crate::wait::{WaitStrategy, Waiter};
 use crate::worker::{Ctx, Worker};
 
 /// Most members in the unicast fan-out.
 pub const MAX_MEMBERS: usize = 4096;
+
+/// Sends queued before a `sendmmsg` (a receive batch's bus datagrams times
+/// the unicast members).
+const SEND_QUEUE: usize = 256;
 
 /// Sequencer options (`SequencerConfig::new` holds the defaults).
 #[derive(Debug, Clone)]
@@ -63,7 +67,7 @@ impl SequencerConfig {
             max_datagram: 1472,
             batching: true,
             heartbeat: Duration::from_millis(10),
-            heartbeat_after: Duration::from_micros(50),
+            heartbeat_after: Duration::from_micros(10),
             replay_max: 1024,
             socket: SocketOptions::default(),
         }
@@ -140,6 +144,8 @@ struct Core {
     next: u64,
     out: Vec<u8>,
     out_count: u16,
+    /// The bus datagrams of one receive batch, sent with one `sendmmsg`.
+    sendq: SendBatch,
     entry: Vec<u8>,
     c: Arc<CachePadded<Counters>>,
 }
@@ -182,6 +188,7 @@ impl Sequencer {
             next,
             out: Vec::with_capacity(cfg.max_datagram),
             out_count: 0,
+            sendq: SendBatch::new(SEND_QUEUE),
             entry: Vec::with_capacity(cfg.max_datagram),
             c: counters.clone(),
         };
@@ -323,8 +330,12 @@ impl Core {
     ) {
         let mut waiter = Waiter::with_socket(wait, ctx.wake().clone(), self.sock.fd());
         let mut last_send = Instant::now();
-        // Whether data went out since the last heartbeat.
-        let mut fresh = false;
+        // The next heartbeat is due this long after the last datagram:
+        // `after` once data went out, then ten times longer after each
+        // heartbeat, up to `heartbeat` (10 us, 100 us, 1 ms, 10 ms by
+        // default: a member that lost the last data datagram *and* the
+        // first heartbeat still hears of it within 100 us).
+        let mut due = heartbeat;
         while !ctx.stopped() {
             match b.recv(&self.sock) {
                 Ok(n) if n > 0 => {
@@ -339,18 +350,18 @@ impl Core {
                         self.command(b.data(i), from);
                     }
                     self.flush();
+                    self.send_queued();
                     if self.c.datagrams.get() != sent {
-                        fresh = true;
+                        due = after;
                         last_send = Instant::now();
                     }
                 }
                 Ok(_) | Err(_) => {
                     let now = Instant::now();
-                    let due = if fresh { after } else { heartbeat };
                     let idle = now.duration_since(last_send);
                     if idle >= due {
                         self.heartbeat();
-                        fresh = false;
+                        due = (due * 10).min(heartbeat);
                         last_send = now;
                         continue;
                     }
@@ -454,17 +465,33 @@ impl Core {
         self.c.next_seq.bump(1);
     }
 
-    /// Sends the data datagram being built, if any.
+    /// Queues the data datagram being built, if any, for every member.
     fn flush(&mut self) {
         if self.out_count == 0 {
             return;
         }
         wire::set_count(&mut self.out, self.out_count);
         self.out_count = 0;
-        let out = std::mem::take(&mut self.out);
-        self.broadcast(&out);
-        self.out = out;
+        let targets = match self.bus {
+            BusMode::Multicast { .. } => 1,
+            BusMode::Unicast => self.members.len(),
+        };
+        if !self.sendq.has_room(targets) {
+            self.send_queued();
+        }
+        match self.bus {
+            BusMode::Multicast { group, .. } => self.sendq.push(&self.out, &[group]),
+            BusMode::Unicast => self.sendq.push(&self.out, &self.members),
+        }
         self.c.datagrams.bump(1);
+    }
+
+    /// Sends the queued bus datagrams (one `sendmmsg`).
+    fn send_queued(&mut self) {
+        let r = self.sendq.flush(&self.sock);
+        if r.errors > 0 {
+            self.c.send_errors.bump(r.errors);
+        }
     }
 
     fn heartbeat(&mut self) {
