@@ -54,8 +54,6 @@ defmodule Tachyon.Echo do
   See `Tachyon.Telemetry` ("Echo and UDP events"): `[:tachyon, :echo, :start]`,
   `[:tachyon, :echo, :stats]` and `[:tachyon, :echo, :stop]`.
   """
-  use GenServer
-
   alias Tachyon.{Named, Native}
   alias Tachyon.UDP.Options
 
@@ -122,7 +120,20 @@ defmodule Tachyon.Echo do
 
         gen_opts = if name, do: [name: name], else: []
 
-        case GenServer.start_link(__MODULE__, {ref, info, name, interval, t0}, gen_opts) do
+        spec = %{
+          module: __MODULE__,
+          part: :echo,
+          ref: ref,
+          info: info,
+          name: name,
+          interval: interval,
+          stats: &Native.echo_stats/1,
+          stop: &Native.echo_stop/1,
+          meta: &meta/1,
+          start: %{duration: System.monotonic_time() - t0}
+        }
+
+        case Tachyon.ThreadServer.start_link(spec, gen_opts) do
           {:ok, _pid} = ok ->
             ok
 
@@ -238,57 +249,6 @@ defmodule Tachyon.Echo do
     :exit, {:noproc, _} -> {:error, :noproc}
   end
 
-  # -- GenServer ---------------------------------------------------------------
-
-  @impl true
-  def init({ref, info, name, interval, t0}) do
-    # terminate/2 must run on a supervisor's shutdown, to join the thread.
-    Process.flag(:trap_exit, true)
-
-    state = %{ref: ref, info: info, name: name, interval: interval}
-    if is_atom(name) and name != nil, do: :persistent_term.put({__MODULE__, name}, state)
-
-    Tachyon.Telemetry.execute(
-      [:tachyon, :echo, :start],
-      %{duration: System.monotonic_time() - t0},
-      meta(state)
-    )
-
-    schedule(interval)
-    {:ok, state}
-  end
-
-  @impl true
-  def handle_call(:info, _from, state), do: {:reply, state.info, state}
-  def handle_call(:stats, _from, state), do: {:reply, Native.echo_stats(state.ref), state}
-
-  @impl true
-  def handle_info(:stats, state) do
-    Tachyon.Telemetry.execute(
-      [:tachyon, :echo, :stats],
-      Native.echo_stats(state.ref),
-      meta(state)
-    )
-
-    schedule(state.interval)
-    {:noreply, state}
-  end
-
-  # Exits of the parent are handled by GenServer itself (terminate/2 runs);
-  # a crash of another linked process stops us as it would without trapping.
-  def handle_info({:EXIT, _pid, :normal}, state), do: {:noreply, state}
-  def handle_info({:EXIT, _pid, reason}, state), do: {:stop, reason, state}
-  def handle_info(_other, state), do: {:noreply, state}
-
-  @impl true
-  def terminate(_reason, state) do
-    if is_atom(state.name) and state.name != nil,
-      do: :persistent_term.erase({__MODULE__, state.name})
-
-    Native.echo_stop(state.ref)
-    Tachyon.Telemetry.execute([:tachyon, :echo, :stop], Native.echo_stats(state.ref), meta(state))
-  end
-
   defp meta(state) do
     %{
       name: state.name,
@@ -298,7 +258,4 @@ defmodule Tachyon.Echo do
       wait: state.info.wait
     }
   end
-
-  defp schedule(nil), do: :ok
-  defp schedule(ms), do: Process.send_after(self(), :stats, ms)
 end

@@ -54,8 +54,6 @@ defmodule Tachyon.Sequencer do
   map is the measurement of `[:tachyon, :sequencer, :stats]` every
   `:stats_interval` (see `Tachyon.Telemetry`).
   """
-  use GenServer
-
   alias Tachyon.{Named, Native}
   alias Tachyon.Sequencer.Options
 
@@ -100,11 +98,20 @@ defmodule Tachyon.Sequencer do
       {:ok, ref, info} ->
         gen_opts = if name, do: [name: name], else: []
 
-        case GenServer.start_link(
-               __MODULE__,
-               {ref, Map.put(info, :path, nif.path), name, interval},
-               gen_opts
-             ) do
+        spec = %{
+          module: __MODULE__,
+          part: :sequencer,
+          ref: ref,
+          info: Map.put(info, :path, nif.path),
+          name: name,
+          interval: interval,
+          stats: &Native.seq_stats/1,
+          stop: &Native.seq_stop/1,
+          meta: &meta/1,
+          start: %{next_seq: info.next_seq}
+        }
+
+        case Tachyon.ThreadServer.start_link(spec, gen_opts) do
           {:ok, _} = ok ->
             ok
 
@@ -183,53 +190,6 @@ defmodule Tachyon.Sequencer do
     :exit, {:noproc, _} -> {:error, :noproc}
   end
 
-  # -- GenServer -----------------------------------------------------------------
-
-  @impl true
-  def init({ref, info, name, interval}) do
-    Process.flag(:trap_exit, true)
-    state = %{ref: ref, info: info, name: name, interval: interval}
-    if is_atom(name) and name != nil, do: :persistent_term.put({__MODULE__, name}, state)
-
-    Tachyon.Telemetry.execute(
-      [:tachyon, :sequencer, :start],
-      %{next_seq: info.next_seq},
-      meta(state)
-    )
-
-    schedule(interval)
-    {:ok, state}
-  end
-
-  @impl true
-  def handle_call(:info, _from, state), do: {:reply, state.info, state}
-  def handle_call(:stats, _from, state), do: {:reply, Native.seq_stats(state.ref), state}
-
-  @impl true
-  def handle_info(:stats, state) do
-    with {:ok, st} <- Native.seq_stats(state.ref),
-         do: Tachyon.Telemetry.execute([:tachyon, :sequencer, :stats], st, meta(state))
-
-    schedule(state.interval)
-    {:noreply, state}
-  end
-
-  def handle_info({:EXIT, _pid, :normal}, state), do: {:noreply, state}
-  def handle_info({:EXIT, _pid, reason}, state), do: {:stop, reason, state}
-  def handle_info(_other, state), do: {:noreply, state}
-
-  @impl true
-  def terminate(_reason, state) do
-    if is_atom(state.name) and state.name != nil,
-      do: :persistent_term.erase({__MODULE__, state.name})
-
-    stats = Native.seq_stats(state.ref)
-    Native.seq_stop(state.ref)
-
-    with {:ok, st} <- stats,
-         do: Tachyon.Telemetry.execute([:tachyon, :sequencer, :stop], st, meta(state))
-  end
-
   defp meta(state) do
     %{
       name: state.name,
@@ -238,7 +198,4 @@ defmodule Tachyon.Sequencer do
       path: state.info.path
     }
   end
-
-  defp schedule(nil), do: :ok
-  defp schedule(ms), do: Process.send_after(self(), :stats, ms)
 end

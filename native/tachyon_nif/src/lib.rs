@@ -9,6 +9,7 @@
 //! * `defaults`: every part's `Config::default()`, read by the Elixir option checks.
 //! * `deliver`: messages from Rust threads to processes, and the report
 //!   channel (`{:tachyon_report, part, id, kind, fields}`).
+//! * `owner`: the owner process of a resource (monitored; its death closes it).
 //! * `res`: resource types for the hot NIFs (store, async store, table), decoded
 //!   without rustler's per-call type lookup.
 //! * `runtime`: the shared runtime's own NIFs (worker counters).
@@ -23,6 +24,7 @@ mod atoms;
 mod bench;
 mod defaults;
 mod deliver;
+mod owner;
 mod res;
 mod runtime;
 mod seq;

@@ -24,6 +24,7 @@ use tachyon_core::worker::Worker;
 
 use crate::atoms;
 use crate::deliver::ProcessSender;
+use crate::owner::Owner;
 use crate::res::{Handle, Obj};
 use crate::terms::{atom, get, map};
 use crate::udp::{decode_addr, decode_ip, decode_socket_opts, decode_wait, encode_addr};
@@ -171,15 +172,10 @@ fn seq_stats<'a>(env: Env<'a>, res: &SeqResource) -> NifResult<Term<'a>> {
 
 // -- the members -----------------------------------------------------------------
 
-struct Owner {
-    pid: LocalPid,
-    monitor: Option<Monitor>,
-}
-
 /// A member of the bus.
 pub struct BusResource {
     member: Arc<Member>,
-    owner: Mutex<Owner>,
+    owner: Owner,
     /// `:messages` mode: the thread that drives the member.
     worker: Mutex<Option<Worker>>,
     /// `:poll` mode.
@@ -190,9 +186,7 @@ crate::hot_resource!(BusResource, c"BusResource", down = on_down, stop = on_stop
 
 impl BusResource {
     fn on_down(this: &Obj<'_, Self>, env: Env<'_>, _pid: LocalPid, monitor: Monitor) {
-        let owner = this.owner.lock().unwrap_or_else(|e| e.into_inner());
-        if owner.monitor == Some(monitor) {
-            drop(owner);
+        if this.owner.is_watched_by(&monitor) {
             close_now(this, env);
         }
     }
@@ -287,19 +281,13 @@ fn bus_open<'a>(env: Env<'a>, opts: Term<'a>, owner: LocalPid) -> NifResult<Term
     };
     let res = Handle::new(BusResource {
         member: member.clone(),
-        owner: Mutex::new(Owner {
-            pid: owner,
-            monitor: None,
-        }),
+        owner: Owner::new(owner),
         worker: Mutex::new(None),
         poll: poll.then(|| Poller::new(wait, spin, ())),
     });
-    match res.monitor(env, &owner) {
-        Some(m) => res.owner.lock().unwrap_or_else(|e| e.into_inner()).monitor = Some(m),
-        None => {
-            member.close();
-            return Ok((atoms::error(), atoms::badarg()).encode(env));
-        }
+    if !res.owner.watch(&res, env) {
+        member.close();
+        return Ok((atoms::error(), atoms::badarg()).encode(env));
     }
     if !poll {
         let handle = res.clone();
@@ -308,7 +296,7 @@ fn bus_open<'a>(env: Env<'a>, opts: Term<'a>, owner: LocalPid) -> NifResult<Term
             let mut waiter = Waiter::with_socket(wait, ctx.wake().clone(), member.poll_fd());
             let m = &handle.member;
             while !ctx.stopped() {
-                let pid = handle.owner.lock().unwrap_or_else(|e| e.into_inner()).pid;
+                let pid = handle.owner.pid();
                 let got = m.poll(64, &mut |seq, id, data| {
                     out.send(&pid, |env| {
                         let bus = handle.encode(env);
@@ -446,15 +434,7 @@ fn bus_select<'a>(env: Env<'a>, bus: Term<'a>) -> NifResult<Term<'a>> {
 /// reaper).
 #[rustler::nif]
 fn bus_close<'a>(env: Env<'a>, res: Obj<'a, BusResource>) -> Atom {
-    let monitor = res
-        .owner
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .monitor
-        .take();
-    if let Some(m) = monitor {
-        res.demonitor(env, &m);
-    }
+    res.owner.unwatch(&res, env);
     close_now(&res, env);
     atoms::ok()
 }

@@ -2,7 +2,6 @@
 //! mode's sink, and the calls that do not receive.
 
 use std::net::SocketAddr;
-use std::sync::Mutex;
 use std::time::Duration;
 
 use rustler::types::atom::Atom;
@@ -16,18 +15,14 @@ use super::{
 };
 use crate::atoms;
 use crate::deliver::ProcessSender;
+use crate::owner::{Owner, Transfer};
 use crate::res::{Handle, Obj};
 use crate::terms::{atom, get, map};
-
-struct Owner {
-    pid: LocalPid,
-    monitor: Option<Monitor>,
-}
 
 /// A `Tachyon.UDP` socket.
 pub struct UdpResource {
     pub(super) ep: Endpoint,
-    owner: Mutex<Owner>,
+    owner: Owner,
     /// `Some` in the poll mode (no receive thread).
     pub(super) poll: Option<Poller>,
 }
@@ -36,9 +31,7 @@ crate::hot_resource!(UdpResource, c"UdpResource", down = on_down, stop = on_stop
 
 impl UdpResource {
     fn on_down(this: &Obj<'_, Self>, env: Env<'_>, _pid: LocalPid, monitor: Monitor) {
-        let owner = this.owner.lock().unwrap_or_else(|e| e.into_inner());
-        if owner.monitor == Some(monitor) {
-            drop(owner);
+        if this.owner.is_watched_by(&monitor) {
             // Never block a scheduler here: the receive thread closes the
             // socket itself as it exits, microseconds from now; a polled
             // socket is closed by the stop callback.
@@ -73,7 +66,7 @@ struct BeamSink {
 impl Sink for BeamSink {
     fn begin_batch(&mut self, _bytes: usize) {
         // One lock per batch: controlling_process may have changed the owner.
-        self.pid = self.res.owner.lock().unwrap_or_else(|e| e.into_inner()).pid;
+        self.pid = self.res.owner.pid();
     }
 
     fn deliver(&mut self, from: SocketAddr, data: &[u8]) -> bool {
@@ -153,20 +146,14 @@ fn udp_open<'a>(env: Env<'a>, opts: Term<'a>, owner: LocalPid) -> NifResult<Term
     };
     let res = Handle::new(UdpResource {
         ep,
-        owner: Mutex::new(Owner {
-            pid: owner,
-            monitor: None,
-        }),
+        owner: Owner::new(owner),
         poll: poll.then(|| Poller::new(cfg.wait, spin, Batch::new(cfg.batch, cfg.max_datagram))),
     });
     // Monitor before the thread starts: an owner that is already dead (or
     // dies now) closes the socket through `down` like any other.
-    match res.monitor(env, &owner) {
-        Some(m) => res.owner.lock().unwrap_or_else(|e| e.into_inner()).monitor = Some(m),
-        None => {
-            res.ep.close();
-            return Ok((atoms::error(), atoms::badarg()).encode(env));
-        }
+    if !res.owner.watch(&res, env) {
+        res.ep.close();
+        return Ok((atoms::error(), atoms::badarg()).encode(env));
     }
     if !poll {
         let sink = BeamSink {
@@ -222,23 +209,12 @@ fn udp_controlling_process<'a>(
     if res.ep.is_closed() {
         return Ok((atoms::error(), atoms::closed()).encode(env));
     }
-    let mut owner = res.owner.lock().unwrap_or_else(|e| e.into_inner());
-    if owner.pid != env.pid() {
-        return Ok((atoms::error(), udp_atoms::not_owner()).encode(env));
-    }
-    if owner.pid == pid {
-        return Ok(atoms::ok().encode(env));
-    }
-    let Some(m) = res.monitor(env, &pid) else {
+    match res.owner.transfer(&res, env, pid) {
+        Ok(()) => Ok(atoms::ok().encode(env)),
+        Err(Transfer::NotOwner) => Ok((atoms::error(), udp_atoms::not_owner()).encode(env)),
         // The new owner is not alive: ownership is unchanged.
-        return Ok((atoms::error(), atoms::badarg()).encode(env));
-    };
-    if let Some(old) = owner.monitor.take() {
-        res.demonitor(env, &old);
+        Err(Transfer::Dead) => Ok((atoms::error(), atoms::badarg()).encode(env)),
     }
-    owner.pid = pid;
-    owner.monitor = Some(m);
-    Ok(atoms::ok().encode(env))
 }
 
 /// Closes the socket. Thread mode: stops and joins the receive thread; the
@@ -248,15 +224,7 @@ fn udp_controlling_process<'a>(
 /// Idempotent.
 #[rustler::nif(schedule = "DirtyIo")]
 fn udp_close<'a>(env: Env<'a>, res: Obj<'a, UdpResource>) -> Atom {
-    let monitor = res
-        .owner
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .monitor
-        .take();
-    if let Some(m) = monitor {
-        res.demonitor(env, &m);
-    }
+    res.owner.unwatch(&res, env);
     close_now(&res, env);
     if res.poll.is_none() {
         res.ep.close();
@@ -294,9 +262,5 @@ fn udp_owner<'a>(env: Env<'a>, res: &UdpResource) -> Term<'a> {
     if res.ep.is_closed() {
         return atoms::nil().encode(env);
     }
-    res.owner
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .pid
-        .encode(env)
+    res.owner.pid().encode(env)
 }
