@@ -231,6 +231,9 @@ impl Member {
             return Err(SeqError::BadConfig);
         }
         let sock = Socket::bind(cfg.bind, &cfg.socket)?;
+        // Connected: sends skip the route lookup, and only the sequencer's
+        // datagrams (bus, replays, welcomes) reach this socket.
+        sock.connect(&cfg.sequencer)?;
         let mcast = match cfg.bus {
             BusMode::Unicast => None,
             BusMode::Multicast { group, iface, .. } => {
@@ -399,7 +402,7 @@ impl Member {
             return;
         }
         wire::set_cmd_count(&mut d, count);
-        if self.sock.send_to(&d, &self.cfg.sequencer).is_err() {
+        if self.sock.send(&d).is_err() {
             // Lost like any datagram: resent after `resend_after`.
             self.txc.send_errors.add(1);
         }
@@ -433,6 +436,9 @@ impl Member {
                 Ok(n) => n,
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => 0,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => 0,
+                // The ICMP answer to a command sent while no sequencer
+                // listened (it restarts): nothing to read.
+                Err(e) if e.kind() == io::ErrorKind::ConnectionRefused => 0,
                 Err(e) => return Err(e),
             };
             for i in 0..n {
@@ -596,7 +602,7 @@ impl Member {
         }
         let mut r = std::mem::take(&mut rx.scratch);
         wire::replay(&mut r, self.cfg.member_id, self.session, rx.next, to);
-        let _ = self.sock.send_to(&r, &self.cfg.sequencer);
+        let _ = self.sock.send(&r);
         rx.scratch = r;
         rx.requested = Some((to, now));
         self.rxc.replay_requests.bump(1);
@@ -632,7 +638,7 @@ impl Member {
                 rx.last_heard = now;
                 let mut h = std::mem::take(&mut rx.scratch);
                 wire::hello(&mut h, self.cfg.member_id, self.mcast.is_none());
-                let _ = self.sock.send_to(&h, &self.cfg.sequencer);
+                let _ = self.sock.send(&h);
                 rx.scratch = h;
                 self.rxc.hellos.bump(1);
             }
@@ -647,7 +653,7 @@ impl Member {
                 // one was dropped too and goes out as these are sequenced
                 // (a window per round trip, not a flood of the whole queue).
                 for p in tx.pending.iter_mut().take(RESEND_WINDOW) {
-                    let _ = self.sock.send_to(&p.dgram, &self.cfg.sequencer);
+                    let _ = self.sock.send(&p.dgram);
                     p.sent = now;
                     n += 1;
                 }
@@ -670,7 +676,7 @@ impl Member {
         if self.mcast.is_none() {
             let mut b = Vec::with_capacity(wire::CMD_HEADER);
             wire::cmd_header(&mut b, CmdKind::Bye, self.cfg.member_id, self.session);
-            let _ = self.sock.send_to(&b, &self.cfg.sequencer);
+            let _ = self.sock.send(&b);
         }
     }
 
