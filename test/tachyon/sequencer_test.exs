@@ -75,6 +75,24 @@ defmodule Tachyon.SequencerTest do
     assert {:ok, %{messages: 6000}} = Sequencer.stats(seq)
   end
 
+  test "multicast bus: two members on the group see one order" do
+    {:ok, probe} = :gen_udp.open(0)
+    {:ok, gport} = :inet.port(probe)
+    :gen_udp.close(probe)
+    bus = {:multicast, {{239, 255, 42, 9}, gport}, ttl: 0}
+    {seq, _} = start_seq("mcast", bus: bus)
+    addr = Sequencer.address(seq)
+    {:ok, a} = Bus.open(sequencer: addr, member_id: 1, bus: bus, mode: :poll)
+    {:ok, b} = Bus.open(sequencer: addr, member_id: 2, bus: bus, mode: :poll)
+    for i <- 1..50, do: {:ok, _} = Bus.publish(a, "1:#{i}")
+    for i <- 1..50, do: {:ok, _} = Bus.publish(b, "2:#{i}")
+    ga = recv_all(a, 100)
+    assert ga == recv_all(b, 100)
+    own_in_order(ga, 1, 50)
+    own_in_order(ga, 2, 50)
+    assert {:ok, %{members: 0}} = Sequencer.stats(seq)
+  end
+
   test "poll mode: recv delivers in order; fragments of a large message are reassembled" do
     {seq, _} = start_seq("poll")
     {:ok, bus} = Bus.open(sequencer: Sequencer.address(seq), member_id: 9, mode: :poll)

@@ -20,7 +20,7 @@ defmodule Mix.Tasks.Tachyon.Bench do
     * `--quick` - small CI-sized run
     * `--dir PATH` - where temporary files go (default: the system tmp dir)
 
-  Benchmarks: #{Enum.map_join(["store", "async", "echo", "table"], ", ", &"`#{&1}`")}. Each bench documents its
+  Benchmarks: #{Enum.map_join(["store", "async", "echo", "table", "sequencer"], ", ", &"`#{&1}`")}. Each bench documents its
   own extra options in its module (`Tachyon.Bench.Store`, `Tachyon.Bench.Table`, ...).
   """
   use Mix.Task
