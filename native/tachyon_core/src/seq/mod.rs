@@ -11,11 +11,15 @@
 //!   sequencer (one round trip), rewinds from any sequence number, and
 //!   reassembles fragmented messages.
 //!
+//! * [`standby`]: [`Standby`], a sequencer that follows the primary and
+//!   takes over (a new epoch) when it falls silent.
+//!
 //! The bus is UDP multicast, or a unicast fan-out to the members that said
 //! hello (for networks without multicast).
 
 pub mod member;
 pub mod sequencer;
+pub mod standby;
 pub mod wire;
 
 #[cfg(test)]
@@ -25,6 +29,7 @@ use std::net::{Ipv4Addr, SocketAddr};
 
 pub use member::{Member, MemberConfig, MemberStats};
 pub use sequencer::{Sequencer, SequencerConfig, SequencerStats};
+pub use standby::{Standby, StandbyConfig, StandbyStats};
 
 use crate::store::StoreError;
 

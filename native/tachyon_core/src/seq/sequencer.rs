@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use crossbeam_utils::CachePadded;
 
-use super::wire::{self, Bad, BusKind, Cmd, CmdKind, Msg, CONTROL};
+use super::wire::{self, Bad, BusKind, Cmd, CmdKind, Msg, CONTROL, EPOCH};
 use super::{BusMode, SeqError};
 use crate::counter::Counter;
 use crate::store::{self, Store};
@@ -52,6 +52,10 @@ pub struct SequencerConfig {
     /// Most messages one replay request is answered with.
     pub replay_max: usize,
     pub socket: SocketOptions,
+    /// Start a new epoch: the log's last epoch + 1, recorded in the log
+    /// (the first entry of the epoch) and in every datagram from now on.
+    /// A standby that takes over sets it.
+    pub new_epoch: bool,
 }
 
 impl SequencerConfig {
@@ -70,6 +74,7 @@ impl SequencerConfig {
             heartbeat_after: Duration::from_micros(10),
             replay_max: 1024,
             socket: SocketOptions::default(),
+            new_epoch: false,
         }
     }
 }
@@ -91,6 +96,7 @@ struct Counters {
     store_errors: Counter,
     members: Counter,
     next_seq: Counter,
+    epoch: Counter,
 }
 
 /// A snapshot of the counters.
@@ -116,6 +122,8 @@ pub struct SequencerStats {
     pub members: u64,
     /// The next sequence number.
     pub next_seq: u64,
+    /// The epoch (term) this sequencer stamps on every datagram.
+    pub epoch: u64,
 }
 
 /// A running sequencer.
@@ -133,6 +141,7 @@ struct Core {
     sock: Socket,
     store: Store,
     session: u64,
+    epoch: u32,
     /// Last sequenced `member_seq` of every member.
     last: HashMap<u32, u64>,
     /// The unicast fan-out.
@@ -163,7 +172,15 @@ impl Sequencer {
             return Err(SeqError::BadConfig);
         }
         let store = Store::open(&cfg.dir, cfg.store.clone())?;
-        let (session, last, next) = recover(&store)?;
+        let (session, mut last, mut next) = recover(&store)?;
+        let mut epoch = last.remove(&0).unwrap_or(0) as u32;
+        if cfg.new_epoch {
+            epoch += 1;
+            let mut e = Vec::new();
+            wire::write_msg(&mut e, 0, epoch as u64, CONTROL | EPOCH, &[]);
+            store.append(&e)?;
+            next += 1;
+        }
         let sock = Socket::bind(cfg.bind, &cfg.socket)?;
         if let BusMode::Multicast {
             iface, ttl, looped, ..
@@ -174,11 +191,13 @@ impl Sequencer {
         let local = sock.local_addr()?;
         let counters = Arc::new(CachePadded::new(Counters::default()));
         counters.next_seq.bump(next);
+        counters.epoch.bump(epoch as u64);
         let recovered = last.len() as u64;
         let mut core = Core {
             sock,
             store,
             session,
+            epoch,
             last,
             members: Vec::new(),
             bus: cfg.bus,
@@ -254,6 +273,7 @@ impl Sequencer {
             store_errors: c.store_errors.get(),
             members: c.members.get(),
             next_seq: c.next_seq.get(),
+            epoch: c.epoch.get(),
         }
     }
 
@@ -267,7 +287,8 @@ impl Sequencer {
 }
 
 /// The session (entry 0, written now if the log is new), every member's
-/// last `member_seq`, and the next sequence number.
+/// last `member_seq` (and under member 0, the last epoch), and the next
+/// sequence number.
 fn recover(store: &Store) -> Result<(u64, HashMap<u32, u64>, u64), SeqError> {
     let mut next = store.next_index()?;
     if next == 0 {
@@ -289,6 +310,9 @@ fn recover(store: &Store) -> Result<(u64, HashMap<u32, u64>, u64), SeqError> {
     let mut bad = false;
     while at < next {
         let n = store.read_range(at, 4096, 16 << 20, |_, e| match Msg::from_entry(e) {
+            // Member 0 holds the last epoch record's epoch (taken out by
+            // the caller).
+            Ok(m) if m.member_id == 0 && m.flags & EPOCH == 0 => {}
             Ok(m) => {
                 last.insert(m.member_id, m.member_seq);
             }
@@ -335,7 +359,7 @@ impl Core {
         // heartbeat, up to `heartbeat` (10 us, 100 us, 1 ms, 10 ms by
         // default: a member that lost the last data datagram *and* the
         // first heartbeat still hears of it within 100 us).
-        let mut due = heartbeat;
+        let mut due = after;
         while !ctx.stopped() {
             match b.recv(&self.sock) {
                 Ok(n) if n > 0 => {
@@ -400,7 +424,13 @@ impl Core {
                 }
                 let last = self.last.get(&cmd.member_id).copied().unwrap_or(0);
                 let mut w = Vec::with_capacity(wire::BUS_HEADER + 8);
-                wire::bus_header(&mut w, BusKind::Welcome, 0, self.session, self.next);
+                wire::bus_header(
+                    &mut w,
+                    BusKind::Welcome,
+                    self.epoch,
+                    self.session,
+                    self.next,
+                );
                 w.extend_from_slice(&last.to_le_bytes());
                 self.send_to(&w, &from);
             }
@@ -456,7 +486,13 @@ impl Core {
             self.flush();
         }
         if self.out_count == 0 {
-            wire::bus_header(&mut self.out, BusKind::Data, 0, self.session, self.next);
+            wire::bus_header(
+                &mut self.out,
+                BusKind::Data,
+                self.epoch,
+                self.session,
+                self.next,
+            );
         }
         self.out.extend_from_slice(&self.entry);
         self.out_count += 1;
@@ -496,7 +532,13 @@ impl Core {
 
     fn heartbeat(&mut self) {
         let mut h = std::mem::take(&mut self.out);
-        wire::bus_header(&mut h, BusKind::Heartbeat, 0, self.session, self.next);
+        wire::bus_header(
+            &mut h,
+            BusKind::Heartbeat,
+            self.epoch,
+            self.session,
+            self.next,
+        );
         self.broadcast(&h);
         self.out = h;
         self.c.heartbeats.bump(1);
@@ -531,7 +573,7 @@ impl Core {
         let mut count = 0u16;
         let mut sent = 0u64;
         let max = self.max_datagram;
-        let session = self.session;
+        let (session, epoch) = (self.session, self.epoch);
         let out = |d: &mut Vec<u8>, count: &mut u16| {
             if *count > 0 {
                 wire::set_count(d, *count);
@@ -544,7 +586,7 @@ impl Core {
                 out(&mut d, &mut count);
             }
             if count == 0 {
-                wire::bus_header(&mut d, BusKind::Data, 0, session, seq);
+                wire::bus_header(&mut d, BusKind::Data, epoch, session, seq);
             }
             d.extend_from_slice(e);
             count += 1;

@@ -288,3 +288,146 @@ fn multicast_bus() {
     s.stop();
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+fn free_port() -> u16 {
+    let s = Socket::bind(
+        SocketAddr::from(([127, 0, 0, 1], 0)),
+        &SocketOptions::default(),
+    )
+    .unwrap();
+    s.local_addr().unwrap().port()
+}
+
+#[test]
+fn standby_takes_over_and_members_follow_without_loss_or_duplicates() {
+    let (pdir, sdir) = (tmp("primary"), tmp("standby"));
+    let mut p = sequencer(&pdir, 0);
+    let sport = free_port();
+    let mut scfg = SequencerConfig::new(SocketAddr::from(([127, 0, 0, 1], sport)), &sdir);
+    scfg.store = small_store();
+    scfg.wait = WaitStrategy::Park;
+    let mut sb = Standby::start(StandbyConfig {
+        seq: scfg,
+        primary: p.local_addr(),
+        follower_id: u32::MAX,
+        takeover_after: Duration::from_millis(50),
+    })
+    .unwrap();
+    let ms: Vec<Arc<Member>> = (1..=3)
+        .map(|id| {
+            let mut c = MemberConfig::new(p.local_addr(), id);
+            c.alternates = vec![SocketAddr::from(([127, 0, 0, 1], sport))];
+            c.hello_after = Duration::from_millis(20);
+            c.resend_after = Duration::from_millis(10);
+            Arc::new(Member::open(c).unwrap())
+        })
+        .collect();
+    let per = 1500;
+    let stop_at = Arc::new(std::sync::Barrier::new(4));
+    let threads: Vec<_> = ms
+        .iter()
+        .cloned()
+        .map(|m| {
+            let stop_at = stop_at.clone();
+            std::thread::spawn(move || {
+                let mut got = Got::new();
+                for i in 0..per {
+                    if i == per / 2 {
+                        stop_at.wait(); // the primary dies here
+                        stop_at.wait();
+                    }
+                    let msg = format!("{}:{i}", m.member_id());
+                    while m.publish(msg.as_bytes()) == Err(member::PublishError::Busy) {
+                        m.poll(32, &mut |s, id, d| got.push((s, id, d.to_vec())))
+                            .unwrap();
+                        m.tick();
+                    }
+                    m.poll(32, &mut |s, id, d| got.push((s, id, d.to_vec())))
+                        .unwrap();
+                }
+                // Everything published, plus the epoch record's number.
+                collect(&m, 3 * per, &mut got);
+                got
+            })
+        })
+        .collect();
+    stop_at.wait();
+    std::thread::sleep(Duration::from_millis(20));
+    p.stop(); // its port closes: no heartbeats, no answers
+    stop_at.wait();
+    let all: Vec<Got> = threads.into_iter().map(|t| t.join().unwrap()).collect();
+    for (i, got) in all.iter().enumerate() {
+        if got.len() != 3 * per {
+            eprintln!("member stats {:?}", ms[i].stats());
+            eprintln!("standby {:?} {:?}", sb.stats(), sb.error());
+            eprintln!("primary {:?}", p.stats());
+            if let Some(s) = sb.promoted().as_ref() {
+                eprintln!("promoted {:?}", s.stats());
+            }
+        }
+        assert_eq!(got.len(), 3 * per, "member {}", i + 1);
+        assert_eq!(got, &all[0]);
+        for id in 1..=3 {
+            check_own_order(got, id, per);
+        }
+    }
+    let st = sb.stats();
+    assert!(st.promoted, "{st:?} {:?}", sb.error());
+    assert!(st.takeover_ns < 200_000_000, "{st:?}");
+    {
+        let promoted = sb.promoted();
+        let s = promoted.as_ref().unwrap();
+        assert_eq!(s.stats().epoch, 1);
+        assert_eq!(s.session(), p.session());
+    }
+    for m in &ms {
+        assert_eq!(m.epoch(), 1);
+        assert_eq!(m.stats().forks, 0);
+    }
+    // The old primary rejoins as a standby of the new one: it sets its log
+    // aside (an older epoch) and copies the new primary's.
+    let new_primary = sb.promoted().as_ref().unwrap().local_addr();
+    let mut pcfg = SequencerConfig::new(SocketAddr::from(([127, 0, 0, 1], 0)), &pdir);
+    pcfg.store = small_store();
+    pcfg.wait = WaitStrategy::Park;
+    let mut rejoined = Standby::start(StandbyConfig {
+        seq: pcfg,
+        primary: new_primary,
+        follower_id: u32::MAX - 1,
+        takeover_after: Duration::from_secs(60),
+    })
+    .unwrap();
+    let want = sb.promoted().as_ref().unwrap().stats().next_seq;
+    let t0 = Instant::now();
+    while rejoined.stats().next_seq < want && t0.elapsed() < Duration::from_secs(10) {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let rs = rejoined.stats();
+    assert_eq!(
+        (rs.next_seq, rs.rebuilt),
+        (want, 1),
+        "{rs:?} {:?}",
+        rejoined.error()
+    );
+    rejoined.stop();
+    sb.stop();
+    let read = |d: &PathBuf| {
+        let st = store::Store::open(
+            d,
+            store::Config {
+                mode: store::Mode::Read,
+                ..small_store()
+            },
+        )
+        .unwrap();
+        let mut all = Vec::new();
+        st.read_range(0, usize::MAX, usize::MAX, |i, e| all.push((i, e.to_vec())))
+            .unwrap();
+        all
+    };
+    let (a, b) = (read(&pdir), read(&sdir));
+    assert_eq!(a.len() as u64, want);
+    assert!(a == b, "the rejoined log equals the new primary's");
+    let _ = std::fs::remove_dir_all(&pdir);
+    let _ = std::fs::remove_dir_all(&sdir);
+}

@@ -8,7 +8,7 @@
 //! ```text
 //! 0  u32 member_id   (0: a control entry, e.g. the session record)
 //! 4  u64 member_seq
-//! 12 u8  flags       (MORE, CONT, CONTROL)
+//! 12 u8  flags       (MORE, CONT, CONTROL, EPOCH)
 //! 13 u8  0
 //! 14 u16 len         (bytes of data that follow)
 //! ```
@@ -31,6 +31,9 @@ pub const MORE: u8 = 0x01;
 pub const CONT: u8 = 0x02;
 /// A control entry (the session record): never delivered.
 pub const CONTROL: u8 = 0x80;
+/// With CONTROL: an epoch record (`member_seq` is the epoch), the first
+/// entry a sequencer writes when it takes over.
+pub const EPOCH: u8 = 0x40;
 
 /// Kinds of bus datagrams.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 
 use crossbeam_utils::CachePadded;
 
-use super::wire::{self, Bus, BusKind, CmdKind, CONT, MORE};
+use super::wire::{self, Bus, BusKind, CmdKind, Msg, CONT, MORE};
 use super::{BusMode, SeqError};
 use crate::counter::Counter;
 use crate::spin::SpinMutex;
@@ -60,8 +60,15 @@ pub struct MemberConfig {
     pub max_pending: usize,
     /// Datagrams per `recvmmsg`.
     pub batch: usize,
+    /// Deliver every log entry as it is ([`Deliver::Entries`]: a standby);
+    /// `from: Some(0)` then starts at the session record.
+    pub raw: bool,
     /// Test and benchmark aid: drop this share of received bus datagrams.
     pub loss: f64,
+    /// Other sequencers (standbys) to say hello to when the current one
+    /// falls silent: how a unicast member finds a new primary. With any,
+    /// the socket is not connected (it must hear them all).
+    pub alternates: Vec<SocketAddr>,
     pub socket: SocketOptions,
 }
 
@@ -89,6 +96,8 @@ impl MemberConfig {
             max_pending: 1 << 16,
             batch: 32,
             loss: 0.0,
+            alternates: Vec::new(),
+            raw: false,
             socket: SocketOptions::default(),
         }
     }
@@ -125,6 +134,9 @@ struct RxCounters {
     oversized: Counter,
     hellos: Counter,
     next_seq: Counter,
+    stale_epoch: Counter,
+    epoch: Counter,
+    forks: Counter,
 }
 
 /// A snapshot of a member's counters.
@@ -160,6 +172,12 @@ pub struct MemberStats {
     pub next_seq: u64,
     /// Commands waiting to be seen on the bus.
     pub pending: u64,
+    /// The epoch of the sequencer followed.
+    pub epoch: u64,
+    /// Datagrams of a lower epoch (a deposed sequencer), dropped.
+    pub stale_epoch: u64,
+    /// New epochs that started before messages this member had delivered.
+    pub forks: u64,
 }
 
 struct Pending {
@@ -203,6 +221,21 @@ struct Rx {
     own_seen: u64,
     rng: u64,
     scratch: Vec<u8>,
+    epoch: u32,
+    /// A new primary's address, to send to after this poll.
+    switch_to: Option<SocketAddr>,
+    /// When the last datagram came (a standby watches it).
+    last_datagram: Instant,
+}
+
+/// Where [`Member::poll_into`] hands what is now in order.
+pub enum Deliver<'a> {
+    /// Whole messages (fragments reassembled, control entries skipped):
+    /// `(seq, member_id, data)`.
+    Messages(&'a mut dyn FnMut(u64, u32, &[u8])),
+    /// Every log entry as it is, control entries and fragments too (a
+    /// standby copying the log).
+    Entries(&'a mut dyn FnMut(u64, &Msg<'_>)),
 }
 
 /// A member of the bus. `Sync`: any thread publishes, one at a time drives.
@@ -213,6 +246,10 @@ pub struct Member {
     epoll: Epoll,
     session: u64,
     frag: usize,
+    /// Where commands go (the primary); the socket is connected to it
+    /// when there are no alternates.
+    target: SpinMutex<SocketAddr>,
+    connected: bool,
     tx: SpinMutex<Tx>,
     rx: SpinMutex<RxAll>,
     txc: CachePadded<TxCounters>,
@@ -233,9 +270,6 @@ impl Member {
             return Err(SeqError::BadConfig);
         }
         let sock = Socket::bind(cfg.bind, &cfg.socket)?;
-        // Connected: sends skip the route lookup, and only the sequencer's
-        // datagrams (bus, replays, welcomes) reach this socket.
-        sock.connect(&cfg.sequencer)?;
         let mcast = match cfg.bus {
             BusMode::Unicast => None,
             BusMode::Multicast { group, iface, .. } => {
@@ -256,10 +290,19 @@ impl Member {
         fds.extend(mcast.as_ref().map(|m| m.fd()));
         let epoll = Epoll::new(&fds)?;
         let unicast = mcast.is_none();
-        let (session, next_seq, last) = welcome(&sock, &cfg, unicast)?;
+        let w = welcome(&sock, &cfg, unicast)?;
+        let (session, next_seq, last) = (w.session, w.next, w.last);
+        // Connected (without alternates): sends skip the route lookup, and
+        // only the sequencer's datagrams reach this socket.
+        let connected = cfg.alternates.is_empty();
+        if connected {
+            sock.connect(&w.from)?;
+        }
         let slot = cfg.max_datagram.max(wire::BUS_HEADER + 8);
         let now = Instant::now();
-        let next = cfg.from.map_or(next_seq, |f| f.max(1));
+        let next = cfg
+            .from
+            .map_or(next_seq, |f| if cfg.raw { f } else { f.max(1) });
         let rx = Rx {
             next,
             known: next_seq,
@@ -271,11 +314,17 @@ impl Member {
             own_seen: last,
             rng: 0x2545_f491_4f6c_dd1d ^ (cfg.member_id as u64) << 7,
             scratch: Vec::with_capacity(64),
+            epoch: w.epoch,
+            switch_to: None,
+            last_datagram: now,
         };
         let rxc = CachePadded::new(RxCounters::default());
         rxc.next_seq.bump(next);
         rxc.hellos.bump(1);
+        rxc.epoch.bump(w.epoch as u64);
         Ok(Member {
+            target: SpinMutex::new(w.from),
+            connected,
             tx: SpinMutex::new(Tx {
                 next_member_seq: last + 1,
                 pending: VecDeque::new(),
@@ -404,7 +453,7 @@ impl Member {
             return;
         }
         wire::set_cmd_count(&mut d, count);
-        if self.sock.send(&d).is_err() {
+        if self.send_bytes(&d).is_err() {
             // Lost like any datagram: resent after `resend_after`.
             self.txc.send_errors.add(1);
         }
@@ -420,6 +469,11 @@ impl Member {
     /// socket) and calls `deliver(seq, member_id, data)` for every message
     /// now in order. Returns the datagrams read.
     pub fn poll(&self, max: usize, deliver: &mut dyn FnMut(u64, u32, &[u8])) -> io::Result<usize> {
+        self.poll_into(max, &mut Deliver::Messages(deliver))
+    }
+
+    /// [`Member::poll`] into either kind of [`Deliver`].
+    pub fn poll_into(&self, max: usize, deliver: &mut Deliver<'_>) -> io::Result<usize> {
         let mut guard = self.rx.lock();
         let RxAll {
             batch,
@@ -448,12 +502,16 @@ impl Member {
                     self.rxc.malformed.bump(1);
                     continue;
                 }
-                self.datagram(rx, b.data(i), deliver);
+                self.datagram(rx, b.data(i), b.addr(i), deliver);
             }
             total += n;
         }
         if total > 0 {
             rx.heard = true;
+            rx.last_datagram = Instant::now();
+            if let Some(to) = rx.switch_to.take() {
+                self.retarget(to);
+            }
             if rx.next < rx.known {
                 self.want(rx, Instant::now());
             }
@@ -464,6 +522,42 @@ impl Member {
             self.ack(own);
         }
         Ok(total)
+    }
+
+    /// Sends a command to the current primary.
+    pub(super) fn send_bytes(&self, d: &[u8]) -> io::Result<usize> {
+        if self.connected {
+            self.sock.send(d)
+        } else {
+            let to = *self.target.lock();
+            self.sock.send_to(d, &to)
+        }
+    }
+
+    /// Sends to `to` from now on (a new primary).
+    fn retarget(&self, to: SocketAddr) {
+        let mut t = self.target.lock();
+        if *t != to {
+            *t = to;
+            if self.connected {
+                let _ = self.sock.connect(&to);
+            }
+        }
+    }
+
+    /// How long since the last datagram from the sequencer.
+    pub fn silence(&self) -> Duration {
+        self.rx.lock().st.last_datagram.elapsed()
+    }
+
+    /// The epoch of the sequencer followed.
+    pub fn epoch(&self) -> u32 {
+        self.rx.lock().st.epoch
+    }
+
+    /// The next sequence number to deliver.
+    pub fn next_seq(&self) -> u64 {
+        self.rx.lock().st.next
     }
 
     /// Forgets the commands sequenced up to `member_seq`.
@@ -496,7 +590,10 @@ impl Member {
                 rx.last_heard = now;
                 let mut h = std::mem::take(&mut rx.scratch);
                 wire::hello(&mut h, self.cfg.member_id, self.mcast.is_none());
-                let _ = self.sock.send(&h);
+                let _ = self.send_bytes(&h);
+                for a in &self.cfg.alternates {
+                    let _ = self.sock.send_to(&h, a);
+                }
                 rx.scratch = h;
                 self.rxc.hellos.bump(1);
             }
@@ -511,7 +608,7 @@ impl Member {
                 // one was dropped too and goes out as these are sequenced
                 // (a window per round trip, not a flood of the whole queue).
                 for p in tx.pending.iter_mut().take(RESEND_WINDOW) {
-                    let _ = self.sock.send(&p.dgram);
+                    let _ = self.send_bytes(&p.dgram);
                     p.sent = now;
                     n += 1;
                 }
@@ -534,7 +631,7 @@ impl Member {
         if self.mcast.is_none() {
             let mut b = Vec::with_capacity(wire::CMD_HEADER);
             wire::cmd_header(&mut b, CmdKind::Bye, self.cfg.member_id, self.session);
-            let _ = self.sock.send(&b);
+            let _ = self.send_bytes(&b);
         }
     }
 
@@ -562,39 +659,76 @@ impl Member {
             hellos: r.hellos.get(),
             next_seq: r.next_seq.get(),
             pending: self.tx.lock().pending.len() as u64,
+            epoch: r.epoch.get(),
+            stale_epoch: r.stale_epoch.get(),
+            forks: r.forks.get(),
         }
     }
 }
 
-/// Says hello until the welcome comes: `(session, next seq, last member_seq)`.
-fn welcome(sock: &Socket, cfg: &MemberConfig, unicast: bool) -> Result<(u64, u64, u64), SeqError> {
+/// What the welcome said, and who said it.
+struct Welcome {
+    session: u64,
+    next: u64,
+    last: u64,
+    epoch: u32,
+    from: SocketAddr,
+}
+
+/// Says hello (to the sequencer and every alternate) until a welcome comes;
+/// of several, the highest epoch's.
+fn welcome(sock: &Socket, cfg: &MemberConfig, unicast: bool) -> Result<Welcome, SeqError> {
     let mut hello = Vec::new();
     wire::hello(&mut hello, cfg.member_id, unicast);
-    let mut buf = vec![0u8; cfg.max_datagram.max(wire::BUS_HEADER + 8)];
+    let mut b = Batch::new(8, cfg.max_datagram.max(wire::BUS_HEADER + 8));
     let t0 = Instant::now();
     let mut said = None::<Instant>;
+    let mut best: Option<Welcome> = None;
     loop {
         if said.is_none_or(|s| s.elapsed() >= Duration::from_millis(20)) {
-            sock.send_to(&hello, &cfg.sequencer)?;
+            for to in std::iter::once(&cfg.sequencer).chain(&cfg.alternates) {
+                // A refused one (nobody there yet) is said again.
+                let _ = sock.send_to(&hello, to);
+            }
             said = Some(Instant::now());
         }
-        match sock.recv(&mut buf) {
-            Ok(n) if n <= buf.len() => {
-                if let Ok(b) = Bus::parse(&buf[..n]) {
-                    if b.kind == BusKind::Welcome {
-                        return Ok((b.session, b.seq, b.welcome_last()));
+        match b.recv(sock) {
+            Ok(n) => {
+                for i in 0..n {
+                    let (Ok(w), Some(from)) = (Bus::parse(b.data(i)), b.addr(i)) else {
+                        continue;
+                    };
+                    if w.kind == BusKind::Welcome && best.as_ref().is_none_or(|x| w.epoch > x.epoch)
+                    {
+                        best = Some(Welcome {
+                            session: w.session,
+                            next: w.seq,
+                            last: w.welcome_last(),
+                            epoch: w.epoch,
+                            from,
+                        });
                     }
                 }
+                // Alternates answer too (a deposed primary still may):
+                // wait a little for a higher epoch.
+                if best.is_some()
+                    && (cfg.alternates.is_empty()
+                        || said.is_some_and(|s| s.elapsed() >= Duration::from_millis(5)))
+                {
+                    return Ok(best.expect("best"));
+                }
             }
-            Ok(_) => {}
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                if best.is_some() && said.is_some_and(|s| s.elapsed() >= Duration::from_millis(5)) {
+                    return Ok(best.expect("best"));
+                }
                 let _ = crate::wait::poll_fds(
                     &[(sock.fd(), libc::POLLIN)],
-                    Some(Duration::from_millis(5)),
+                    Some(Duration::from_millis(1)),
                 );
             }
             // ECONNREFUSED from an earlier hello: nobody there yet.
-            Err(_) => std::thread::sleep(Duration::from_millis(5)),
+            Err(_) => std::thread::sleep(Duration::from_millis(1)),
         }
         if t0.elapsed() >= cfg.connect_timeout {
             return Err(SeqError::Timeout);

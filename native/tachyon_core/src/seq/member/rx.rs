@@ -2,7 +2,9 @@
 
 use std::time::Instant;
 
-use super::{Held, Member, Rx};
+use std::net::SocketAddr;
+
+use super::{Deliver, Held, Member, Rx};
 use crate::seq::wire::{self, Bus, BusKind, Msg, CONT, CONTROL, MORE};
 
 impl Member {
@@ -15,7 +17,13 @@ impl Member {
         (x >> 11) as f64 / (1u64 << 53) as f64
     }
 
-    pub(super) fn datagram(&self, rx: &mut Rx, d: &[u8], deliver: &mut dyn FnMut(u64, u32, &[u8])) {
+    pub(super) fn datagram(
+        &self,
+        rx: &mut Rx,
+        d: &[u8],
+        from: Option<SocketAddr>,
+        deliver: &mut Deliver<'_>,
+    ) {
         if self.cfg.loss > 0.0 && Self::rand(rx) < self.cfg.loss {
             self.rxc.injected_losses.bump(1);
             return;
@@ -30,6 +38,23 @@ impl Member {
         if bus.session != self.session {
             self.rxc.wrong_session.bump(1);
             return;
+        }
+        // Epochs (docs/ARCHITECTURE.md, "Failover"): a lower one is a
+        // deposed sequencer, ignored; a higher one is a new primary, whose
+        // address the member sends to from now on.
+        if bus.epoch < rx.epoch {
+            self.rxc.stale_epoch.bump(1);
+            return;
+        }
+        if bus.epoch > rx.epoch {
+            rx.epoch = bus.epoch;
+            rx.switch_to = from;
+            self.rxc.epoch.raise_to(bus.epoch as u64);
+            // The new primary's log ends before messages this member
+            // already delivered: they were never copied to it (a fork).
+            if bus.kind != BusKind::Data && bus.seq < rx.next {
+                self.rxc.forks.bump(1);
+            }
         }
         self.rxc.datagrams.bump(1);
         match bus.kind {
@@ -75,7 +100,7 @@ impl Member {
     }
 
     /// Delivers the held messages that are now in order.
-    fn drain(&self, rx: &mut Rx, deliver: &mut dyn FnMut(u64, u32, &[u8])) {
+    fn drain(&self, rx: &mut Rx, deliver: &mut Deliver<'_>) {
         while let Some(h) = rx.held.remove(&rx.next) {
             let m = Msg {
                 member_id: h.member_id,
@@ -90,12 +115,16 @@ impl Member {
 
     /// Takes message `seq` (the next one): delivers it, or a reassembled
     /// message whose last fragment it is.
-    fn apply(&self, rx: &mut Rx, seq: u64, m: Msg<'_>, deliver: &mut dyn FnMut(u64, u32, &[u8])) {
+    fn apply(&self, rx: &mut Rx, seq: u64, m: Msg<'_>, deliver: &mut Deliver<'_>) {
         rx.next = seq + 1;
         self.rxc.next_seq.bump(1);
         if m.member_id == self.cfg.member_id && m.member_seq > rx.own_seen {
             rx.own_seen = m.member_seq;
         }
+        let deliver = match deliver {
+            Deliver::Entries(f) => return f(seq, &m),
+            Deliver::Messages(f) => f,
+        };
         if m.flags & CONTROL != 0 || m.member_id == 0 {
             return;
         }
@@ -144,7 +173,7 @@ impl Member {
         }
         let mut r = std::mem::take(&mut rx.scratch);
         wire::replay(&mut r, self.cfg.member_id, self.session, rx.next, to);
-        let _ = self.sock.send(&r);
+        let _ = self.send_bytes(&r);
         rx.scratch = r;
         rx.requested = Some((to, now));
         self.rxc.replay_requests.bump(1);
