@@ -711,16 +711,15 @@ fn welcome(sock: &Socket, cfg: &MemberConfig, unicast: bool) -> Result<Welcome, 
                 }
                 // Alternates answer too (a deposed primary still may):
                 // wait a little for a higher epoch.
-                if best.is_some()
-                    && (cfg.alternates.is_empty()
-                        || said.is_some_and(|s| s.elapsed() >= Duration::from_millis(5)))
-                {
-                    return Ok(best.expect("best"));
+                let waited = said.is_some_and(|s| s.elapsed() >= Duration::from_millis(5));
+                if let Some(w) = best.take_if(|_| cfg.alternates.is_empty() || waited) {
+                    return Ok(w);
                 }
             }
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                if best.is_some() && said.is_some_and(|s| s.elapsed() >= Duration::from_millis(5)) {
-                    return Ok(best.expect("best"));
+                let waited = said.is_some_and(|s| s.elapsed() >= Duration::from_millis(5));
+                if let Some(w) = best.take_if(|_| waited) {
+                    return Ok(w);
                 }
                 let _ = crate::wait::poll_fds(
                     &[(sock.fd(), libc::POLLIN)],
