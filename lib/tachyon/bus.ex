@@ -81,6 +81,8 @@ defmodule Tachyon.Bus do
         :connect_timeout
       ])
       |> Map.merge(%{
+        sequencer: hd(o.sequencer),
+        alternates: tl(o.sequencer),
         from: if(o.from == :live, do: nil, else: o.from),
         spin_us: o.spin,
         resend_after_us: o.resend_after * 1000,

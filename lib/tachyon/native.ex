@@ -78,6 +78,7 @@ defmodule Tachyon.Native do
   def seq_start(_opts), do: err()
   def seq_stop(_ref), do: err()
   def seq_stats(_ref), do: err()
+  def seq_takeover(_ref), do: err()
   def bus_open(_opts, _owner), do: err()
   def bus_publish(_bus, _data), do: err()
   def bus_publish_many(_bus, _list), do: err()

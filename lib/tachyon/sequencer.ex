@@ -80,13 +80,19 @@ defmodule Tachyon.Sequencer do
 
     {name, interval} = {opts.name, opts.stats_interval}
 
+    if opts.role == :standby and (opts.primary == nil or opts.port == 0) do
+      raise ArgumentError,
+            "a Tachyon.Sequencer standby needs :primary and a non-zero :port (the one it takes over on)"
+    end
+
     if is_atom(name) and name != nil and Process.whereis(name) == nil,
       do: Named.close_orphan(__MODULE__, name, &Native.seq_stop(&1.ref))
 
     nif =
       opts
-      |> Map.drop([:name, :stats_interval, :heartbeat, :heartbeat_after])
+      |> Map.drop([:name, :stats_interval, :heartbeat, :heartbeat_after, :primary_node])
       |> Map.merge(%{
+        takeover_after_us: opts.takeover_after * 1000,
         heartbeat_us: opts.heartbeat * 1000,
         heartbeat_after_us: opts.heartbeat_after,
         path: Path.expand(opts.path)
@@ -98,6 +104,13 @@ defmodule Tachyon.Sequencer do
       {:ok, ref, info} ->
         gen_opts = if name, do: [name: name], else: []
 
+        info =
+          Map.merge(
+            %{address: {opts.ip, opts.port}, session: nil, epoch: nil, recovered_members: 0},
+            info
+          )
+          |> Map.put(:role, opts.role)
+
         spec = %{
           module: __MODULE__,
           part: :sequencer,
@@ -108,7 +121,10 @@ defmodule Tachyon.Sequencer do
           stats: &Native.seq_stats/1,
           stop: &Native.seq_stop/1,
           meta: &meta/1,
-          start: %{next_seq: info.next_seq}
+          start: %{next_seq: info.next_seq},
+          init: &watch_primary_node(&1, opts.primary_node),
+          info_hook: &on_info/2,
+          tick: &check_takeover/1
         }
 
         case Tachyon.ThreadServer.start_link(spec, gen_opts) do
@@ -189,6 +205,44 @@ defmodule Tachyon.Sequencer do
   catch
     :exit, {:noproc, _} -> {:error, :noproc}
   end
+
+  # A standby monitors its primary's node: a :nodedown is a takeover now,
+  # without waiting for `:takeover_after` of silence.
+  defp watch_primary_node(state, nil), do: state
+
+  defp watch_primary_node(state, node) do
+    Node.monitor(node, true)
+    Map.put(state, :primary_node, node)
+  end
+
+  defp on_info({:nodedown, node}, %{primary_node: node} = state) do
+    Native.seq_takeover(state.ref)
+    state
+  end
+
+  defp on_info(_msg, state), do: state
+
+  # `[:tachyon, :sequencer, :takeover]` once, when a standby became primary.
+  defp check_takeover(%{info: %{role: :standby}} = state) do
+    case Native.seq_stats(state.ref) do
+      {:ok, %{role: :primary} = st} ->
+        info = %{state.info | role: :primary, address: st.address, epoch: st.epoch}
+        state = %{state | info: info}
+
+        Tachyon.Telemetry.execute(
+          [:tachyon, :sequencer, :takeover],
+          %{takeover_ns: st.takeover_ns, next_seq: st.next_seq, epoch: st.epoch},
+          meta(state)
+        )
+
+        state
+
+      _ ->
+        state
+    end
+  end
+
+  defp check_takeover(state), do: state
 
   defp meta(state) do
     %{

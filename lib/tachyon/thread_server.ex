@@ -8,7 +8,10 @@ defmodule Tachyon.ThreadServer do
   #
   # `spec`: %{module, part, ref, info, name, interval, stats: (ref -> map |
   # {:ok, map} | {:error, _}), stop: (ref -> any), meta: (state -> map),
-  # start: measurements of the start event}.
+  # start: measurements of the start event}, and optional hooks: `init`
+  # (state -> state), `tick` (state -> state, at each stats interval and
+  # before each `:info` call), `info_hook` ((msg, state) -> state, for
+  # other messages).
 
   use GenServer
 
@@ -18,7 +21,16 @@ defmodule Tachyon.ThreadServer do
   def init(spec) do
     # terminate/2 must run on a supervisor's shutdown, to join the thread.
     Process.flag(:trap_exit, true)
-    state = Map.take(spec, [:module, :part, :ref, :info, :name, :interval, :stats, :stop, :meta])
+
+    state =
+      spec
+      |> Map.take([:module, :part, :ref, :info, :name, :interval, :stats, :stop, :meta])
+      |> Map.merge(%{
+        tick: Map.get(spec, :tick, & &1),
+        info_hook: Map.get(spec, :info_hook, fn _msg, st -> st end)
+      })
+
+    state = Map.get(spec, :init, & &1).(state)
 
     if is_atom(state.name) and state.name != nil,
       do: :persistent_term.put({state.module, state.name}, state)
@@ -29,11 +41,16 @@ defmodule Tachyon.ThreadServer do
   end
 
   @impl true
-  def handle_call(:info, _from, state), do: {:reply, state.info, state}
+  def handle_call(:info, _from, state) do
+    state = state.tick.(state)
+    {:reply, state.info, state}
+  end
+
   def handle_call(:stats, _from, state), do: {:reply, state.stats.(state.ref), state}
 
   @impl true
   def handle_info(:stats, state) do
+    state = state.tick.(state)
     with %{} = m <- measurements(state), do: emit(state, :stats, m)
     schedule(state.interval)
     {:noreply, state}
@@ -43,7 +60,7 @@ defmodule Tachyon.ThreadServer do
   # a crash of another linked process stops us as it would without trapping.
   def handle_info({:EXIT, _pid, :normal}, state), do: {:noreply, state}
   def handle_info({:EXIT, _pid, reason}, state), do: {:stop, reason, state}
-  def handle_info(_other, state), do: {:noreply, state}
+  def handle_info(other, state), do: {:noreply, state.info_hook.(other, state)}
 
   @impl true
   def terminate(_reason, state) do

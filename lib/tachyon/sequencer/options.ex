@@ -72,6 +72,36 @@ defmodule Tachyon.Sequencer.Options do
         doc: "`SO_SNDBUF` in bytes."
       ],
       reuseaddr: [type: :boolean, default: false, doc: "set `SO_REUSEADDR`."],
+      role: [
+        type: {:in, [:primary, :standby]},
+        default: :primary,
+        doc: """
+        `:standby`: follow the `:primary` (copy its log entry by entry) and
+        take over, with the next epoch, on `:port`, when it falls silent for
+        `:takeover_after` ms or its `:primary_node` goes down (see "Failover").
+        """
+      ],
+      primary: [
+        type: {:or, [nil, {:custom, &__MODULE__.address/1, "{ip, port}"}]},
+        default: nil,
+        doc: "standby: the primary's command address."
+      ],
+      takeover_after: [
+        type: {:integer, 1, 3_600_000},
+        default: 50,
+        doc: "standby: milliseconds of silence from the primary before taking over."
+      ],
+      primary_node: [
+        type: {:or, [nil, :atom]},
+        default: nil,
+        doc:
+          "standby: a BEAM node to monitor; its `:nodedown` makes the standby take over at once."
+      ],
+      follower_id: [
+        type: {:integer, 1, 4_294_967_295},
+        default: 4_294_967_295,
+        doc: "standby: the member id it follows the bus with (it never publishes)."
+      ],
       name: [
         type: {:custom, &U.gen_name/1, "nil, an atom, {:global, term} or {:via, module, term}"},
         default: nil,
@@ -89,9 +119,14 @@ defmodule Tachyon.Sequencer.Options do
   def bus_schema do
     [
       sequencer: [
-        type: {:custom, &__MODULE__.address/1, "{ip, port}"},
+        type: {:custom, &__MODULE__.addresses/1, "{ip, port} or a non-empty list of them"},
         required: true,
-        doc: "the sequencer's command address `{ip, port}`."
+        doc: """
+        the sequencer's command address `{ip, port}`, or a list: the primary
+        first, then standbys the member says hello to when the primary falls
+        silent (how a unicast member finds a new primary; on a multicast bus
+        the new primary's datagrams are enough).
+        """
       ],
       member_id: [
         type: {:integer, 1, 4_294_967_295},
@@ -217,4 +252,20 @@ defmodule Tachyon.Sequencer.Options do
   end
 
   def address(_), do: :error
+
+  @doc false
+  def addresses([_ | _] = list) do
+    list = Enum.map(list, &address/1)
+
+    if Enum.all?(list, &match?({:ok, _}, &1)),
+      do: {:ok, Enum.map(list, &elem(&1, 1))},
+      else: :error
+  end
+
+  def addresses(one) do
+    case address(one) do
+      {:ok, a} -> {:ok, [a]}
+      :error -> :error
+    end
+  end
 end

@@ -11,12 +11,16 @@ defmodule Tachyon.Sequencer.OSProcess do
     paths =
       Enum.flat_map([:tachyon], fn app -> ["-pa", List.to_string(:code.lib_dir(app, :ebin))] end)
 
-    code = "Mix.Tasks.Tachyon.Sequencer.run(#{inspect(args)})"
+    # It halts when its stdin closes: when this VM dies, so does it.
+    code =
+      "spawn(fn -> IO.read(:stdio, :eof); System.halt(0) end); " <>
+        "Mix.Tasks.Tachyon.Sequencer.run(#{inspect(args)})"
 
     port =
       Port.open({:spawn_executable, elixir}, [
         :binary,
         :exit_status,
+        :stderr_to_stdout,
         {:line, 4096},
         # Its schedulers have nothing to do: no busy-waiting that would take
         # a core from the sequencer's thread.
@@ -32,7 +36,7 @@ defmodule Tachyon.Sequencer.OSProcess do
 
     receive do
       {port, {:data, {:eol, "tachyon.sequencer ready " <> rest}}} when port == p.port ->
-        [hostport, "session", s, "next_seq", n] = String.split(rest, " ")
+        [hostport, "session", s, "next_seq", n | _role] = String.split(rest, " ")
         [host, portno] = String.split(hostport, ":")
         {:ok, ip} = :inet.parse_address(String.to_charlist(host))
 
@@ -52,6 +56,18 @@ defmodule Tachyon.Sequencer.OSProcess do
       left ->
         kill(p)
         {:error, :timeout}
+    end
+  end
+
+  @doc "Waits for a line starting with `prefix` from the process; returns the rest."
+  def await_line(%{port: port}, prefix, timeout \\ 30_000) do
+    receive do
+      {^port, {:data, {:eol, line}}} ->
+        if String.starts_with?(line, prefix),
+          do: {:ok, String.replace_prefix(line, prefix, "")},
+          else: await_line(%{port: port}, prefix, timeout)
+    after
+      timeout -> {:error, :timeout}
     end
   end
 

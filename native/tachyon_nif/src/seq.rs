@@ -17,7 +17,7 @@ use rustler::{Binary, Encoder, Env, LocalPid, Monitor, NewBinary, NifResult, Ter
 use tachyon_core::seq::member::PublishError;
 use tachyon_core::seq::{
     BusMode, Member, MemberConfig, MemberStats, SeqError, Sequencer, SequencerConfig,
-    SequencerStats,
+    SequencerStats, Standby, StandbyConfig,
 };
 use tachyon_core::wait::Waiter;
 use tachyon_core::worker::Worker;
@@ -82,8 +82,14 @@ fn decode_bus<'a>(term: Term<'a>) -> NifResult<BusMode> {
 
 // -- the sequencer ---------------------------------------------------------------
 
+/// A sequencer: a primary, or a standby (which may have become one).
 pub struct SeqResource {
-    seq: Mutex<Sequencer>,
+    node: Mutex<Node>,
+}
+
+enum Node {
+    Primary(Sequencer),
+    Standby(Standby),
 }
 
 crate::hot_resource!(SeqResource, c"SeqResource");
@@ -106,6 +112,7 @@ fn seq_stats_map<'a>(env: Env<'a>, s: &SequencerStats) -> NifResult<Term<'a>> {
             ("store_errors", s.store_errors.encode(env)),
             ("members", s.members.encode(env)),
             ("next_seq", s.next_seq.encode(env)),
+            ("epoch", s.epoch.encode(env)),
         ],
     )
 }
@@ -131,8 +138,21 @@ fn seq_start<'a>(env: Env<'a>, opts: Term<'a>) -> NifResult<Term<'a>> {
     cfg.store.max_message_size = cfg.max_datagram;
     cfg.store.prepared_segments = 1;
     cfg.socket = decode_socket_opts(env, opts)?;
-    match Sequencer::start(cfg) {
-        Ok(s) => {
+    let role: Atom = get(env, opts, "role")?;
+    let node = if role.to_term(env).atom_to_string()? == "standby" {
+        let (pip, pport): (Term, u16) = get(env, opts, "primary")?;
+        let scfg = StandbyConfig {
+            primary: SocketAddr::new(decode_ip(pip)?, pport),
+            follower_id: get(env, opts, "follower_id")?,
+            takeover_after: micros(env, opts, "takeover_after_us")?,
+            seq: cfg,
+        };
+        Standby::start(scfg).map(Node::Standby)
+    } else {
+        Sequencer::start(cfg).map(Node::Primary)
+    };
+    match node {
+        Ok(Node::Primary(s)) => {
             let p = s.placement();
             let info = map(
                 env,
@@ -141,12 +161,22 @@ fn seq_start<'a>(env: Env<'a>, opts: Term<'a>) -> NifResult<Term<'a>> {
                     ("session", s.session().encode(env)),
                     ("recovered_members", s.recovered_members().encode(env)),
                     ("next_seq", s.stats().next_seq.encode(env)),
+                    ("epoch", s.stats().epoch.encode(env)),
                     ("core", p.core.encode(env)),
                     ("pinned", p.pinned.encode(env)),
                     ("wait", atom(env, p.wait.name())),
                 ],
             )?;
-            let res = Handle::new(SeqResource { seq: Mutex::new(s) });
+            let res = Handle::new(SeqResource {
+                node: Mutex::new(Node::Primary(s)),
+            });
+            Ok((atoms::ok(), res, info).encode(env))
+        }
+        Ok(Node::Standby(sb)) => {
+            let info = map(env, &[("next_seq", sb.stats().next_seq.encode(env))])?;
+            let res = Handle::new(SeqResource {
+                node: Mutex::new(Node::Standby(sb)),
+            });
             Ok((atoms::ok(), res, info).encode(env))
         }
         Err(e) => Ok(seq_error(env, &e)),
@@ -157,17 +187,76 @@ fn seq_start<'a>(env: Env<'a>, opts: Term<'a>) -> NifResult<Term<'a>> {
 /// closed on return.
 #[rustler::nif(schedule = "DirtyIo")]
 fn seq_stop(res: &SeqResource) -> Atom {
-    res.seq.lock().unwrap_or_else(|e| e.into_inner()).stop();
+    match &mut *res.node.lock().unwrap_or_else(|e| e.into_inner()) {
+        Node::Primary(s) => s.stop(),
+        Node::Standby(sb) => sb.stop(),
+    }
     atoms::ok()
 }
 
+/// Tells a standby to take over now (its primary's node went down).
+/// `:ok` or `{:error, :not_standby}`.
+#[rustler::nif]
+fn seq_takeover<'a>(env: Env<'a>, res: &SeqResource) -> Term<'a> {
+    match &*res.node.lock().unwrap_or_else(|e| e.into_inner()) {
+        Node::Standby(sb) => {
+            sb.take_over();
+            atoms::ok().encode(env)
+        }
+        Node::Primary(_) => (atoms::error(), atom(env, "not_standby")).encode(env),
+    }
+}
+
+/// `{:ok, stats}`: a primary's counters with `role: :primary`, and for a
+/// standby `role: :standby` with `:next_seq`, `:copied`, `:rebuilt` and
+/// `:error` until it takes over, then the counters of the sequencer it
+/// became with `:takeover_ns`. `{:error, :closed}` once stopped.
 #[rustler::nif]
 fn seq_stats<'a>(env: Env<'a>, res: &SeqResource) -> NifResult<Term<'a>> {
-    let s = res.seq.lock().unwrap_or_else(|e| e.into_inner());
-    if !s.is_running() {
-        return Ok((atoms::error(), atoms::closed()).encode(env));
+    let node = res.node.lock().unwrap_or_else(|e| e.into_inner());
+    let (stats, role, extra) = match &*node {
+        Node::Primary(s) if s.is_running() => (Some(s.stats()), "primary", vec![]),
+        Node::Primary(_) => return Ok((atoms::error(), atoms::closed()).encode(env)),
+        Node::Standby(sb) => {
+            let st = sb.stats();
+            let promoted = sb.promoted();
+            match promoted.as_ref() {
+                Some(s) if s.is_running() => (
+                    Some(s.stats()),
+                    "primary",
+                    vec![
+                        ("takeover_ns", st.takeover_ns.encode(env)),
+                        ("address", encode_addr(env, &s.local_addr())),
+                    ],
+                ),
+                Some(_) => return Ok((atoms::error(), atoms::closed()).encode(env)),
+                None => (
+                    None,
+                    "standby",
+                    vec![
+                        ("next_seq", st.next_seq.encode(env)),
+                        ("copied", st.copied.encode(env)),
+                        ("rebuilt", st.rebuilt.encode(env)),
+                        ("following", st.following.encode(env)),
+                        (
+                            "error",
+                            sb.error()
+                                .map_or(atoms::nil().encode(env), |e| atom(env, &e)),
+                        ),
+                    ],
+                ),
+            }
+        }
+    };
+    let mut m = match stats {
+        Some(s) => seq_stats_map(env, &s)?,
+        None => map(env, &[])?,
+    };
+    m = m.map_put(atom(env, "role"), atom(env, role))?;
+    for (k, v) in extra {
+        m = m.map_put(atom(env, k), v)?;
     }
-    Ok((atoms::ok(), seq_stats_map(env, &s.stats())?).encode(env))
+    Ok((atoms::ok(), m).encode(env))
 }
 
 // -- the members -----------------------------------------------------------------
@@ -230,6 +319,9 @@ fn bus_stats_map<'a>(env: Env<'a>, s: &MemberStats) -> NifResult<Term<'a>> {
             ("hellos", s.hellos.encode(env)),
             ("next_seq", s.next_seq.encode(env)),
             ("pending", s.pending.encode(env)),
+            ("epoch", s.epoch.encode(env)),
+            ("stale_epoch", s.stale_epoch.encode(env)),
+            ("forks", s.forks.encode(env)),
         ],
     )
 }
@@ -266,6 +358,9 @@ fn bus_open<'a>(env: Env<'a>, opts: Term<'a>, owner: LocalPid) -> NifResult<Term
     cfg.hello_after = micros(env, opts, "hello_after_us")?;
     cfg.connect_timeout = micros(env, opts, "connect_timeout_us")?;
     cfg.loss = get::<f64>(env, opts, "loss")?.clamp(0.0, 1.0);
+    for (ip, port) in get::<Vec<(Term, u16)>>(env, opts, "alternates")? {
+        cfg.alternates.push(SocketAddr::new(decode_ip(ip)?, port));
+    }
     let wait = decode_wait(env, get(env, opts, "wait")?)?;
     let core = get::<Option<u64>>(env, opts, "core")?.map(|c| c as usize);
     let spin = micros(env, opts, "spin_us")?.min(Duration::from_secs(1));

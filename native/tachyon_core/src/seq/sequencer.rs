@@ -164,6 +164,12 @@ impl Sequencer {
     /// thread. A new log gets a new session; an existing one keeps its
     /// session and every member's last `member_seq`.
     pub fn start(cfg: SequencerConfig) -> Result<Sequencer, SeqError> {
+        Self::check(&cfg)?;
+        let store = Store::open(&cfg.dir, cfg.store.clone())?;
+        Self::start_on(cfg, store)
+    }
+
+    fn check(cfg: &SequencerConfig) -> Result<(), SeqError> {
         if cfg.max_datagram < wire::BUS_HEADER + wire::MSG_HEADER + 1
             || cfg.max_datagram > crate::udp::MAX_UDP_PAYLOAD
             || cfg.batch == 0
@@ -171,7 +177,13 @@ impl Sequencer {
         {
             return Err(SeqError::BadConfig);
         }
-        let store = Store::open(&cfg.dir, cfg.store.clone())?;
+        Ok(())
+    }
+
+    /// [`Sequencer::start`] on a log already open (a standby's, when it
+    /// takes over: no reopening, and no lock to wait for).
+    pub fn start_on(cfg: SequencerConfig, store: Store) -> Result<Sequencer, SeqError> {
+        Self::check(&cfg)?;
         let (session, mut last, mut next) = recover(&store)?;
         let mut epoch = last.remove(&0).unwrap_or(0) as u32;
         if cfg.new_epoch {

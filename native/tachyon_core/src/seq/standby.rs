@@ -57,12 +57,16 @@ pub struct StandbyStats {
     pub next_seq: u64,
     pub promoted: bool,
     pub takeover_ns: u64,
+    /// It follows a primary (was welcomed).
+    pub following: bool,
 }
 
 struct Shared {
     counters: Counters,
     next: Counter,
     takeover_now: AtomicBool,
+    /// It has heard the primary (its welcome) at least once.
+    following: AtomicBool,
     promoted: Mutex<Option<Sequencer>>,
     error: Mutex<Option<String>>,
 }
@@ -82,12 +86,16 @@ impl Standby {
             counters: Counters::default(),
             next: Counter::default(),
             takeover_now: AtomicBool::new(false),
+            following: AtomicBool::new(false),
             promoted: Mutex::new(None),
             error: Mutex::new(None),
         });
+        // Opened here: a log that cannot be opened fails the start.
+        let store = Store::open(&cfg.seq.dir, cfg.seq.store.clone())?;
+        inspect(&store)?;
         let sh = shared.clone();
         let worker = Worker::spawn("tachyon-standby", cfg.seq.core, move |ctx| {
-            if let Err(e) = follow_then_take_over(ctx, &cfg, &sh) {
+            if let Err(e) = follow_then_take_over(ctx, &cfg, &sh, store) {
                 *sh.error.lock().unwrap_or_else(|p| p.into_inner()) = Some(e.reason());
             }
         })?;
@@ -130,6 +138,7 @@ impl Standby {
             next_seq: self.shared.next.get(),
             promoted: self.promoted().is_some(),
             takeover_ns: c.takeover_ns.get(),
+            following: self.shared.following.load(Ordering::Acquire),
         }
     }
 
@@ -181,16 +190,30 @@ fn set_aside(dir: &std::path::Path, epoch: u32) -> Result<(), SeqError> {
     Ok(())
 }
 
-fn follow_then_take_over(ctx: &Ctx, cfg: &StandbyConfig, sh: &Shared) -> Result<(), SeqError> {
+fn follow_then_take_over(
+    ctx: &Ctx,
+    cfg: &StandbyConfig,
+    sh: &Shared,
+    first: Store,
+) -> Result<(), SeqError> {
+    let mut first = Some(first);
+    // When the primary was last heard (across rebuilds).
+    let mut last_heard: Option<Instant> = None;
     let mut mcfg = MemberConfig::new(cfg.primary, cfg.follower_id);
     mcfg.bus = cfg.seq.bus;
     mcfg.raw = true;
     mcfg.max_datagram = cfg.seq.max_datagram;
     mcfg.max_message_size = cfg.seq.max_datagram;
     mcfg.connect_timeout = Duration::from_millis(200);
+    // Room for bursts while it appends: a datagram it loses is one it
+    // must get again from the primary, which may be dying.
+    mcfg.socket.recbuf = Some(cfg.seq.socket.recbuf.unwrap_or(4 << 20));
     let mut waiter = ctx.waiter(cfg.seq.wait, Duration::from_millis(1));
     'log: loop {
-        let store = Store::open(&cfg.seq.dir, cfg.seq.store.clone())?;
+        let store = match first.take() {
+            Some(s) => s,
+            None => Store::open(&cfg.seq.dir, cfg.seq.store.clone())?,
+        };
         let held = inspect(&store)?;
         let next = store.next_index()?;
         sh.next.raise_to(next);
@@ -201,15 +224,24 @@ fn follow_then_take_over(ctx: &Ctx, cfg: &StandbyConfig, sh: &Shared) -> Result<
                 return Ok(());
             }
             if sh.takeover_now.load(Ordering::Acquire) && held.is_some() {
-                drop(store);
-                return take_over(cfg, sh, Instant::now());
+                return take_over(cfg, sh, store, Instant::now());
             }
             match Member::open(mcfg.clone()) {
                 Ok(m) => break m,
-                Err(SeqError::Timeout) => continue,
+                Err(SeqError::Timeout) => {
+                    // A primary heard before and silent since: take over.
+                    if held.is_some()
+                        && last_heard.is_some_and(|t: Instant| t.elapsed() >= cfg.takeover_after)
+                    {
+                        return take_over(cfg, sh, store, last_heard.expect("heard"));
+                    }
+                    continue;
+                }
                 Err(e) => return Err(e),
             }
         };
+        last_heard = Some(Instant::now());
+        sh.following.store(true, Ordering::Release);
         if let Some((session, epoch)) = held {
             if session != member.session() || epoch < member.epoch() {
                 // Another session, or a deposed primary rejoining.
@@ -247,6 +279,7 @@ fn follow_then_take_over(ctx: &Ctx, cfg: &StandbyConfig, sh: &Shared) -> Result<
                 return Ok(());
             }
             if n > 0 {
+                last_heard = Some(Instant::now());
                 waiter.reset();
                 continue;
             }
@@ -254,8 +287,7 @@ fn follow_then_take_over(ctx: &Ctx, cfg: &StandbyConfig, sh: &Shared) -> Result<
             if silence >= cfg.takeover_after || sh.takeover_now.load(Ordering::Acquire) {
                 let last_heard = Instant::now() - silence;
                 drop(member);
-                drop(store);
-                return take_over(cfg, sh, last_heard);
+                return take_over(cfg, sh, store, last_heard);
             }
             let due = member.tick().min(cfg.takeover_after - silence);
             waiter.idle_at_most(Some(due), || false);
@@ -263,10 +295,15 @@ fn follow_then_take_over(ctx: &Ctx, cfg: &StandbyConfig, sh: &Shared) -> Result<
     }
 }
 
-fn take_over(cfg: &StandbyConfig, sh: &Shared, last_heard: Instant) -> Result<(), SeqError> {
+fn take_over(
+    cfg: &StandbyConfig,
+    sh: &Shared,
+    store: Store,
+    last_heard: Instant,
+) -> Result<(), SeqError> {
     let mut scfg = cfg.seq.clone();
     scfg.new_epoch = true;
-    let s = Sequencer::start(scfg)?;
+    let s = Sequencer::start_on(scfg, store)?;
     sh.counters
         .takeover_ns
         .add(last_heard.elapsed().as_nanos() as u64);
