@@ -24,7 +24,9 @@ defmodule Tachyon.Bench.Sequencer do
   #                                     the throughput cases with a Rust member loop
   #
   # Extra options: --cases, --hiccup-ms, --wait (the sequencer's and the
-  # echo's thread, default :backoff on two cores).
+  # echo's thread, default :backoff on two cores), --heartbeat-after US;
+  # --failover [--kills N] runs Tachyon.Bench.Failover instead (takeover
+  # times over N kill -9s of the primary, and the replicated table's put).
 
   alias Tachyon.{Bench, Bus}
   alias Tachyon.Bench.Echo.Peers
@@ -36,10 +38,23 @@ defmodule Tachyon.Bench.Sequencer do
   @all ~w(machine.hiccup tachyon.echo tachyon.sequencer.roundtrip.native tachyon.sequencer.roundtrip tachyon.sequencer.roundtrip.loss beam.dist.roundtrip tachyon.sequencer.throughput tachyon.sequencer.throughput.batched tachyon.sequencer.throughput.native tachyon.sequencer.throughput.batched.native)
 
   def run(argv) do
+    run_cases(argv)
+  catch
+    {:failover, cases} -> cases
+  end
+
+  defp run_cases(argv) do
     opts =
       Bench.parse!(
         argv,
-        [cases: :string, hiccup_ms: :integer, wait: :string, heartbeat_after: :integer],
+        [
+          cases: :string,
+          hiccup_ms: :integer,
+          wait: :string,
+          heartbeat_after: :integer,
+          failover: :boolean,
+          kills: :integer
+        ],
         @defaults,
         @quick
       )
@@ -64,6 +79,7 @@ defmodule Tachyon.Bench.Sequencer do
     }
 
     Report.print_machine()
+    if opts[:failover], do: throw({:failover, Tachyon.Bench.Failover.run(opts, cfg)})
 
     IO.puts(
       "Sequencer bench: #{Report.delimit(cfg.n)} messages of #{cfg.size} bytes after #{Report.delimit(cfg.warmup)} warm-up; " <>

@@ -187,7 +187,7 @@ defmodule Tachyon.Sequencer.Options do
       ],
       hello_after: [
         type: {:integer, 1, 60_000},
-        default: 100,
+        default: 30,
         doc: "milliseconds of silence before the member says hello again."
       ],
       connect_timeout: [

@@ -89,7 +89,7 @@ impl MemberConfig {
             max_message_size: 1 << 20,
             resend_after: Duration::from_millis(20),
             retransmit_after: Duration::from_millis(1),
-            hello_after: Duration::from_millis(100),
+            hello_after: Duration::from_millis(30),
             connect_timeout: Duration::from_secs(5),
             replay_chunk: 1024,
             max_buffer: 1 << 16,
@@ -534,15 +534,28 @@ impl Member {
         }
     }
 
-    /// Sends to `to` from now on (a new primary).
+    /// Sends to `to` from now on (a new primary), and resends at once
+    /// the commands the old one may not have sequenced.
     fn retarget(&self, to: SocketAddr) {
-        let mut t = self.target.lock();
-        if *t != to {
+        {
+            let mut t = self.target.lock();
+            if *t == to {
+                return;
+            }
             *t = to;
             if self.connected {
                 let _ = self.sock.connect(&to);
             }
         }
+        let mut tx = self.tx.lock();
+        let now = Instant::now();
+        let mut n = 0;
+        for p in tx.pending.iter_mut().take(RESEND_WINDOW) {
+            let _ = self.send_bytes(&p.dgram);
+            p.sent = now;
+            n += 1;
+        }
+        self.txc.resent.add(n);
     }
 
     /// How long since the last datagram from the sequencer.
