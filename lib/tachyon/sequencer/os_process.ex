@@ -4,31 +4,48 @@ defmodule Tachyon.Sequencer.OSProcess do
   # `elixir` with this node's code path): for the benchmark (as the seed
   # runs it) and the kill -9 tests.
 
-  @doc "Starts one; returns `%{port, os_pid, address: {ip, port}, session}` once it listens."
-  def start(args, timeout \\ 30_000) do
+  @doc """
+  Starts one; returns `%{port, os_pid, address: {ip, port}, session}` once
+  it listens. `opts`: `netns: name` runs it in that network namespace.
+  """
+  def start(args, timeout \\ 30_000, opts \\ []) do
+    p = spawn_elixir("Mix.Tasks.Tachyon.Sequencer.run(#{inspect(args)})", opts)
+    await_ready(p, System.monotonic_time(:millisecond) + timeout)
+  end
+
+  @doc """
+  Runs `code` in a new `elixir` OS process with this node's code path
+  (halting when its stdin closes: when this VM dies, so does it); its
+  output comes as port messages (`await_line/3`).
+  """
+  def spawn_elixir(code, opts \\ []) do
     elixir = System.find_executable("elixir") || raise "elixir not found"
 
     paths =
       Enum.flat_map([:tachyon], fn app -> ["-pa", List.to_string(:code.lib_dir(app, :ebin))] end)
 
-    # It halts when its stdin closes: when this VM dies, so does it.
-    code =
-      "spawn(fn -> IO.read(:stdio, :eof); System.halt(0) end); " <>
-        "Mix.Tasks.Tachyon.Sequencer.run(#{inspect(args)})"
+    code = "spawn(fn -> IO.read(:stdio, :eof); System.halt(0) end); " <> code
+    # Its schedulers have nothing to do: no busy-waiting that would take a
+    # core from the threads.
+    args = ["--erl", "+sbwt none +sbwtdcpu none +sbwtdio none"] ++ paths ++ ["-e", code]
+
+    {exe, args} =
+      case opts[:netns] do
+        nil -> {elixir, args}
+        ns -> {System.find_executable("ip"), ["netns", "exec", ns, elixir | args]}
+      end
 
     port =
-      Port.open({:spawn_executable, elixir}, [
+      Port.open({:spawn_executable, exe}, [
         :binary,
         :exit_status,
         :stderr_to_stdout,
         {:line, 4096},
-        # Its schedulers have nothing to do: no busy-waiting that would take
-        # a core from the sequencer's thread.
-        args: ["--erl", "+sbwt none +sbwtdcpu none +sbwtdio none"] ++ paths ++ ["-e", code]
+        args: args
       ])
 
     {:os_pid, os_pid} = Port.info(port, :os_pid)
-    await_ready(%{port: port, os_pid: os_pid}, System.monotonic_time(:millisecond) + timeout)
+    %{port: port, os_pid: os_pid}
   end
 
   defp await_ready(p, deadline) do
