@@ -139,7 +139,39 @@ defmodule Tachyon.NetNSTest do
     :ok = NetNS.link(hs, :down)
     assert {:ok, line} = OSProcess.await_line(r2, "tachyon.sequencer took over ", 10_000)
     IO.puts("  partition: the cut-off standby took over on its side: #{line}")
+
+    # A member on the primary's side publishes during the partition: it
+    # follows epoch 1 only. When the partition heals it hears epoch 2 and
+    # follows it, and counts the fork (epoch 2 starts before messages it
+    # delivered from epoch 1).
+    healed = Path.join(mdir, "healed")
+
+    code = """
+    Application.ensure_all_started(:tachyon)
+    ip = #{inspect(hm.ip)}
+    bus = {:multicast, {{239, 77, 0, 1}, #{bus_port}}, interface: ip, ttl: 1}
+    {:ok, b} = Tachyon.Bus.open(sequencer: [#{inspect({hb.ip, 7100})}, #{inspect({hs.ip, 7100})}],
+      member_id: 9, bus: bus, ip: ip, mode: :poll)
+    for i <- 1..50, do: {:ok, _} = Tachyon.Bus.publish(b, "p" <> Integer.to_string(i))
+    drain = fn f, n -> if n >= 50, do: n, else: (case Tachyon.Bus.recv(b, 100) do
+      {:ok, l} -> f.(f, n + length(l)); _ -> f.(f, n) end) end
+    drain.(drain, 0)
+    show = fn what -> {:ok, st} = Tachyon.Bus.stats(b)
+      IO.puts("member " <> what <> " epoch " <> Integer.to_string(st.epoch) <> " forks " <> Integer.to_string(st.forks)) end
+    show.("partitioned")
+    wait = fn f -> if File.exists?(#{inspect(healed)}), do: :ok, else: (Process.sleep(10); f.(f)) end
+    wait.(wait)
+    Enum.each(1..30, fn _ -> Tachyon.Bus.recv(b, 20) end)
+    show.("healed")
+    """
+
+    pm = OSProcess.spawn_elixir(code, netns: hm.ns)
+    assert {:ok, "partitioned epoch 1 forks 0"} = OSProcess.await_line(pm, "member ", 30_000)
     :ok = NetNS.link(hs, :up)
+    File.write!(healed, "")
+    assert {:ok, after_heal} = OSProcess.await_line(pm, "member ", 30_000)
+    IO.puts("  partition healed, the member: #{after_heal}")
+    assert after_heal == "healed epoch 2 forks 1"
     OSProcess.kill(r2)
     OSProcess.kill(s)
     for d <- Path.wildcard(pdir <> ".epoch*"), do: File.rm_rf!(d)
