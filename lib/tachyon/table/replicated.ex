@@ -105,7 +105,7 @@ defmodule Tachyon.Table.Replicated do
 
       {:ok, "admin"} = Tachyon.Table.Replicated.get(r, "alice")
   """
-  @spec get(server(), binary()) :: {:ok, binary()} | {:error, :not_found | atom()}
+  @spec get(server(), binary()) :: {:ok, binary()} | :error | {:error, atom()}
   def get(server, key), do: Table.get(table(server), key)
 
   @doc """
