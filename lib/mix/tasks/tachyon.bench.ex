@@ -19,6 +19,9 @@ defmodule Mix.Tasks.Tachyon.Bench do
       `PATH` is a directory and each bench writes `PATH/<bench>.json`)
     * `--quick` - small CI-sized run
     * `--dir PATH` - where temporary files go (default: the system tmp dir)
+    * `--plot DIR` - also write the run's percentile plot (SVG, every case
+      as an HdrHistogram-style curve) into `DIR`, and `DIR/index.html`
+      showing every run's plot there next to its summary table
 
   Benchmarks: #{Enum.map_join(["store", "async", "echo", "table", "sequencer"], ", ", &"`#{&1}`")}. Each bench documents its
   own extra options in its module (`Tachyon.Bench.Store`, `Tachyon.Bench.Table`, ...).
@@ -40,11 +43,14 @@ defmodule Mix.Tasks.Tachyon.Bench do
   def run(argv) do
     Mix.Task.run("app.start")
 
-    case argv do
+    {plot_dir, argv_rest} = pop_opt(argv, "--plot")
+    command = Enum.join(["mix tachyon.bench" | argv], " ")
+
+    case argv_rest do
       [name | rest] when is_binary(name) and binary_part(name, 0, 1) != "-" ->
         case List.keyfind(@benches, name, 0) do
           {^name, mod} ->
-            mod.run(rest)
+            rest |> mod.run() |> plot(plot_dir, name, command)
 
           nil ->
             Mix.raise(
@@ -53,18 +59,27 @@ defmodule Mix.Tasks.Tachyon.Bench do
         end
 
       rest ->
-        {json_dir, rest} = pop_json(rest)
+        {json_dir, rest} = pop_opt(rest, "--json")
 
         for {name, mod} <- @benches do
           IO.puts("\n##### mix tachyon.bench #{name}")
           json = if json_dir, do: ["--json", Path.join(json_dir, "#{name}.json")], else: []
-          mod.run(rest ++ json)
+          (rest ++ json) |> mod.run() |> plot(plot_dir, name, command)
         end
     end
   end
 
-  defp pop_json(argv) do
-    case Enum.find_index(argv, &(&1 == "--json")) do
+  defp plot(cases, nil, _name, _command), do: cases
+
+  defp plot(cases, dir, name, command) when is_list(cases) do
+    Tachyon.Bench.Plot.write(dir, name, cases, command)
+    cases
+  end
+
+  defp plot(other, _dir, _name, _command), do: other
+
+  defp pop_opt(argv, flag) do
+    case Enum.find_index(argv, &(&1 == flag)) do
       nil -> {nil, argv}
       i -> {Enum.at(argv, i + 1), List.delete_at(List.delete_at(argv, i), i)}
     end
