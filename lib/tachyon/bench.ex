@@ -109,7 +109,22 @@ defmodule Tachyon.Bench do
   def measure(name, n, warmup, size, fun) do
     h = hist()
     run_loop(warmup, fun, nil)
-    run_loop(n, fun, h)
+
+    if n >= 200_000 do
+      p = Tachyon.Bench.Progress.new(name, n)
+      chunk = div(n, 10)
+
+      p =
+        Enum.reduce(1..10, p, fn i, p ->
+          run_loop(if(i == 10, do: n - 9 * chunk, else: chunk), fun, h)
+          Tachyon.Bench.Progress.update(p, min(n, i * chunk))
+        end)
+
+      Tachyon.Bench.Progress.done(p)
+    else
+      run_loop(n, fun, h)
+    end
+
     from_hist(name, h, size, %{unit: :perf_counter})
   end
 
@@ -184,7 +199,27 @@ defmodule Tachyon.Bench do
   def sample(warmup, n, loop, acc \\ nil) do
     acc = loop.(warmup, nil, acc)
     h = hist()
-    {acc, gcs} = timed(fn -> loop.(n, h, acc) end)
+    # Long runs go in tenths, with the progress printed between them.
+    {acc, gcs} =
+      if n >= 200_000 do
+        chunk = div(n, 10)
+        p = Tachyon.Bench.Progress.new("measuring", n)
+
+        {{acc, p}, gcs} =
+          timed(fn ->
+            Enum.reduce(1..10, {acc, p}, fn i, {acc, p} ->
+              k = if i == 10, do: n - 9 * chunk, else: chunk
+              acc = loop.(k, h, acc)
+              {acc, Tachyon.Bench.Progress.update(p, min(n, i * chunk))}
+            end)
+          end)
+
+        Tachyon.Bench.Progress.done(p)
+        {acc, gcs}
+      else
+        timed(fn -> loop.(n, h, acc) end)
+      end
+
     {h, acc, gcs}
   end
 

@@ -13,7 +13,8 @@ defmodule Tachyon.Poll do
   def recv(handle, timeout, recv, select, tag, max_sleep \\ :infinity) do
     timeout = Tachyon.Options.timeout!(timeout)
     t0 = System.monotonic_time(:nanosecond)
-    deadline = if timeout == :infinity, do: :infinity, else: t0 + timeout * 1_000_000
+    # timeout!/1 made :infinity the longest finite timeout.
+    deadline = t0 + timeout * 1_000_000
     flush_stale_ready(handle, tag)
     poll(%{h: handle, recv: recv, select: select, tag: tag, max_sleep: max_sleep}, t0, deadline)
   end
@@ -69,13 +70,10 @@ defmodule Tachyon.Poll do
     end
   end
 
-  defp past?(:infinity, _now), do: false
   defp past?(deadline, now), do: now >= deadline
 
-  defp remaining_ms(:infinity, _now), do: :infinity
   defp remaining_ms(deadline, now), do: max(0, div(deadline - now + 999_999, 1_000_000))
 
-  defp min_ms(:infinity, b), do: b
   defp min_ms(a, :infinity), do: a
   defp min_ms(a, b), do: min(a, b)
 

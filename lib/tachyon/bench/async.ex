@@ -199,7 +199,7 @@ defmodule Tachyon.Bench.Async do
     }
   end
 
-  defp record_size(size), do: Bitwise.band(8 + size + 7, Bitwise.bnot(7))
+  defp record_size(size), do: div(8 + size + 7, 8) * 8
 
   # Returns {retries, drains}. `per_fill` messages fit in the ring from any
   # position: drain (outside the timed region) after that many. Untimed

@@ -22,6 +22,9 @@ defmodule Tachyon.Bench.Table do
   #   --procs LIST         concurrent processes (1,4)
   #   --engines LIST       a subset of tachyon.memory,tachyon.mapped,
   #                        tachyon.file,ets,dets,bitcask
+  #   --krati              Krati's mixed workload instead (Tachyon.Bench.Table.Krati:
+  #                        1 writer + 4 readers at once, values 0.5-2 KB;
+  #                        --krati-seconds N per engine, default 10)
   #   --rocksdb            also build and run native/bench_rocksdb (Rust:
   #                        Tachyon's core table vs RocksDB, same workload)
   #   --scale              also the scale run: --scale-records records of
@@ -50,7 +53,9 @@ defmodule Tachyon.Bench.Table do
     rocksdb: :boolean,
     scale: :boolean,
     scale_records: :integer,
-    shared_value: :boolean
+    shared_value: :boolean,
+    krati: :boolean,
+    krati_seconds: :integer
   ]
 
   @defaults [
@@ -75,6 +80,19 @@ defmodule Tachyon.Bench.Table do
 
   def run(argv) do
     opts = Bench.parse!(argv, @switches, @defaults, @quick)
+
+    if opts[:krati] do
+      Report.print_machine()
+      opts = if "--engines" in argv, do: opts, else: Keyword.delete(opts, :engines)
+      rows = Tachyon.Bench.Table.Krati.run(opts)
+      Report.write_json(opts[:json], "table_krati", [], %{"krati" => rows})
+      []
+    else
+      run_cases(opts, argv)
+    end
+  end
+
+  defp run_cases(opts, argv) do
     # The common --size, when given, is one value size.
     opts =
       if "--size" in argv and "--value-sizes" not in argv,

@@ -51,7 +51,12 @@ defmodule Tachyon.NetNS.Members do
     {ip, String.to_integer(p)}
   end
 
-  defp wait_file(f), do: if(File.exists?(f), do: :ok, else: Process.sleep(5) && wait_file(f))
+  defp wait_file(f) do
+    unless File.exists?(f) do
+      Process.sleep(5)
+      wait_file(f)
+    end
+  end
 
   defp publish(b, id, per, total, acc) do
     acc =
@@ -66,8 +71,12 @@ defmodule Tachyon.NetNS.Members do
 
   defp pub(b, d) do
     case Bus.publish(b, d) do
-      {:ok, _} -> :ok
-      {:error, :busy} -> Process.sleep(1) && pub(b, d)
+      {:ok, _} ->
+        :ok
+
+      {:error, :busy} ->
+        Process.sleep(1)
+        pub(b, d)
     end
   end
 

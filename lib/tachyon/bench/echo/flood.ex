@@ -171,9 +171,14 @@ defmodule Tachyon.Bench.Echo.Flood do
     cond do
       now - t0 > 10_000 -> :ok
       v == last and now - since >= 50 -> :ok
-      v == last -> Process.sleep(5) && settle(fun, last, since, t0)
-      true -> Process.sleep(5) && settle(fun, v, now, t0)
+      v == last -> settle_later(fun, last, since, t0)
+      true -> settle_later(fun, v, now, t0)
     end
+  end
+
+  defp settle_later(fun, v, since, t0) do
+    Process.sleep(5)
+    settle(fun, v, since, t0)
   end
 
   # The owner is suspended during the flood (a consumer that does not get to

@@ -53,7 +53,8 @@ defmodule Tachyon.Bench.Table.Engines do
     end
   end
 
-  defp setup("tachyon." <> mode, opts, size, records) do
+  @doc false
+  def setup("tachyon." <> mode, opts, size, records) do
     dir = Bench.tmp_dir(opts, "table-#{mode}")
 
     {:ok, t} =
@@ -67,12 +68,14 @@ defmodule Tachyon.Bench.Table.Engines do
     {:ok, %{kind: :tachyon, t: t, dir: dir}}
   end
 
-  defp setup("ets", _opts, _size, _records) do
+  @doc false
+  def setup("ets", _opts, _size, _records) do
     tab = :ets.new(:bench_table, [:set, :public, read_concurrency: true, write_concurrency: true])
     {:ok, %{kind: :ets, t: tab, dir: nil}}
   end
 
-  defp setup("dets", opts, size, records) do
+  @doc false
+  def setup("dets", opts, size, records) do
     if records * (size + 40) > @dets_max_bytes do
       {:skip, "#{records} records of #{size} bytes exceed DETS's 2 GB file limit"}
     else
@@ -83,7 +86,8 @@ defmodule Tachyon.Bench.Table.Engines do
     end
   end
 
-  defp setup("bitcask", opts, _size, _records) do
+  @doc false
+  def setup("bitcask", opts, _size, _records) do
     if File.dir?(@bitcask_ebin) do
       Code.prepend_path(@bitcask_ebin)
 
@@ -101,38 +105,48 @@ defmodule Tachyon.Bench.Table.Engines do
     end
   end
 
-  defp teardown(%{kind: :tachyon, t: t, dir: dir}) do
+  @doc false
+  def teardown(%{kind: :tachyon, t: t, dir: dir}) do
     Table.close(t)
     File.rm_rf!(dir)
   end
 
-  defp teardown(%{kind: :ets, t: t}), do: :ets.delete(t)
+  @doc false
+  def teardown(%{kind: :ets, t: t}), do: :ets.delete(t)
 
-  defp teardown(%{kind: :dets, t: t, dir: dir}) do
+  @doc false
+  def teardown(%{kind: :dets, t: t, dir: dir}) do
     :dets.close(t)
     File.rm_rf!(dir)
   end
 
-  defp teardown(%{kind: :bitcask, dir: dir}), do: File.rm_rf!(dir)
+  @doc false
+  def teardown(%{kind: :bitcask, dir: dir}), do: File.rm_rf!(dir)
 
   # Bitcask (called through a variable: it is an optional peer, absent at
   # compile time) wants a handle per process: one writer, readers read-only.
-  defp writer(%{kind: :bitcask, dir: dir} = st) do
+  @doc false
+  def writer(%{kind: :bitcask, dir: dir} = st) do
     m = bitcask()
     %{st | t: {m, m.open(to_charlist(dir), [:read_write])}}
   end
 
-  defp writer(st), do: st
+  @doc false
+  def writer(st), do: st
 
-  defp reader(%{kind: :bitcask, dir: dir} = st) do
+  @doc false
+  def reader(%{kind: :bitcask, dir: dir} = st) do
     m = bitcask()
     %{st | t: {m, m.open(to_charlist(dir))}}
   end
 
-  defp reader(st), do: st
+  @doc false
+  def reader(st), do: st
 
-  defp release(%{kind: :bitcask, t: {m, ref}}), do: m.close(ref)
-  defp release(_), do: :ok
+  @doc false
+  def release(%{kind: :bitcask, t: {m, ref}}), do: m.close(ref)
+  @doc false
+  def release(_), do: :ok
 
   defp bitcask, do: :persistent_term.get({Tachyon.Bench.Table, :bitcask}, :bitcask)
 
@@ -302,15 +316,23 @@ defmodule Tachyon.Bench.Table.Engines do
   end
 
   @compile {:inline, do_put: 4, do_get: 3}
-  defp do_put(:tachyon, t, k, v), do: :ok = Table.put(t, k, v)
-  defp do_put(:ets, t, k, v), do: true = :ets.insert(t, {k, v})
-  defp do_put(:dets, t, k, v), do: :ok = :dets.insert(t, {k, v})
-  defp do_put(:bitcask, {m, t}, k, v), do: :ok = m.put(t, k, v)
+  @doc false
+  def do_put(:tachyon, t, k, v), do: :ok = Table.put(t, k, v)
+  @doc false
+  def do_put(:ets, t, k, v), do: true = :ets.insert(t, {k, v})
+  @doc false
+  def do_put(:dets, t, k, v), do: :ok = :dets.insert(t, {k, v})
+  @doc false
+  def do_put(:bitcask, {m, t}, k, v), do: :ok = m.put(t, k, v)
 
-  defp do_get(:tachyon, t, k), do: {:ok, _} = Table.get(t, k)
-  defp do_get(:ets, t, k), do: [_] = :ets.lookup(t, k)
-  defp do_get(:dets, t, k), do: [_] = :dets.lookup(t, k)
-  defp do_get(:bitcask, {m, t}, k), do: {:ok, _} = m.get(t, k)
+  @doc false
+  def do_get(:tachyon, t, k), do: {:ok, _} = Table.get(t, k)
+  @doc false
+  def do_get(:ets, t, k), do: [_] = :ets.lookup(t, k)
+  @doc false
+  def do_get(:dets, t, k), do: [_] = :dets.lookup(t, k)
+  @doc false
+  def do_get(:bitcask, {m, t}, k), do: {:ok, _} = m.get(t, k)
 
   @doc false
   # Uniform random keys from a Park-Miller generator (small integers only).
