@@ -128,7 +128,7 @@ defmodule Tachyon.Bench.Table.Engines do
   @doc false
   def writer(%{kind: :bitcask, dir: dir} = st) do
     m = bitcask()
-    %{st | t: {m, m.open(to_charlist(dir), [:read_write])}}
+    %{st | t: {m, m.open(to_charlist(dir), [:read_write, {:open_timeout, 600}])}}
   end
 
   @doc false
@@ -137,7 +137,7 @@ defmodule Tachyon.Bench.Table.Engines do
   @doc false
   def reader(%{kind: :bitcask, dir: dir} = st) do
     m = bitcask()
-    %{st | t: {m, m.open(to_charlist(dir))}}
+    %{st | t: {m, m.open(to_charlist(dir), [{:open_timeout, 600}])}}
   end
 
   @doc false
