@@ -514,7 +514,6 @@ impl Batch {
     /// waited on briefly (`poll`), then the rest is dropped and counted.
     pub fn echo(&mut self, sock: &Socket) -> SendOutcome {
         let mut k = 0usize;
-        let mut bytes = 0u64;
         for i in 0..self.len {
             if self.is_truncated(i) {
                 continue;
@@ -532,55 +531,65 @@ impl Batch {
             hdr.msg_control = std::ptr::null_mut();
             hdr.msg_controllen = 0;
             hdr.msg_flags = 0;
-            bytes += n as u64;
             k += 1;
         }
-        let mut out = SendOutcome::default();
-        let mut done = 0usize;
-        let mut full_waits = 0u32;
-        while done < k {
-            // SAFETY: out[done..k] are headers built above pointing into self.
-            let r = unsafe {
-                libc::sendmmsg(
-                    sock.fd(),
-                    self.out.as_mut_ptr().add(done),
-                    (k - done) as libc::c_uint,
-                    libc::MSG_DONTWAIT,
-                )
-            };
-            if r > 0 {
-                out.sent += r as u64;
-                done += r as usize;
-                continue;
+        // SAFETY: out[..k] are headers built above, pointing into self's
+        // buffers, untouched until the call returns.
+        unsafe { send_all(sock, &mut self.out[..k], &self.out_iovs[..k]) }
+    }
+}
+
+/// Sends `hdrs` (each with one iovec, `iovs[i]`) with `sendmmsg`, as many
+/// calls as it takes: a full socket buffer is waited for (ten times 1 ms at
+/// most, then the rest counts as errors); a datagram the kernel refuses is
+/// counted and skipped.
+///
+/// # Safety
+/// Every header must point at a live name and at `iovs[i]`'s live buffer.
+unsafe fn send_all(sock: &Socket, hdrs: &mut [libc::mmsghdr], iovs: &[libc::iovec]) -> SendOutcome {
+    let k = hdrs.len();
+    let mut out = SendOutcome::default();
+    let mut done = 0usize;
+    let mut full_waits = 0u32;
+    while done < k {
+        // SAFETY: hdrs[done..k] are valid per this function's contract.
+        let r = unsafe {
+            libc::sendmmsg(
+                sock.fd(),
+                hdrs.as_mut_ptr().add(done),
+                (k - done) as libc::c_uint,
+                libc::MSG_DONTWAIT,
+            )
+        };
+        if r > 0 {
+            for iov in &iovs[done..done + r as usize] {
+                out.bytes += iov.iov_len as u64;
             }
-            let err = io::Error::last_os_error();
-            match err.kind() {
-                io::ErrorKind::Interrupted => {}
-                io::ErrorKind::WouldBlock if full_waits < 10 => {
-                    full_waits += 1;
-                    let _ = crate::wait::poll_fds(
-                        &[(sock.fd(), libc::POLLOUT)],
-                        Some(Duration::from_millis(1)),
-                    );
-                }
-                io::ErrorKind::WouldBlock => {
-                    out.errors += (k - done) as u64;
-                    for j in done..k {
-                        bytes -= self.out_iovs[j].iov_len as u64;
-                    }
-                    done = k;
-                }
-                _ => {
-                    // The first remaining datagram failed: skip it.
-                    out.errors += 1;
-                    bytes -= self.out_iovs[done].iov_len as u64;
-                    done += 1;
-                }
+            out.sent += r as u64;
+            done += r as usize;
+            continue;
+        }
+        match io::Error::last_os_error().kind() {
+            io::ErrorKind::Interrupted => {}
+            io::ErrorKind::WouldBlock if full_waits < 10 => {
+                full_waits += 1;
+                let _ = crate::wait::poll_fds(
+                    &[(sock.fd(), libc::POLLOUT)],
+                    Some(Duration::from_millis(1)),
+                );
+            }
+            io::ErrorKind::WouldBlock => {
+                out.errors += (k - done) as u64;
+                done = k;
+            }
+            _ => {
+                // The first remaining datagram failed: skip it.
+                out.errors += 1;
+                done += 1;
             }
         }
-        out.bytes = bytes;
-        out
     }
+    out
 }
 
 /// The errno name of `err` (see [`crate::errno::name`]).
@@ -682,9 +691,8 @@ impl SendBatch {
     /// ten times 1 ms, as [`Batch::echo`]) and empties the queue.
     pub fn flush(&mut self, sock: &Socket) -> SendOutcome {
         let k = self.items.len();
-        let mut out = SendOutcome::default();
         if k == 0 {
-            return out;
+            return SendOutcome::default();
         }
         self.iovs.clear();
         for (off, len, _, _) in &self.items {
@@ -704,47 +712,9 @@ impl SendBatch {
             h.msg_hdr.msg_iovlen = 1;
             self.hdrs.push(h);
         }
-        let mut done = 0usize;
-        let mut full_waits = 0u32;
-        while done < k {
-            // SAFETY: hdrs[done..k] point into items, iovs and bytes, which
-            // are not touched until this loop ends.
-            let r = unsafe {
-                libc::sendmmsg(
-                    sock.fd(),
-                    self.hdrs.as_mut_ptr().add(done),
-                    (k - done) as libc::c_uint,
-                    libc::MSG_DONTWAIT,
-                )
-            };
-            if r > 0 {
-                for j in done..done + r as usize {
-                    out.bytes += self.iovs[j].iov_len as u64;
-                }
-                out.sent += r as u64;
-                done += r as usize;
-                continue;
-            }
-            let err = io::Error::last_os_error();
-            match err.kind() {
-                io::ErrorKind::Interrupted => {}
-                io::ErrorKind::WouldBlock if full_waits < 10 => {
-                    full_waits += 1;
-                    let _ = crate::wait::poll_fds(
-                        &[(sock.fd(), libc::POLLOUT)],
-                        Some(Duration::from_millis(1)),
-                    );
-                }
-                io::ErrorKind::WouldBlock => {
-                    out.errors += (k - done) as u64;
-                    done = k;
-                }
-                _ => {
-                    out.errors += 1;
-                    done += 1;
-                }
-            }
-        }
+        // SAFETY: hdrs[..k] point into items, iovs and bytes, which are not
+        // touched until the call returns.
+        let out = unsafe { send_all(sock, &mut self.hdrs[..k], &self.iovs[..k]) };
         self.items.clear();
         self.bytes.clear();
         out

@@ -547,8 +547,14 @@ impl Member {
                 let _ = self.sock.connect(&to);
             }
         }
-        let mut tx = self.tx.lock();
-        let now = Instant::now();
+        self.resend_oldest(&mut self.tx.lock(), Instant::now());
+    }
+
+    /// Resends the oldest pending commands (a window: the sequencer takes a
+    /// member's commands in `member_seq` order, so everything after a lost
+    /// one was dropped too and goes out as these are sequenced, a window
+    /// per round trip rather than a flood of the whole queue).
+    fn resend_oldest(&self, tx: &mut Tx, now: Instant) {
         let mut n = 0;
         for p in tx.pending.iter_mut().take(RESEND_WINDOW) {
             let _ = self.send_bytes(&p.dgram);
@@ -615,17 +621,7 @@ impl Member {
         if let Some(p) = tx.pending.front() {
             let age = now.duration_since(p.sent);
             if age >= self.cfg.resend_after {
-                let mut n = 0;
-                // The oldest few only: the sequencer takes a member's
-                // commands in member_seq order, so everything after a lost
-                // one was dropped too and goes out as these are sequenced
-                // (a window per round trip, not a flood of the whole queue).
-                for p in tx.pending.iter_mut().take(RESEND_WINDOW) {
-                    let _ = self.send_bytes(&p.dgram);
-                    p.sent = now;
-                    n += 1;
-                }
-                self.txc.resent.add(n);
+                self.resend_oldest(&mut tx, now);
             } else {
                 due = due.min(self.cfg.resend_after - age);
             }
