@@ -9,13 +9,6 @@ defmodule Tachyon.FailoverTest do
 
   @moduletag :slow
 
-  defp free_port do
-    {:ok, s} = :gen_udp.open(0, ip: {127, 0, 0, 1})
-    {:ok, p} = :inet.port(s)
-    :gen_udp.close(s)
-    p
-  end
-
   # Publishes "id:1".."id:n" while draining the bus; returns everything
   # received once all 3 * n messages are in.
   defp member(addrs, id, n, total, parent) do
@@ -77,25 +70,8 @@ defmodule Tachyon.FailoverTest do
 
   test "kill -9 of the primary during 100,000 messages from three members: the standby takes over, nothing lost or twice; the old primary rejoins with an identical log" do
     {pdir, sdir} = {tmp_dir("primary"), tmp_dir("standby")}
-    {:ok, p} = OSProcess.start(["--path", pdir, "--port", "0", "--wait", "backoff"])
-    {_, pport} = p.address
-    sport = free_port()
-
-    {:ok, s} =
-      OSProcess.start([
-        "--path",
-        sdir,
-        "--port",
-        "#{sport}",
-        "--role",
-        "standby",
-        "--primary",
-        "127.0.0.1:#{pport}",
-        "--wait",
-        "backoff"
-      ])
-
-    assert {:ok, _} = OSProcess.await_line(s, "tachyon.sequencer following", 10_000)
+    {p, s} = OSProcess.start_pair(pdir, sdir)
+    {_, sport} = s.address
     addrs = [p.address, {{127, 0, 0, 1}, sport}]
     per = String.to_integer(System.get_env("FAILOVER_PER", "33334"))
     total = 3 * per
@@ -139,7 +115,7 @@ defmodule Tachyon.FailoverTest do
         "--path",
         pdir,
         "--port",
-        "#{free_port()}",
+        "#{OSProcess.free_port()}",
         "--role",
         "standby",
         "--primary",

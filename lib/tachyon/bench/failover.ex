@@ -65,27 +65,8 @@ defmodule Tachyon.Bench.Failover do
   defp kill_once(opts, after_ms, i) do
     base = Bench.tmp_dir(opts, "failover-#{after_ms}-#{i}")
     {pdir, sdir} = {Path.join(base, "p"), Path.join(base, "s")}
-    {:ok, p} = OSProcess.start(["--path", pdir, "--port", "0", "--wait", "backoff"])
-    {_, pport} = p.address
-    sport = free_port()
-
-    {:ok, s} =
-      OSProcess.start([
-        "--path",
-        sdir,
-        "--port",
-        "#{sport}",
-        "--role",
-        "standby",
-        "--primary",
-        "127.0.0.1:#{pport}",
-        "--takeover-after",
-        "#{after_ms}",
-        "--wait",
-        "backoff"
-      ])
-
-    {:ok, _} = OSProcess.await_line(s, "tachyon.sequencer following", 10_000)
+    {p, s} = OSProcess.start_pair(pdir, sdir, ["--takeover-after", "#{after_ms}"])
+    {_, sport} = s.address
 
     {:ok, bus} =
       Bus.open(
@@ -135,13 +116,6 @@ defmodule Tachyon.Bench.Failover do
             ping(bus, last, max_gap, n + 1)
         end
     end
-  end
-
-  defp free_port do
-    {:ok, s} = :gen_udp.open(0, ip: {127, 0, 0, 1})
-    {:ok, p} = :inet.port(s)
-    :gen_udp.close(s)
-    p
   end
 
   defp table_cases(opts, cfg) do

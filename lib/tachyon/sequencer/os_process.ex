@@ -14,6 +14,34 @@ defmodule Tachyon.Sequencer.OSProcess do
   end
 
   @doc """
+  A primary on loopback (any port) and a standby following it on a free
+  port, each in its own OS process; returns `{primary, standby}` once the
+  standby follows. `extra`: more arguments for the standby.
+  """
+  def start_pair(pdir, sdir, extra \\ []) do
+    {:ok, p} = start(["--path", pdir, "--port", "0", "--wait", "backoff"])
+    {_, pport} = p.address
+    sport = free_port()
+
+    {:ok, s} =
+      start(
+        ["--path", sdir, "--port", "#{sport}", "--role", "standby"] ++
+          ["--primary", "127.0.0.1:#{pport}", "--wait", "backoff"] ++ extra
+      )
+
+    {:ok, _} = await_line(s, "tachyon.sequencer following", 20_000)
+    {p, Map.put(s, :address, {{127, 0, 0, 1}, sport})}
+  end
+
+  @doc "A UDP port free on loopback now."
+  def free_port do
+    {:ok, s} = :gen_udp.open(0, ip: {127, 0, 0, 1})
+    {:ok, p} = :inet.port(s)
+    :gen_udp.close(s)
+    p
+  end
+
+  @doc """
   Runs `code` in a new `elixir` OS process with this node's code path
   (halting when its stdin closes: when this VM dies, so does it); its
   output comes as port messages (`await_line/3`).
