@@ -1,0 +1,162 @@
+//! A member's options, counters and stats.
+
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::time::Duration;
+
+use super::super::BusMode;
+use crate::counter::Counter;
+use crate::udp::sys::SocketOptions;
+
+/// Member options (`MemberConfig::new` holds the defaults).
+#[derive(Debug, Clone)]
+pub struct MemberConfig {
+    /// The sequencer's command address.
+    pub sequencer: SocketAddr,
+    pub bus: BusMode,
+    /// The address of the member's own socket (port 0: any).
+    pub bind: SocketAddr,
+    /// Non-zero, unique on the bus.
+    pub member_id: u32,
+    /// `None`: from the next message on; `Some(n)`: from sequence number n.
+    pub from: Option<u64>,
+    /// Largest datagram (as the sequencer's, or smaller).
+    pub max_datagram: usize,
+    /// Largest message (larger ones are refused by publish; fragments of
+    /// a larger one on the bus are dropped).
+    pub max_message_size: usize,
+    /// Resend the commands not seen on the bus after this long.
+    pub resend_after: Duration,
+    /// Ask again for a gap not filled after this long.
+    pub retransmit_after: Duration,
+    /// Say hello again after this long without a datagram.
+    pub hello_after: Duration,
+    pub connect_timeout: Duration,
+    /// Most messages asked for in one replay request (a rewind asks for
+    /// the next chunk when this one is in).
+    pub replay_chunk: u64,
+    /// How far ahead of the next sequence number messages are kept while
+    /// a gap is filled (later ones are asked for again).
+    pub max_buffer: u64,
+    /// Commands (datagrams) published and not yet seen on the bus, at most.
+    pub max_pending: usize,
+    /// Datagrams per `recvmmsg`.
+    pub batch: usize,
+    /// Deliver every log entry as it is ([`Deliver::Entries`]: a standby);
+    /// `from: Some(0)` then starts at the session record.
+    pub raw: bool,
+    /// Test and benchmark aid: drop this share of received bus datagrams.
+    pub loss: f64,
+    /// Other sequencers (standbys) to say hello to when the current one
+    /// falls silent: how a unicast member finds a new primary. With any,
+    /// the socket is not connected (it must hear them all).
+    pub alternates: Vec<SocketAddr>,
+    pub socket: SocketOptions,
+}
+
+impl MemberConfig {
+    pub fn new(sequencer: SocketAddr, member_id: u32) -> MemberConfig {
+        let any = match sequencer.ip() {
+            IpAddr::V4(ip) if ip.is_loopback() => IpAddr::V4(Ipv4Addr::LOCALHOST),
+            IpAddr::V4(_) => IpAddr::V4(Ipv4Addr::UNSPECIFIED),
+            IpAddr::V6(_) => IpAddr::V6(std::net::Ipv6Addr::UNSPECIFIED),
+        };
+        MemberConfig {
+            sequencer,
+            bus: BusMode::Unicast,
+            bind: SocketAddr::new(any, 0),
+            member_id,
+            from: None,
+            max_datagram: 1472,
+            max_message_size: 1 << 20,
+            resend_after: Duration::from_millis(20),
+            retransmit_after: Duration::from_millis(1),
+            hello_after: Duration::from_millis(30),
+            connect_timeout: Duration::from_secs(5),
+            replay_chunk: 1024,
+            max_buffer: 1 << 16,
+            max_pending: 1 << 16,
+            batch: 32,
+            loss: 0.0,
+            alternates: Vec::new(),
+            raw: false,
+            socket: SocketOptions::default(),
+        }
+    }
+}
+
+/// Why a publish was refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PublishError {
+    TooLarge,
+    /// `max_pending` commands are waiting to be seen on the bus.
+    Busy,
+    Closed,
+}
+
+#[derive(Debug, Default)]
+pub(super) struct TxCounters {
+    pub(super) published: Counter,
+    pub(super) commands: Counter,
+    pub(super) resent: Counter,
+    pub(super) send_errors: Counter,
+}
+
+#[derive(Debug, Default)]
+pub(super) struct RxCounters {
+    pub(super) delivered: Counter,
+    pub(super) datagrams: Counter,
+    pub(super) duplicates: Counter,
+    pub(super) gaps: Counter,
+    pub(super) replay_requests: Counter,
+    pub(super) malformed: Counter,
+    pub(super) wrong_session: Counter,
+    pub(super) dropped_ahead: Counter,
+    pub(super) injected_losses: Counter,
+    pub(super) oversized: Counter,
+    pub(super) hellos: Counter,
+    pub(super) next_seq: Counter,
+    pub(super) stale_epoch: Counter,
+    pub(super) epoch: Counter,
+    pub(super) forks: Counter,
+}
+
+/// A snapshot of a member's counters.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct MemberStats {
+    /// Messages published (not fragments).
+    pub published: u64,
+    /// Command datagrams sent, resends aside.
+    pub commands: u64,
+    /// Commands resent (not seen on the bus in time).
+    pub resent: u64,
+    pub send_errors: u64,
+    /// Messages delivered.
+    pub delivered: u64,
+    /// Bus datagrams received.
+    pub datagrams: u64,
+    /// Messages received again (already delivered).
+    pub duplicates: u64,
+    /// Gaps found (a jump in sequence numbers or a heartbeat ahead).
+    pub gaps: u64,
+    /// Replay requests sent (gap fills and rewind chunks).
+    pub replay_requests: u64,
+    pub malformed: u64,
+    pub wrong_session: u64,
+    /// Messages too far ahead to keep during a gap (asked for again later).
+    pub dropped_ahead: u64,
+    /// Datagrams dropped by the `loss` option.
+    pub injected_losses: u64,
+    /// Reassembled messages over `max_message_size`, dropped.
+    pub oversized: u64,
+    pub hellos: u64,
+    /// The next sequence number to deliver.
+    pub next_seq: u64,
+    /// Commands waiting to be seen on the bus.
+    pub pending: u64,
+    /// The epoch of the sequencer followed.
+    pub epoch: u64,
+    /// Datagrams of a lower epoch (a deposed sequencer), dropped.
+    pub stale_epoch: u64,
+    /// New epochs that started before messages this member had delivered.
+    pub forks: u64,
+}
