@@ -18,6 +18,7 @@
 //! hello (for networks without multicast).
 
 pub mod member;
+mod recover;
 pub mod sequencer;
 pub mod standby;
 pub mod wire;
