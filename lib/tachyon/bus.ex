@@ -89,6 +89,7 @@ defmodule Tachyon.Bus do
         retransmit_after_us: o.retransmit_after,
         hello_after_us: o.hello_after * 1000,
         connect_timeout_us: o.connect_timeout * 1000,
+        max_queue: if(o.max_queue == :infinity, do: nil, else: o.max_queue),
         loss: o.loss / 1
       })
 
@@ -195,11 +196,27 @@ defmodule Tachyon.Bus do
   end
 
   @doc """
+  `:messages` mode: acknowledges `count` processed messages, making room
+  under `:max_queue` (one atomic add; acknowledge in batches if you like).
+
+  ## Example
+
+      receive do
+        {:tachyon_bus, ^bus, _seq, _member_id, _data} -> :ok = Tachyon.Bus.ack(bus)
+      after
+        1000 -> :ok
+      end
+  """
+  @spec ack(bus(), pos_integer()) :: :ok
+  def ack(bus, count \\ 1) when is_integer(count) and count > 0, do: Native.bus_ack(bus, count)
+
+  @doc """
   The member's counters: `{:ok, map}` (`:published`, `:commands`,
   `:resent`, `:delivered`, `:datagrams`, `:duplicates`, `:gaps`,
   `:replay_requests`, `:malformed`, `:wrong_session`, `:dropped_ahead`,
   `:injected_losses`, `:oversized`, `:hellos`, `:next_seq`, `:pending`,
-  `:send_errors`) or `{:error, :closed}`.
+  `:send_errors`, `:epoch`, `:stale_epoch`, `:forks`, and `:acked` and
+  `:in_flight` for `:max_queue`) or `{:error, :closed}`.
 
   ## Example
 

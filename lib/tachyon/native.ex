@@ -86,6 +86,7 @@ defmodule Tachyon.Native do
   def bus_select(_bus), do: err()
   def bus_close(_bus), do: err()
   def bus_stats(_bus), do: err()
+  def bus_ack(_bus, _n), do: err()
   def bench_seq_native(_opts), do: err()
 
   # Tachyon.Table (native/tachyon_nif/src/table.rs)

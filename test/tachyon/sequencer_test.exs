@@ -93,6 +93,36 @@ defmodule Tachyon.SequencerTest do
     assert {:ok, %{members: 0}} = Sequencer.stats(seq)
   end
 
+  test "messages mode with max_queue: the member pauses until acknowledged, nothing lost" do
+    {seq, _} = start_seq("max-queue")
+    {:ok, bus} = Bus.open(sequencer: Sequencer.address(seq), member_id: 3, max_queue: 10)
+    for i <- 1..200, do: {:ok, _} = Bus.publish(bus, "m#{i}")
+    # At the bound (give or take one datagram's messages), it waits.
+    first = collect_for(bus, 300)
+    assert length(first) >= 10 and length(first) < 200
+    assert {:ok, %{in_flight: n}} = Bus.stats(bus)
+    assert n == length(first)
+    got = ack_all(bus, first, 200)
+    assert Enum.map(got, &elem(&1, 2)) == for(i <- 1..200, do: "m#{i}")
+    assert {:ok, %{in_flight: 0, acked: 200}} = Bus.stats(bus)
+  end
+
+  # What arrives within `ms` (messages mode).
+  defp collect_for(bus, ms, acc \\ []) do
+    receive do
+      {:tachyon_bus, ^bus, seq, id, data} -> collect_for(bus, ms, [{seq, id, data} | acc])
+    after
+      ms -> Enum.reverse(acc)
+    end
+  end
+
+  # Acknowledges what came, collects what comes next, until `total`.
+  defp ack_all(bus, got, total) do
+    {:ok, %{acked: acked}} = Bus.stats(bus)
+    if length(got) > acked, do: :ok = Bus.ack(bus, length(got) - acked)
+    if length(got) >= total, do: got, else: ack_all(bus, got ++ collect_for(bus, 50), total)
+  end
+
   test "poll mode: recv delivers in order; fragments of a large message are reassembled" do
     {seq, _} = start_seq("poll")
     {:ok, bus} = Bus.open(sequencer: Sequencer.address(seq), member_id: 9, mode: :poll)

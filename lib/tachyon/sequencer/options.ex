@@ -163,6 +163,17 @@ defmodule Tachyon.Sequencer.Options do
         default: :backoff,
         doc: "`:messages`: how the thread waits; `:poll`: how `recv` waits (as `Tachyon.UDP`)."
       ],
+      max_queue: [
+        type: {:or, [{:in, [:infinity]}, {:integer, 1, :infinity}]},
+        default: :infinity,
+        doc: """
+        `:messages` mode: the most messages delivered to the owner and not yet
+        acknowledged with `ack/2`, give or take one datagram's messages (a
+        datagram is delivered whole); at the bound the member stops reading
+        the bus until the owner acknowledges (nothing is lost: what waits is
+        read later or asked for again).
+        """
+      ],
       spin: [
         type: {:integer, 0, 1_000_000},
         default: 50,

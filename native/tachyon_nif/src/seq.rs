@@ -14,6 +14,7 @@ use std::time::Duration;
 
 use rustler::types::atom::Atom;
 use rustler::{Binary, Encoder, Env, LocalPid, Monitor, NewBinary, NifResult, Term};
+use tachyon_core::credit::Credits;
 use tachyon_core::seq::member::PublishError;
 use tachyon_core::seq::{
     BusMode, Member, MemberConfig, MemberStats, SeqError, Sequencer, SequencerConfig,
@@ -269,6 +270,10 @@ pub struct BusResource {
     worker: Mutex<Option<Worker>>,
     /// `:poll` mode.
     poll: Option<Poller<()>>,
+    /// `:messages` mode: messages delivered and acknowledged (`bus_ack`),
+    /// counted without a limit; the thread pauses at `max_queue`.
+    credits: Credits,
+    max_queue: Option<u64>,
 }
 
 crate::hot_resource!(BusResource, c"BusResource", down = on_down, stop = on_stop);
@@ -379,6 +384,8 @@ fn bus_open<'a>(env: Env<'a>, opts: Term<'a>, owner: LocalPid) -> NifResult<Term
         owner: Owner::new(owner),
         worker: Mutex::new(None),
         poll: poll.then(|| Poller::new(wait, spin, ())),
+        credits: Credits::new(None),
+        max_queue: get::<Option<u64>>(env, opts, "max_queue")?.map(|q| q.max(1)),
     });
     if !res.owner.watch(&res, env) {
         member.close();
@@ -391,8 +398,27 @@ fn bus_open<'a>(env: Env<'a>, opts: Term<'a>, owner: LocalPid) -> NifResult<Term
             let mut waiter = Waiter::with_socket(wait, ctx.wake().clone(), member.poll_fd());
             let m = &handle.member;
             while !ctx.stopped() {
+                // `max_queue` reached: the owner has not acknowledged what
+                // it got. The member stops reading (datagrams wait in the
+                // socket, or are asked for again later) but keeps its
+                // timers.
+                if handle
+                    .max_queue
+                    .is_some_and(|l| handle.credits.in_flight() >= l)
+                {
+                    m.tick();
+                    ctx.sleep(Duration::from_micros(200));
+                    continue;
+                }
                 let pid = handle.owner.pid();
-                let got = m.poll(64, &mut |seq, id, data| {
+                // Near the bound, one datagram at a time: the bound is
+                // overshot by at most one datagram's messages (a datagram
+                // is delivered whole, in order).
+                let room = handle
+                    .max_queue
+                    .map_or(64, |l| (l - handle.credits.in_flight()).clamp(1, 64));
+                let got = m.poll(room as usize, &mut |seq, id, data| {
+                    handle.credits.take();
                     out.send(&pid, |env| {
                         let bus = handle.encode(env);
                         bus_msg(env, bus, seq, id, data)
@@ -534,10 +560,20 @@ fn bus_close<'a>(env: Env<'a>, res: Obj<'a, BusResource>) -> Atom {
     atoms::ok()
 }
 
+/// Acknowledges `n` delivered messages (room under `:max_queue`).
+#[rustler::nif]
+fn bus_ack(res: &BusResource, n: u64) -> Atom {
+    res.credits.ack(n);
+    atoms::ok()
+}
+
 #[rustler::nif]
 fn bus_stats<'a>(env: Env<'a>, res: &BusResource) -> NifResult<Term<'a>> {
     if res.member.is_closed() {
         return Ok((atoms::error(), atoms::closed()).encode(env));
     }
-    Ok((atoms::ok(), bus_stats_map(env, &res.member.stats())?).encode(env))
+    let m = bus_stats_map(env, &res.member.stats())?
+        .map_put(atom(env, "acked"), res.credits.acked().encode(env))?
+        .map_put(atom(env, "in_flight"), res.credits.in_flight().encode(env))?;
+    Ok((atoms::ok(), m).encode(env))
 }
