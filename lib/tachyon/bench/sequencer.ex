@@ -38,12 +38,6 @@ defmodule Tachyon.Bench.Sequencer do
   @all ~w(machine.hiccup tachyon.echo tachyon.sequencer.roundtrip.native tachyon.sequencer.roundtrip tachyon.sequencer.roundtrip.loss beam.dist.roundtrip tachyon.sequencer.throughput tachyon.sequencer.throughput.batched tachyon.sequencer.throughput.native tachyon.sequencer.throughput.batched.native)
 
   def run(argv) do
-    run_cases(argv)
-  catch
-    {:failover, cases} -> cases
-  end
-
-  defp run_cases(argv) do
     opts =
       Bench.parse!(
         argv,
@@ -79,11 +73,16 @@ defmodule Tachyon.Bench.Sequencer do
     }
 
     Report.print_machine()
-    if opts[:failover], do: throw({:failover, Tachyon.Bench.Failover.run(opts, cfg)})
 
+    if opts[:failover],
+      do: Tachyon.Bench.Failover.run(opts, cfg),
+      else: run_cases(opts, wanted, cfg)
+  end
+
+  defp run_cases(opts, wanted, cfg) do
     IO.puts(
       "Sequencer bench: #{Report.delimit(cfg.n)} messages of #{cfg.size} bytes after #{Report.delimit(cfg.warmup)} warm-up; " <>
-        "sequencer in its own OS process, wait #{wait}"
+        "sequencer in its own OS process, wait #{cfg.wait}"
     )
 
     cases =

@@ -224,8 +224,7 @@ defmodule Tachyon.Table.Replicated do
   def handle_info({:tachyon_bus, bus, seq, member_id, data}, %{bus: bus} = s) do
     # Something else published on this bus: not a write, skipped.
     {id, op} = decode(data)
-    :ok = apply_op(s.table, op)
-    :ok = Table.put(s.table, @applied_key, <<seq::64>>)
+    :ok = apply_op(s.table, op, {@applied_key, <<seq::64>>})
     s = %{s | applied: seq}
 
     s =
@@ -263,7 +262,13 @@ defmodule Tachyon.Table.Replicated do
     ArgumentError -> {nil, :skip}
   end
 
-  defp apply_op(t, {:put, k, v}), do: Table.put(t, k, v)
-  defp apply_op(t, {:delete, k}), do: Table.delete(t, k)
-  defp apply_op(_t, :skip), do: :ok
+  # The write and the applied sequence number: one atomic batch for a put.
+  defp apply_op(t, {:put, k, v}, applied), do: Table.put_many(t, [{k, v}, applied])
+
+  defp apply_op(t, {:delete, k}, {ak, av}) do
+    :ok = Table.delete(t, k)
+    Table.put(t, ak, av)
+  end
+
+  defp apply_op(t, :skip, {ak, av}), do: Table.put(t, ak, av)
 end

@@ -55,6 +55,20 @@ impl Credits {
         true
     }
 
+    /// Items that cannot be refused (a bus member delivers a datagram's
+    /// messages whole, in order): the room left before the limit, for a
+    /// deliverer that checks before it reads rather than per item. `None`:
+    /// no limit.
+    pub fn room(&self) -> Option<u64> {
+        self.limit().map(|l| l.saturating_sub(self.in_flight()))
+    }
+
+    /// Counts one item delivered whatever the limit (after [`Credits::room`]).
+    #[inline]
+    pub fn count(&self) {
+        self.delivered.bump(1);
+    }
+
     /// Returns the credit of an item taken but not delivered after all (the
     /// delivering thread only).
     #[inline]
@@ -89,6 +103,20 @@ impl Credits {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn room_is_what_is_left_under_the_limit() {
+        let c = Credits::new(Some(3));
+        assert_eq!(c.room(), Some(3));
+        c.count();
+        c.count();
+        c.count();
+        c.count();
+        assert_eq!(c.room(), Some(0));
+        c.ack(2);
+        assert_eq!(c.room(), Some(1));
+        assert_eq!(Credits::new(None).room(), None);
+    }
 
     #[test]
     fn a_limit_refuses_until_acks_come() {

@@ -28,16 +28,14 @@ use crate::deliver::ProcessSender;
 use crate::owner::Owner;
 use crate::res::{Handle, Obj};
 use crate::terms::{atom, get, map};
+use crate::udp::Poller;
 use crate::udp::{decode_addr, decode_ip, decode_socket_opts, decode_wait, encode_addr};
-use crate::udp::{Polled, Poller};
 
 mod seq_atoms {
     rustler::atoms! {
         tachyon_bus,
         tachyon_bus_ready,
         not_poll,
-        empty,
-        sleep,
         unicast,
         multicast,
     }
@@ -271,9 +269,8 @@ pub struct BusResource {
     /// `:poll` mode.
     poll: Option<Poller<()>>,
     /// `:messages` mode: messages delivered and acknowledged (`bus_ack`),
-    /// counted without a limit; the thread pauses at `max_queue`.
+    /// limited by `max_queue`: the thread stops reading at the limit.
     credits: Credits,
-    max_queue: Option<u64>,
 }
 
 crate::hot_resource!(BusResource, c"BusResource", down = on_down, stop = on_stop);
@@ -383,9 +380,8 @@ fn bus_open<'a>(env: Env<'a>, opts: Term<'a>, owner: LocalPid) -> NifResult<Term
         member: member.clone(),
         owner: Owner::new(owner),
         worker: Mutex::new(None),
-        poll: poll.then(|| Poller::new(wait, spin, ())),
-        credits: Credits::new(None),
-        max_queue: get::<Option<u64>>(env, opts, "max_queue")?.map(|q| q.max(1)),
+        poll: poll.then(|| Poller::new(wait, spin, (), seq_atoms::tachyon_bus_ready())),
+        credits: Credits::new(get(env, opts, "max_queue")?),
     });
     if !res.owner.watch(&res, env) {
         member.close();
@@ -402,10 +398,8 @@ fn bus_open<'a>(env: Env<'a>, opts: Term<'a>, owner: LocalPid) -> NifResult<Term
                 // it got. The member stops reading (datagrams wait in the
                 // socket, or are asked for again later) but keeps its
                 // timers.
-                if handle
-                    .max_queue
-                    .is_some_and(|l| handle.credits.in_flight() >= l)
-                {
+                let room = handle.credits.room();
+                if room == Some(0) {
                     m.tick();
                     ctx.sleep(Duration::from_micros(200));
                     continue;
@@ -414,11 +408,9 @@ fn bus_open<'a>(env: Env<'a>, opts: Term<'a>, owner: LocalPid) -> NifResult<Term
                 // Near the bound, one datagram at a time: the bound is
                 // overshot by at most one datagram's messages (a datagram
                 // is delivered whole, in order).
-                let room = handle
-                    .max_queue
-                    .map_or(64, |l| (l - handle.credits.in_flight()).clamp(1, 64));
+                let room = room.map_or(64, |r| r.min(64));
                 let got = m.poll(room as usize, &mut |seq, id, data| {
-                    handle.credits.take();
+                    handle.credits.count();
                     out.send(&pid, |env| {
                         let bus = handle.encode(env);
                         bus_msg(env, bus, seq, id, data)
@@ -516,21 +508,15 @@ fn bus_recv<'a>(
         }
         Ok(if items.is_empty() { 0 } else { n })
     });
-    Ok(match polled {
-        Polled::Got => {
-            let mut bin = NewBinary::new(env, bytes.len());
-            bin.as_mut_slice().copy_from_slice(&bytes);
-            let bin: Binary = bin.into();
-            let mut out = Vec::with_capacity(items.len());
-            for (seq, id, off, len) in items {
-                out.push((seq, id, bin.make_subbinary(off, len)?).encode(env));
-            }
-            (atoms::ok(), out).encode(env)
+    polled.into_term(env, || {
+        let mut bin = NewBinary::new(env, bytes.len());
+        bin.as_mut_slice().copy_from_slice(&bytes);
+        let bin: Binary = bin.into();
+        let mut out = Vec::with_capacity(items.len());
+        for (seq, id, off, len) in items {
+            out.push((seq, id, bin.make_subbinary(off, len)?).encode(env));
         }
-        Polled::Empty => seq_atoms::empty().encode(env),
-        Polled::Sleep => seq_atoms::sleep().encode(env),
-        Polled::Closed => (atoms::error(), atoms::closed()).encode(env),
-        Polled::Failed(e) => (atoms::error(), crate::terms::errno_atom(env, &e)).encode(env),
+        Ok(Some(out.encode(env)))
     })
 }
 
@@ -544,7 +530,7 @@ fn bus_select<'a>(env: Env<'a>, bus: Term<'a>) -> NifResult<Term<'a>> {
     if res.member.is_closed() {
         return Ok((atoms::error(), atoms::closed()).encode(env));
     }
-    let msg = (seq_atoms::tachyon_bus_ready(), bus).encode(env);
+    let msg = (p.ready(), bus).encode(env);
     Ok(match p.select(env, &res, Some(res.member.poll_fd()), msg) {
         Ok(()) => atoms::ok().encode(env),
         Err(reason) => (atoms::error(), reason).encode(env),

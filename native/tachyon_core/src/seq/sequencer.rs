@@ -97,8 +97,6 @@ struct Counters {
     send_errors: Counter,
     store_errors: Counter,
     members: Counter,
-    next_seq: Counter,
-    epoch: Counter,
 }
 
 /// A snapshot of the counters.
@@ -136,6 +134,9 @@ pub struct Sequencer {
     worker: Option<Worker>,
     placement: Placement,
     recovered: u64,
+    epoch: u32,
+    /// The next sequence number at start (after the epoch record).
+    first_next: u64,
 }
 
 /// The state the thread owns.
@@ -157,7 +158,6 @@ struct Core {
     out_count: u16,
     /// The bus datagrams of one receive batch, sent with one `sendmmsg`.
     sendq: SendBatch,
-    entry: Vec<u8>,
     c: Arc<CachePadded<Counters>>,
 }
 
@@ -204,8 +204,6 @@ impl Sequencer {
         }
         let local = sock.local_addr()?;
         let counters = Arc::new(CachePadded::new(Counters::default()));
-        counters.next_seq.bump(next);
-        counters.epoch.bump(epoch as u64);
         let recovered = last.len() as u64;
         let mut core = Core {
             sock,
@@ -222,7 +220,6 @@ impl Sequencer {
             out: Vec::with_capacity(cfg.max_datagram),
             out_count: 0,
             sendq: SendBatch::new(SEND_QUEUE),
-            entry: Vec::with_capacity(cfg.max_datagram),
             c: counters.clone(),
         };
         let (wait, batch, heartbeat, after) =
@@ -246,6 +243,8 @@ impl Sequencer {
                 wait: cfg.wait,
             },
             recovered,
+            epoch,
+            first_next: next,
         })
     }
 
@@ -286,8 +285,9 @@ impl Sequencer {
             send_errors: c.send_errors.get(),
             store_errors: c.store_errors.get(),
             members: c.members.get(),
-            next_seq: c.next_seq.get(),
-            epoch: c.epoch.get(),
+            // Every message sequenced took the next number.
+            next_seq: self.first_next + c.messages.get(),
+            epoch: self.epoch as u64,
         }
     }
 
@@ -427,17 +427,6 @@ impl Core {
             self.c.oversized.bump(1);
             return;
         }
-        self.entry.clear();
-        wire::write_msg(&mut self.entry, member_id, member_seq, flags, data);
-        match self.store.append(&self.entry) {
-            Ok(seq) => debug_assert_eq!(seq, self.next),
-            Err(_) => {
-                // Not stamped: the member resends it later.
-                self.c.store_errors.bump(1);
-                return;
-            }
-        }
-        self.last.insert(member_id, member_seq);
         if !self.batching || self.out_count == u16::MAX || self.out.len() + size > self.max_datagram
         {
             self.flush();
@@ -451,11 +440,23 @@ impl Core {
                 self.next,
             );
         }
-        self.out.extend_from_slice(&self.entry);
+        // The bus message is the log entry: written once into the datagram
+        // being built, appended to the log from there.
+        let at = self.out.len();
+        wire::write_msg(&mut self.out, member_id, member_seq, flags, data);
+        match self.store.append(&self.out[at..]) {
+            Ok(seq) => debug_assert_eq!(seq, self.next),
+            Err(_) => {
+                // Not stamped: the member resends it later.
+                self.out.truncate(at);
+                self.c.store_errors.bump(1);
+                return;
+            }
+        }
+        self.last.insert(member_id, member_seq);
         self.out_count += 1;
         self.next += 1;
         self.c.messages.bump(1);
-        self.c.next_seq.bump(1);
     }
 
     /// Queues the data datagram being built, if any, for every member.
@@ -472,11 +473,16 @@ impl Core {
         if !self.sendq.has_room(targets) {
             self.send_queued();
         }
+        self.queue_out();
+        self.c.datagrams.bump(1);
+    }
+
+    /// Queues `out` for the bus (the group, or every member).
+    fn queue_out(&mut self) {
         match self.bus {
             BusMode::Multicast { group, .. } => self.sendq.push(&self.out, &[group]),
             BusMode::Unicast => self.sendq.push(&self.out, &self.members),
         }
-        self.c.datagrams.bump(1);
     }
 
     /// Sends the queued bus datagrams (one `sendmmsg`).
@@ -487,29 +493,19 @@ impl Core {
         }
     }
 
+    /// Sent when idle, so no data datagram is being built in `out`.
     fn heartbeat(&mut self) {
-        let mut h = std::mem::take(&mut self.out);
         wire::bus_header(
-            &mut h,
+            &mut self.out,
             BusKind::Heartbeat,
             self.epoch,
             self.session,
             self.next,
         );
-        self.broadcast(&h);
-        self.out = h;
+        self.queue_out();
+        self.send_queued();
+        self.out.clear();
         self.c.heartbeats.bump(1);
-    }
-
-    fn broadcast(&self, d: &[u8]) {
-        match self.bus {
-            BusMode::Multicast { group, .. } => self.send_to(d, &group),
-            BusMode::Unicast => {
-                for m in &self.members {
-                    self.send_to(d, m);
-                }
-            }
-        }
     }
 
     fn send_to(&self, d: &[u8], to: &SocketAddr) {

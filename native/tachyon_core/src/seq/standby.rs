@@ -254,13 +254,16 @@ fn follow_then_take_over(
             }
         }
         let mut bad = false;
+        // One buffer for every entry copied.
+        let mut e = Vec::with_capacity(cfg.seq.max_datagram);
         loop {
             let mut copy = |seq: u64, m: &Msg<'_>| {
-                let mut e = Vec::with_capacity(m.size());
+                e.clear();
                 m.write(&mut e);
                 match store.append(&e) {
                     Ok(i) if i == seq => {
-                        sh.counters.copied.add(1);
+                        // This thread is the only writer.
+                        sh.counters.copied.bump(1);
                         sh.next.raise_to(seq + 1);
                     }
                     _ => bad = true,

@@ -22,6 +22,7 @@
 
 pub mod echo;
 pub mod endpoint;
+mod multi;
 pub mod sys;
 
 #[cfg(test)]

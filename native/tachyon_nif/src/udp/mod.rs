@@ -26,7 +26,7 @@ use crate::atoms;
 use crate::terms::{atom, errno_atom, get};
 
 pub use echo::EchoResource;
-pub(crate) use poll::{Polled, Poller};
+pub(crate) use poll::Poller;
 pub use socket::UdpResource;
 
 mod udp_atoms {

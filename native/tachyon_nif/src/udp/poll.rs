@@ -95,6 +95,9 @@ pub struct Poller<B = Batch> {
     /// process in `recv`: one receiver at a time.
     batch: Mutex<B>,
     sel: Mutex<Select>,
+    /// The tag of the readiness message (`:tachyon_udp_ready`,
+    /// `:tachyon_bus_ready`), also sent by a close to wake a waiter.
+    ready: Atom,
 }
 
 /// What the VM's poll set knows of the socket.
@@ -122,13 +125,36 @@ pub enum Polled {
     Failed(std::io::Error),
 }
 
+impl Polled {
+    /// The NIF's answer for a poll: `{:ok, list}` from `got` (`None`:
+    /// nothing deliverable after all, so `:empty`), `:empty`, `:sleep`, or
+    /// `{:error, :closed | errno}`.
+    pub fn into_term<'a>(
+        self,
+        env: Env<'a>,
+        got: impl FnOnce() -> NifResult<Option<Term<'a>>>,
+    ) -> NifResult<Term<'a>> {
+        Ok(match self {
+            Polled::Got => match got()? {
+                Some(list) => (atoms::ok(), list).encode(env),
+                None => udp_atoms::empty().encode(env),
+            },
+            Polled::Empty => udp_atoms::empty().encode(env),
+            Polled::Sleep => udp_atoms::sleep().encode(env),
+            Polled::Closed => (atoms::error(), atoms::closed()).encode(env),
+            Polled::Failed(e) => error_term(env, &e),
+        })
+    }
+}
+
 impl<B> Poller<B> {
-    pub fn new(wait: WaitStrategy, spin: Duration, batch: B) -> Poller<B> {
+    pub fn new(wait: WaitStrategy, spin: Duration, batch: B, ready: Atom) -> Poller<B> {
         Poller {
             wait,
             spin,
             batch: Mutex::new(batch),
             sel: Mutex::new(Select::default()),
+            ready,
         }
     }
 
@@ -186,6 +212,11 @@ impl<B> Poller<B> {
     /// source's descriptor, `None` once closed) is readable (once), for the
     /// resource `res` (whose type has a `stop` callback that closes it).
     /// `Err(:closed)` once closed.
+    /// The readiness message's tag.
+    pub fn ready(&self) -> Atom {
+        self.ready
+    }
+
     pub fn select<T: HotResource>(
         &self,
         env: Env<'_>,
@@ -211,7 +242,7 @@ impl<B> Poller<B> {
     /// `ep.request_stop()`; `close_fd` closes its descriptor): a socket
     /// the VM's poll set knows is taken out of it (the resource's `stop`
     /// callback then closes `ep`), any other is closed now; the process
-    /// waiting for readiness gets `{:tachyon_udp_ready, res}` so that its
+    /// waiting for readiness gets `{ready, res}` so that its
     /// receive returns `:closed`. Idempotent.
     pub fn close<T: HotResource>(
         &self,
@@ -236,10 +267,7 @@ impl<B> Poller<B> {
         }
         drop(sel);
         if let Some(pid) = waiting {
-            let _ = env.send(
-                &pid,
-                (udp_atoms::tachyon_udp_ready(), res.to_term(env)).encode(env),
-            );
+            let _ = env.send(&pid, (self.ready, res.to_term(env)).encode(env));
         }
     }
 }
@@ -268,19 +296,17 @@ fn udp_recv<'a>(
         used: 0,
         items: Vec::new(),
     };
-    Ok(
-        match p.recv(env, Duration::from_nanos(polled_ns), |b| {
-            res.ep.poll(b, max as usize, &mut sink)
-        }) {
-            // Only oversized (dropped and counted) datagrams: poll again.
-            Polled::Got if sink.items.is_empty() => udp_atoms::empty().encode(env),
-            Polled::Got => (atoms::ok(), sink.into_list()?).encode(env),
-            Polled::Empty => udp_atoms::empty().encode(env),
-            Polled::Sleep => udp_atoms::sleep().encode(env),
-            Polled::Closed => (atoms::error(), atoms::closed()).encode(env),
-            Polled::Failed(e) => error_term(env, &e),
-        },
-    )
+    p.recv(env, Duration::from_nanos(polled_ns), |b| {
+        res.ep.poll(b, max as usize, &mut sink)
+    })
+    // Only oversized (dropped and counted) datagrams: poll again.
+    .into_term(env, || {
+        if sink.items.is_empty() {
+            Ok(None)
+        } else {
+            sink.into_list().map(Some)
+        }
+    })
 }
 
 /// Asks the VM to send `{:tachyon_udp_ready, socket}` to the calling
@@ -292,7 +318,7 @@ fn udp_select<'a>(env: Env<'a>, sock: Term<'a>) -> NifResult<Term<'a>> {
     let Some(p) = &res.poll else {
         return Ok((atoms::error(), udp_atoms::not_poll()).encode(env));
     };
-    let msg = (udp_atoms::tachyon_udp_ready(), sock).encode(env);
+    let msg = (p.ready(), sock).encode(env);
     Ok(match p.select(env, &res, res.ep.raw_fd(), msg) {
         Ok(()) => atoms::ok().encode(env),
         Err(reason) => (atoms::error(), reason).encode(env),

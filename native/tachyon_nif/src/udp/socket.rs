@@ -147,7 +147,14 @@ fn udp_open<'a>(env: Env<'a>, opts: Term<'a>, owner: LocalPid) -> NifResult<Term
     let res = Handle::new(UdpResource {
         ep,
         owner: Owner::new(owner),
-        poll: poll.then(|| Poller::new(cfg.wait, spin, Batch::new(cfg.batch, cfg.max_datagram))),
+        poll: poll.then(|| {
+            Poller::new(
+                cfg.wait,
+                spin,
+                Batch::new(cfg.batch, cfg.max_datagram),
+                udp_atoms::tachyon_udp_ready(),
+            )
+        }),
     });
     // Monitor before the thread starts: an owner that is already dead (or
     // dies now) closes the socket through `down` like any other.

@@ -114,9 +114,7 @@ pub(super) struct RxCounters {
     pub(super) injected_losses: Counter,
     pub(super) oversized: Counter,
     pub(super) hellos: Counter,
-    pub(super) next_seq: Counter,
     pub(super) stale_epoch: Counter,
-    pub(super) epoch: Counter,
     pub(super) forks: Counter,
 }
 

@@ -170,9 +170,7 @@ impl Member {
             last_datagram: now,
         };
         let rxc = CachePadded::new(RxCounters::default());
-        rxc.next_seq.bump(next);
         rxc.hellos.bump(1);
-        rxc.epoch.bump(w.epoch as u64);
         Ok(Member {
             target: SpinMutex::new(w.from),
             connected,
@@ -266,7 +264,9 @@ impl Member {
             }
         }
         self.send_cmd(&mut tx, d, count, now);
-        self.txc.published.add(published);
+        // Counters of the tx side are bumped under the tx lock: one writer
+        // at a time, no locked instruction.
+        self.txc.published.bump(published);
         Ok(tx.next_member_seq - 1)
     }
 
@@ -304,11 +304,13 @@ impl Member {
             return;
         }
         wire::set_cmd_count(&mut d, count);
+        // Sent under the tx lock: commands leave in member_seq order, the
+        // only order the sequencer takes them in.
         if self.send_bytes(&d).is_err() {
             // Lost like any datagram: resent after `resend_after`.
-            self.txc.send_errors.add(1);
+            self.txc.send_errors.bump(1);
         }
-        self.txc.commands.add(1);
+        self.txc.commands.bump(1);
         tx.pending.push_back(Pending {
             last_seq: tx.next_member_seq - 1,
             sent: now,
@@ -412,7 +414,7 @@ impl Member {
             p.sent = now;
             n += 1;
         }
-        self.txc.resent.add(n);
+        self.txc.resent.bump(n);
     }
 
     /// How long since the last datagram from the sequencer.
@@ -423,11 +425,6 @@ impl Member {
     /// The epoch of the sequencer followed.
     pub fn epoch(&self) -> u32 {
         self.rx.lock().st.epoch
-    }
-
-    /// The next sequence number to deliver.
-    pub fn next_seq(&self) -> u64 {
-        self.rx.lock().st.next
     }
 
     /// Forgets the commands sequenced up to `member_seq`.
@@ -501,6 +498,10 @@ impl Member {
 
     pub fn stats(&self) -> MemberStats {
         let (t, r) = (&self.txc, &self.rxc);
+        let (next, epoch) = {
+            let g = self.rx.lock();
+            (g.st.next, g.st.epoch as u64)
+        };
         MemberStats {
             published: t.published.get(),
             commands: t.commands.get(),
@@ -517,9 +518,9 @@ impl Member {
             injected_losses: r.injected_losses.get(),
             oversized: r.oversized.get(),
             hellos: r.hellos.get(),
-            next_seq: r.next_seq.get(),
+            next_seq: next,
             pending: self.tx.lock().pending.len() as u64,
-            epoch: r.epoch.get(),
+            epoch,
             stale_epoch: r.stale_epoch.get(),
             forks: r.forks.get(),
         }

@@ -49,7 +49,6 @@ impl Member {
         if bus.epoch > rx.epoch {
             rx.epoch = bus.epoch;
             rx.switch_to = from;
-            self.rxc.epoch.raise_to(bus.epoch as u64);
             // The new primary's log ends before messages this member
             // already delivered: they were never copied to it (a fork).
             if bus.kind != BusKind::Data && bus.seq < rx.next {
@@ -117,7 +116,6 @@ impl Member {
     /// message whose last fragment it is.
     fn apply(&self, rx: &mut Rx, seq: u64, m: Msg<'_>, deliver: &mut Deliver<'_>) {
         rx.next = seq + 1;
-        self.rxc.next_seq.bump(1);
         if m.member_id == self.cfg.member_id && m.member_seq > rx.own_seen {
             rx.own_seen = m.member_seq;
         }
