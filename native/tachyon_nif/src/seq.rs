@@ -405,11 +405,11 @@ fn bus_open<'a>(env: Env<'a>, opts: Term<'a>, owner: LocalPid) -> NifResult<Term
                     continue;
                 }
                 let pid = handle.owner.pid();
-                // Near the bound, one datagram at a time: the bound is
+                // Under a bound, one datagram per read: the bound is
                 // overshot by at most one datagram's messages (a datagram
                 // is delivered whole, in order).
-                let room = room.map_or(64, |r| r.min(64));
-                let got = m.poll(room as usize, &mut |seq, id, data| {
+                let max = if room.is_some() { 1 } else { 64 };
+                let got = m.poll(max, &mut |seq, id, data| {
                     handle.credits.count();
                     out.send(&pid, |env| {
                         let bus = handle.encode(env);
