@@ -37,6 +37,12 @@ impl Counter {
         }
     }
 
+    /// Sets the value (one writer).
+    #[inline]
+    pub fn set(&self, v: u64) {
+        self.0.store(v, Ordering::Relaxed);
+    }
+
     #[inline]
     pub fn get(&self) -> u64 {
         self.0.load(Ordering::Acquire)

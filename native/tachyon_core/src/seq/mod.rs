@@ -17,8 +17,8 @@
 //! The bus is UDP multicast, or a unicast fan-out to the members that said
 //! hello (for networks without multicast).
 
+pub mod core;
 pub mod member;
-mod recover;
 pub mod sequencer;
 pub mod standby;
 pub mod wire;
@@ -29,6 +29,18 @@ mod tests;
 use std::net::{Ipv4Addr, SocketAddr};
 
 pub use member::{Member, MemberConfig, MemberStats};
+
+/// The shells' clock: nanoseconds since the first call in this process
+/// (the protocol's [`core::Nanos`]).
+pub mod clock {
+    use std::sync::OnceLock;
+    use std::time::Instant;
+
+    pub fn now() -> super::core::Nanos {
+        static BASE: OnceLock<Instant> = OnceLock::new();
+        BASE.get_or_init(Instant::now).elapsed().as_nanos() as u64
+    }
+}
 pub use sequencer::{Sequencer, SequencerConfig, SequencerStats};
 pub use standby::{Standby, StandbyConfig, StandbyStats};
 

@@ -1,26 +1,20 @@
-//! A standby sequencer: follows the primary like a member, copying every
-//! entry of its log into a log of its own at the same index, and takes
-//! over when the primary falls silent (or when told to): it then starts a
-//! [`Sequencer`] on that log with the next epoch, on its own command port.
+//! The standby's shell: follows the primary through a member's sockets,
+//! feeds the standby's protocol ([`StandbyCore`]), copies into a [`Store`],
+//! and when the protocol takes over, runs the sequencer it became on the
+//! standby's own command port.
 //!
-//! The rules (docs/ARCHITECTURE.md, "Failover"):
-//! * every datagram carries the sender's epoch; members follow the highest
-//!   epoch they have heard and send their commands to its sender;
-//! * a takeover writes an epoch record (the next epoch) as the first entry
-//!   of the new epoch: numbering continues after the last entry the standby
-//!   holds;
-//! * a standby whose log is of another session, or of an older epoch than
-//!   its primary's (a deposed primary rejoining), sets that log aside
-//!   (renamed `<dir>.epoch<N>.<nanos>`) and copies the primary's from 0.
+//! The rules: docs/ARCHITECTURE.md, "Failover".
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use super::member::Deliver;
+use super::core::member::MemberConfig;
+use super::core::standby::{Action, StandbyCore};
+use super::core::{nanos, Nanos};
+use super::member::{SockSink, Sockets};
 use super::sequencer::{Sequencer, SequencerConfig};
-use super::wire::{Msg, CONTROL, EPOCH};
-use super::{Member, MemberConfig, SeqError};
+use super::{clock, SeqError};
 use crate::counter::Counter;
 use crate::store::Store;
 use crate::worker::{Ctx, Worker};
@@ -46,6 +40,9 @@ struct Counters {
     rebuilt: Counter,
     /// Time from the primary's last datagram to the new primary running.
     takeover_ns: Counter,
+    next: Counter,
+    send_errors: Counter,
+    malformed: Counter,
 }
 
 /// A snapshot of a standby's state.
@@ -63,7 +60,6 @@ pub struct StandbyStats {
 
 struct Shared {
     counters: Counters,
-    next: Counter,
     takeover_now: AtomicBool,
     /// It has heard the primary (its welcome) at least once.
     following: AtomicBool,
@@ -84,7 +80,6 @@ impl Standby {
         }
         let shared = Arc::new(Shared {
             counters: Counters::default(),
-            next: Counter::default(),
             takeover_now: AtomicBool::new(false),
             following: AtomicBool::new(false),
             promoted: Mutex::new(None),
@@ -92,10 +87,25 @@ impl Standby {
         });
         // Opened here: a log that cannot be opened fails the start.
         let store = Store::open(&cfg.seq.dir, cfg.seq.store.clone())?;
-        inspect(&store)?;
+        let mut mcfg = MemberConfig::new(cfg.primary, cfg.follower_id);
+        mcfg.bus = cfg.seq.bus;
+        mcfg.max_datagram = cfg.seq.max_datagram;
+        mcfg.max_message_size = cfg.seq.max_datagram;
+        // Room for bursts while it appends: a datagram it loses is one it
+        // must get again from the primary, which may be dying.
+        mcfg.socket.recbuf = Some(cfg.seq.socket.recbuf.unwrap_or(4 << 20));
+        let socks = Sockets::bind(&mcfg)?;
+        let core = StandbyCore::new(
+            mcfg.clone(),
+            cfg.seq.core(),
+            nanos(cfg.takeover_after),
+            store,
+            clock::now(),
+        )?;
+        shared.counters.next.raise_to(core.next_index());
         let sh = shared.clone();
         let worker = Worker::spawn("tachyon-standby", cfg.seq.core, move |ctx| {
-            if let Err(e) = follow_then_take_over(ctx, &cfg, &sh, store) {
+            if let Err(e) = follow(ctx, &cfg, &mcfg, &sh, core, socks) {
                 *sh.error.lock().unwrap_or_else(|p| p.into_inner()) = Some(e.reason());
             }
         })?;
@@ -135,7 +145,7 @@ impl Standby {
         StandbyStats {
             copied: c.copied.get(),
             rebuilt: c.rebuilt.get(),
-            next_seq: self.shared.next.get(),
+            next_seq: c.next.get(),
             promoted: self.promoted().is_some(),
             takeover_ns: c.takeover_ns.get(),
             following: self.shared.following.load(Ordering::Acquire),
@@ -154,31 +164,6 @@ impl Standby {
     }
 }
 
-/// The session (entry 0) and last epoch of a log, `None` if empty.
-fn inspect(store: &Store) -> Result<Option<(u64, u32)>, SeqError> {
-    let next = store.next_index()?;
-    if next == 0 {
-        return Ok(None);
-    }
-    let session = store.read_with(0, |e| Msg::from_entry(e).map(|m| m.member_seq))??;
-    let mut epoch = 0u32;
-    let mut at = 1;
-    while at < next {
-        let n = store.read_range(at, 4096, 16 << 20, |_, e| {
-            if let Ok(m) = Msg::from_entry(e) {
-                if m.member_id == 0 && m.flags & (CONTROL | EPOCH) == CONTROL | EPOCH {
-                    epoch = m.member_seq as u32;
-                }
-            }
-        })?;
-        if n == 0 {
-            break;
-        }
-        at += n as u64;
-    }
-    Ok(Some((session, epoch)))
-}
-
 /// Moves a log aside: `<dir>.epoch<N>.<nanos>`.
 fn set_aside(dir: &std::path::Path, epoch: u32) -> Result<(), SeqError> {
     let nanos = std::time::SystemTime::now()
@@ -190,126 +175,69 @@ fn set_aside(dir: &std::path::Path, epoch: u32) -> Result<(), SeqError> {
     Ok(())
 }
 
-fn follow_then_take_over(
+fn follow(
     ctx: &Ctx,
     cfg: &StandbyConfig,
+    mcfg: &MemberConfig,
     sh: &Shared,
-    first: Store,
+    mut core: StandbyCore<Store>,
+    socks: Sockets,
 ) -> Result<(), SeqError> {
-    let mut first = Some(first);
-    // When the primary was last heard (across rebuilds).
-    let mut last_heard: Option<Instant> = None;
-    let mut mcfg = MemberConfig::new(cfg.primary, cfg.follower_id);
-    mcfg.bus = cfg.seq.bus;
-    mcfg.raw = true;
-    mcfg.max_datagram = cfg.seq.max_datagram;
-    mcfg.max_message_size = cfg.seq.max_datagram;
-    mcfg.connect_timeout = Duration::from_millis(200);
-    // Room for bursts while it appends: a datagram it loses is one it
-    // must get again from the primary, which may be dying.
-    mcfg.socket.recbuf = Some(cfg.seq.socket.recbuf.unwrap_or(4 << 20));
+    let mut batches = socks.batches(mcfg);
     let mut waiter = ctx.waiter(cfg.seq.wait, Duration::from_millis(1));
-    'log: loop {
-        let store = match first.take() {
-            Some(s) => s,
-            None => Store::open(&cfg.seq.dir, cfg.seq.store.clone())?,
+    let c = &sh.counters;
+    while !ctx.stopped() {
+        let mut sink = SockSink {
+            sock: &socks.sock,
+            connected: false,
+            errors: &c.send_errors,
         };
-        let held = inspect(&store)?;
-        let next = store.next_index()?;
-        sh.next.raise_to(next);
-        mcfg.from = Some(next);
-        // Until the primary answers (or the standby is told to take over).
-        let member = loop {
-            if ctx.stopped() {
-                return Ok(());
-            }
-            if sh.takeover_now.load(Ordering::Acquire) && held.is_some() {
-                return take_over(cfg, sh, store, Instant::now());
-            }
-            match Member::open(mcfg.clone()) {
-                Ok(m) => break m,
-                Err(SeqError::Timeout) => {
-                    // A primary heard before and silent since: take over.
-                    if held.is_some()
-                        && last_heard.is_some_and(|t: Instant| t.elapsed() >= cfg.takeover_after)
-                    {
-                        return take_over(cfg, sh, store, last_heard.expect("heard"));
-                    }
-                    continue;
-                }
-                Err(e) => return Err(e),
-            }
-        };
-        last_heard = Some(Instant::now());
-        sh.following.store(true, Ordering::Release);
-        if let Some((session, epoch)) = held {
-            if session != member.session() || epoch < member.epoch() {
-                // Another session, or a deposed primary rejoining.
-                drop(member);
-                drop(store);
-                set_aside(&cfg.seq.dir, epoch)?;
-                sh.counters.rebuilt.add(1);
-                sh.next.raise_to(0);
-                continue 'log;
-            }
+        let n = socks.recv(&mut batches, 64, &c.malformed, &mut |d, from| {
+            core.on_datagram(clock::now(), from, d, &mut sink)
+        })?;
+        let now = clock::now();
+        if sh.takeover_now.load(Ordering::Acquire) {
+            core.take_over();
         }
-        let mut bad = false;
-        // One buffer for every entry copied.
-        let mut e = Vec::with_capacity(cfg.seq.max_datagram);
-        loop {
-            let mut copy = |seq: u64, m: &Msg<'_>| {
-                e.clear();
-                m.write(&mut e);
-                match store.append(&e) {
-                    Ok(i) if i == seq => {
-                        // This thread is the only writer.
-                        sh.counters.copied.bump(1);
-                        sh.next.raise_to(seq + 1);
-                    }
-                    _ => bad = true,
-                }
-            };
-            let n = member.poll_into(64, &mut Deliver::Entries(&mut copy))?;
-            if bad {
-                // The log and the primary's disagree: copy it again.
-                drop(member);
-                drop(store);
-                set_aside(&cfg.seq.dir, 0)?;
-                sh.counters.rebuilt.add(1);
-                continue 'log;
-            }
-            if ctx.stopped() {
-                return Ok(());
-            }
-            if n > 0 {
-                last_heard = Some(Instant::now());
-                waiter.reset();
+        let due: Nanos = if n > 0 {
+            waiter.reset();
+            core.end_batch(now, &mut sink);
+            now
+        } else {
+            core.tick(now, &mut sink)
+        };
+        c.copied.set(core.copied);
+        c.rebuilt.set(core.rebuilt);
+        c.next.set(core.next_index());
+        if core.following() {
+            sh.following.store(true, Ordering::Release);
+        }
+        match core.take_action() {
+            Some(Action::ResetLog { epoch }) => {
+                drop(core.take_log());
+                set_aside(&cfg.seq.dir, epoch)?;
+                let store = Store::open(&cfg.seq.dir, cfg.seq.store.clone())?;
+                core.set_log(store, clock::now());
                 continue;
             }
-            let silence = member.silence();
-            if silence >= cfg.takeover_after || sh.takeover_now.load(Ordering::Acquire) {
-                let last_heard = Instant::now() - silence;
-                drop(member);
-                return take_over(cfg, sh, store, last_heard);
+            Some(Action::TookOver { last_heard }) => {
+                let Some(s) = core.into_promoted() else {
+                    return Err(SeqError::BadLog);
+                };
+                drop(socks);
+                let s = Sequencer::run_core(cfg.seq.clone(), s)?;
+                c.takeover_ns.set(clock::now().saturating_sub(last_heard));
+                *sh.promoted.lock().unwrap_or_else(|p| p.into_inner()) = Some(s);
+                return Ok(());
             }
-            let due = member.tick().min(cfg.takeover_after - silence);
-            waiter.idle_at_most(Some(due), || false);
+            None => {}
+        }
+        if n == 0 {
+            let now = clock::now();
+            if due > now {
+                waiter.idle_at_most(Some(Duration::from_nanos(due - now)), || false);
+            }
         }
     }
-}
-
-fn take_over(
-    cfg: &StandbyConfig,
-    sh: &Shared,
-    store: Store,
-    last_heard: Instant,
-) -> Result<(), SeqError> {
-    let mut scfg = cfg.seq.clone();
-    scfg.new_epoch = true;
-    let s = Sequencer::start_on(scfg, store)?;
-    sh.counters
-        .takeover_ns
-        .add(last_heard.elapsed().as_nanos() as u64);
-    *sh.promoted.lock().unwrap_or_else(|p| p.into_inner()) = Some(s);
     Ok(())
 }

@@ -381,7 +381,7 @@ fn standby_takes_over_and_members_follow_without_loss_or_duplicates() {
         assert_eq!(s.session(), p.session());
     }
     for m in &ms {
-        assert_eq!(m.epoch(), 1);
+        assert_eq!(m.stats().epoch, 1);
         assert_eq!(m.stats().forks, 0);
     }
     // The old primary rejoins as a standby of the new one: it sets its log

@@ -3,8 +3,8 @@
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::time::Duration;
 
-use super::super::BusMode;
 use crate::counter::Counter;
+use crate::seq::BusMode;
 use crate::udp::sys::SocketOptions;
 
 /// Member options (`MemberConfig::new` holds the defaults).
@@ -94,28 +94,33 @@ pub enum PublishError {
 }
 
 #[derive(Debug, Default)]
-pub(super) struct TxCounters {
-    pub(super) published: Counter,
-    pub(super) commands: Counter,
-    pub(super) resent: Counter,
-    pub(super) send_errors: Counter,
+pub struct TxCounters {
+    pub published: Counter,
+    pub commands: Counter,
+    pub resent: Counter,
+    pub send_errors: Counter,
+    /// Mirror of the pending queue's length.
+    pub pending: Counter,
 }
 
 #[derive(Debug, Default)]
-pub(super) struct RxCounters {
-    pub(super) delivered: Counter,
-    pub(super) datagrams: Counter,
-    pub(super) duplicates: Counter,
-    pub(super) gaps: Counter,
-    pub(super) replay_requests: Counter,
-    pub(super) malformed: Counter,
-    pub(super) wrong_session: Counter,
-    pub(super) dropped_ahead: Counter,
-    pub(super) injected_losses: Counter,
-    pub(super) oversized: Counter,
-    pub(super) hellos: Counter,
-    pub(super) stale_epoch: Counter,
-    pub(super) forks: Counter,
+pub struct RxCounters {
+    pub delivered: Counter,
+    pub datagrams: Counter,
+    pub duplicates: Counter,
+    pub gaps: Counter,
+    pub replay_requests: Counter,
+    pub malformed: Counter,
+    pub wrong_session: Counter,
+    pub dropped_ahead: Counter,
+    pub injected_losses: Counter,
+    pub oversized: Counter,
+    pub hellos: Counter,
+    pub stale_epoch: Counter,
+    pub forks: Counter,
+    /// Mirrors of the receive state, for stats without the lock.
+    pub next_seq: Counter,
+    pub epoch: Counter,
 }
 
 /// A snapshot of a member's counters.
