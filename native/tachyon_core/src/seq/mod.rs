@@ -20,6 +20,7 @@
 pub mod core;
 pub mod member;
 pub mod sequencer;
+pub mod sim;
 pub mod standby;
 pub mod wire;
 

@@ -139,6 +139,11 @@ impl<L: Log> SequencerCore<L> {
         self.recovered
     }
 
+    /// The last sequenced `member_seq` of `member_id`.
+    pub fn last_of(&self, member_id: u32) -> u64 {
+        self.last.get(&member_id).copied().unwrap_or(0)
+    }
+
     pub fn log(&self) -> &L {
         &self.log
     }

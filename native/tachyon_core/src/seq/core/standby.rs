@@ -83,6 +83,16 @@ impl<L: Log> StandbyCore<L> {
         })
     }
 
+    /// Its state in a word (traces).
+    pub fn state_name(&self) -> &'static str {
+        match &self.state {
+            State::Joining { .. } => "joining",
+            State::Following { .. } => "following",
+            State::Promoted(_) => "promoted",
+            State::Resetting => "resetting",
+        }
+    }
+
     pub fn take_action(&mut self) -> Option<Action> {
         self.action.take()
     }
@@ -107,6 +117,21 @@ impl<L: Log> StandbyCore<L> {
         match &mut self.state {
             State::Promoted(s) => Some(s),
             _ => None,
+        }
+    }
+
+    pub fn promoted_ref(&self) -> Option<&SequencerCore<L>> {
+        match &self.state {
+            State::Promoted(s) => Some(s),
+            _ => None,
+        }
+    }
+
+    /// Its log (the promoted sequencer's, after a takeover).
+    pub fn log(&self) -> Option<&L> {
+        match &self.state {
+            State::Promoted(s) => Some(s.log()),
+            _ => self.log.as_ref(),
         }
     }
 

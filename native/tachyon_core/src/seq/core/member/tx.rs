@@ -230,4 +230,14 @@ impl Tx {
     pub fn pending(&self) -> usize {
         self.pending.len()
     }
+
+    /// The `member_seq` of the last message of the oldest pending command.
+    pub fn oldest_pending(&self) -> Option<u64> {
+        self.pending.front().map(|p| p.last_seq)
+    }
+
+    /// The next `member_seq` to publish.
+    pub fn next_member_seq(&self) -> u64 {
+        self.next_member_seq
+    }
 }

@@ -1,0 +1,230 @@
+//! The invariants, checked as the simulation runs:
+//!
+//! 1. *Agreement*: no two members deliver different messages at the same
+//!    sequence number.
+//! 2. *Order*: every member's deliveries have increasing sequence numbers
+//!    (a prefix of one total order) and each sender's messages come in its
+//!    publish order, none twice.
+//! 3. *Durability*: every message a member delivered is in the log of
+//!    every later primary (checked whenever one takes over, and at the end
+//!    on every log); a violation nobody reported as a fork is a *silent*
+//!    fork.
+//! 4. *No false takeover*: no takeover while the primary was up, running
+//!    and reachable from the node that took over for the whole takeover
+//!    window.
+//! 5. *One primary per term*: no two nodes send the bus of one term.
+//! 6. *Liveness*: once faults stop, every member delivers every message
+//!    whose publish was accepted, within a bounded time (no wedge).
+
+use std::collections::{BTreeMap, HashMap};
+use std::net::SocketAddr;
+
+use crate::seq::core::{MemLog, Nanos};
+use crate::seq::wire::{Msg, MORE};
+
+/// A broken invariant.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Violation {
+    pub kind: &'static str,
+    pub at: Nanos,
+    pub detail: String,
+}
+
+/// A payload the workload publishes: who, and its counter.
+pub fn payload(sender: u32, counter: u64, len: usize) -> Vec<u8> {
+    let mut v = Vec::with_capacity(len.max(12));
+    v.extend_from_slice(&sender.to_le_bytes());
+    v.extend_from_slice(&counter.to_le_bytes());
+    let mut x = counter ^ (sender as u64) << 40;
+    while v.len() < len {
+        x = x
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        v.push((x >> 56) as u8);
+    }
+    v
+}
+
+/// The sender and counter of a payload.
+pub fn decode(d: &[u8]) -> Option<(u32, u64)> {
+    if d.len() < 12 {
+        return None;
+    }
+    Some((
+        u32::from_le_bytes(d[0..4].try_into().ok()?),
+        u64::from_le_bytes(d[4..12].try_into().ok()?),
+    ))
+}
+
+fn hash(d: &[u8]) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in d {
+        h ^= *b as u64;
+        h = h.wrapping_mul(0x100_0000_01b3);
+    }
+    h
+}
+
+#[derive(Default)]
+struct MemberView {
+    last_seq: u64,
+    /// Per sender, the last counter delivered.
+    last_from: HashMap<u32, u64>,
+    delivered: u64,
+    last_delivery_at: Nanos,
+}
+
+/// What has happened, and the checks on it.
+#[derive(Default)]
+pub struct Checker {
+    /// seq -> (member_id, hash of data, the data's last bytes).
+    order: BTreeMap<u64, (u32, u64, Vec<u8>)>,
+    members: HashMap<u32, MemberView>,
+    /// Per sender, counters whose publish was accepted.
+    accepted: HashMap<u32, Vec<u64>>,
+    /// term -> the address that sent its bus.
+    primaries: HashMap<u64, SocketAddr>,
+    pub checks: u64,
+    pub violations: Vec<Violation>,
+    pub forks_reported: u64,
+    pub takeovers: u64,
+    pub last_delivery: Nanos,
+}
+
+impl Checker {
+    fn fail(&mut self, kind: &'static str, at: Nanos, detail: String) {
+        if self.violations.len() < 16 {
+            self.violations.push(Violation { kind, at, detail });
+        }
+    }
+
+    pub fn accepted(&mut self, sender: u32, counter: u64) {
+        self.accepted.entry(sender).or_default().push(counter);
+    }
+
+    pub fn delivered(&mut self, at: Nanos, member: u32, seq: u64, from: u32, data: &[u8]) {
+        self.checks += 1;
+        let h = hash(data);
+        let tail = data[data.len().saturating_sub(32)..].to_vec();
+        match self.order.get(&seq) {
+            Some((id, hh, _)) if *id != from || *hh != h => {
+                let d = format!(
+                    "member {member} delivered seq {seq} from {from}, another had it from {id}"
+                );
+                self.fail("agreement", at, d);
+            }
+            Some(_) => {}
+            None => {
+                self.order.insert(seq, (from, h, tail));
+            }
+        }
+        let v = self.members.entry(member).or_default();
+        v.delivered += 1;
+        v.last_delivery_at = at;
+        self.last_delivery = at;
+        let mut bad = None;
+        if seq <= v.last_seq {
+            bad = Some(format!(
+                "member {member} delivered seq {seq} after {}",
+                v.last_seq
+            ));
+        }
+        v.last_seq = seq;
+        if let Some((sender, counter)) = decode(data) {
+            if sender != from {
+                bad = Some(format!("seq {seq}: payload of {sender} from member {from}"));
+            }
+            // Counters go up by one per accepted publish: anything else is
+            // a message twice, out of order, or one lost before it.
+            let last = v.last_from.entry(sender).or_insert(0);
+            if counter != *last + 1 {
+                bad = Some(format!(
+                    "member {member}: {sender}'s message {counter} after {last} (seq {seq})"
+                ));
+            }
+            *last = counter;
+        }
+        if let Some(d) = bad {
+            self.fail("order", at, d);
+        }
+    }
+
+    /// A primary of `term` sent the bus from `addr`.
+    pub fn primary(&mut self, at: Nanos, term: u64, addr: SocketAddr) {
+        self.checks += 1;
+        match self.primaries.get(&term) {
+            Some(a) if *a != addr => {
+                let d = format!("term {term}: primaries {a} and {addr}");
+                self.fail("two_primaries", at, d);
+            }
+            Some(_) => {}
+            None => {
+                self.primaries.insert(term, addr);
+            }
+        }
+    }
+
+    /// Every delivered message must be in `log` (a new primary's, or any
+    /// log at the end); `what` names it.
+    pub fn log_holds_delivered(&mut self, at: Nanos, log: &MemLog, what: &str) -> bool {
+        self.checks += 1;
+        for (seq, (from, _, tail)) in &self.order {
+            let ok = log
+                .entry(*seq)
+                .and_then(|e| Msg::from_entry(e).ok())
+                .is_some_and(|m| {
+                    m.member_id == *from
+                        && m.flags & MORE == 0
+                        && tail.ends_with(&m.data[m.data.len().saturating_sub(tail.len())..])
+                });
+            if !ok {
+                let kind = if self.forks_reported > 0 {
+                    "fork"
+                } else {
+                    "silent_fork"
+                };
+                let d = format!("{what}: delivered seq {seq} (from {from}) is not in its log");
+                self.fail(kind, at, d);
+                return false;
+            }
+        }
+        true
+    }
+
+    pub fn false_takeover(&mut self, at: Nanos, detail: String) {
+        self.fail("false_takeover", at, detail);
+    }
+
+    /// After the faults: every member delivered every accepted message.
+    pub fn converged(&self, members: &[u32]) -> Result<(), String> {
+        for m in members {
+            let v = self.members.get(m);
+            for (sender, counters) in &self.accepted {
+                let got = v
+                    .and_then(|v| v.last_from.get(sender))
+                    .copied()
+                    .unwrap_or(0);
+                if let Some(max) = counters.iter().max() {
+                    if got < *max {
+                        return Err(format!(
+                            "member {m} has {sender}'s messages up to {got} of {max}"
+                        ));
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    pub fn wedge(&mut self, at: Nanos, detail: String) {
+        self.fail("wedge", at, detail);
+    }
+
+    pub fn delivered_total(&self) -> u64 {
+        self.members.values().map(|v| v.delivered).sum()
+    }
+
+    pub fn accepted_total(&self) -> u64 {
+        self.accepted.values().map(|v| v.len() as u64).sum()
+    }
+}

@@ -1,0 +1,714 @@
+//! A deterministic simulator for the bus's protocol: sequencer nodes and
+//! members (the real cores of `seq::core`) exchange datagrams through a
+//! simulated network, in simulated time, with faults injected: lost,
+//! duplicated, delayed and reordered datagrams, partitions that heal,
+//! crashes and restarts from the log (what was appended survives, what was
+//! only in memory does not), pauses (a process frozen, then resumed with
+//! its stale view, as SIGSTOP or a long wait for a CPU would), clock jumps.
+//! One seed drives everything: a failing seed replays bit for bit. The
+//! invariants ([`check`]) are checked after every step.
+//!
+//! `cargo run --release --bin tachyon_sim -- --seeds N` runs many seeds;
+//! `cargo test` runs a bounded number.
+
+pub mod actors;
+pub mod check;
+pub mod net;
+pub mod today;
+
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::net::SocketAddr;
+
+use crate::seq::core::member::MemberConfig;
+use crate::seq::core::{Nanos, Outbox, Rng, MICRO, MILLI};
+use crate::seq::wire::{self, Bus, BusKind, Msg, CONTROL};
+
+pub use actors::{Actor, Disk, Event, Workload};
+use check::Checker;
+pub use check::Violation;
+use net::{Link, Net, NetStats};
+
+/// The faults the nemesis picks from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Fault {
+    /// A node is killed, and restarted later on its log.
+    Crash,
+    /// A process is frozen; resumed, it reads what waited, then ticks.
+    Pause,
+    /// A process is frozen between a read and its clock check; resumed,
+    /// it ticks first (a thread that waited for a CPU).
+    Stall,
+    /// A process cut off from every other.
+    Partition,
+    /// Loss of 10-50% on the links of two processes.
+    Lossy,
+    /// Delays up to 5 ms (reordering) and 5% duplicates on two processes' links.
+    Reorder,
+    /// A process's clock jumps forward.
+    ClockJump,
+}
+
+impl Fault {
+    pub const ALL: [Fault; 7] = [
+        Fault::Crash,
+        Fault::Pause,
+        Fault::Stall,
+        Fault::Partition,
+        Fault::Lossy,
+        Fault::Reorder,
+        Fault::ClockJump,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Fault::Crash => "crash",
+            Fault::Pause => "pause",
+            Fault::Stall => "stall",
+            Fault::Partition => "partition",
+            Fault::Lossy => "lossy_link",
+            Fault::Reorder => "reorder_link",
+            Fault::ClockJump => "clock_jump",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Fault> {
+        Fault::ALL
+            .into_iter()
+            .find(|f| f.name() == s || f.name().starts_with(s))
+    }
+}
+
+/// How the protocol under test is set up.
+pub trait Protocol {
+    fn name(&self) -> &'static str;
+    /// Sequencer nodes.
+    fn nodes(&self) -> usize;
+    /// Node `i`'s disk before its first start (`session` for a new log).
+    fn initial_disk(&self, i: usize, session: u64) -> Disk;
+    /// Starts node `i` on `disk` (`restart`: after a crash; `primary`: the
+    /// node that was primary last, a hint for protocols that need one).
+    fn start_node(
+        &self,
+        i: usize,
+        addrs: &[SocketAddr],
+        disk: Disk,
+        restart: bool,
+        primary: usize,
+        now: Nanos,
+    ) -> Box<dyn Actor>;
+    fn member_config(&self, id: u32, addrs: &[SocketAddr]) -> MemberConfig;
+    /// How long a primary must be silent before a takeover is justified.
+    fn takeover_window(&self) -> Nanos;
+}
+
+/// A simulation's settings.
+#[derive(Debug, Clone)]
+pub struct SimConfig {
+    pub seed: u64,
+    pub members: usize,
+    /// Faults are injected until then (and members publish), then healed.
+    pub fault_time: Nanos,
+    /// After the heal, every member must have delivered everything
+    /// accepted within this long.
+    pub settle_time: Nanos,
+    pub gap: (Nanos, Nanos),
+    pub large: f64,
+    /// Loss on every link, all the time.
+    pub base_loss: f64,
+    pub faults: Vec<Fault>,
+    /// Time between two faults: uniform in this range.
+    pub fault_every: (Nanos, Nanos),
+    pub trace: bool,
+}
+
+impl SimConfig {
+    pub fn new(seed: u64) -> SimConfig {
+        SimConfig {
+            seed,
+            members: 3,
+            fault_time: 3_000 * MILLI,
+            settle_time: 5_000 * MILLI,
+            gap: (200 * MICRO, 2 * MILLI),
+            large: 0.02,
+            base_loss: 0.0,
+            faults: Fault::ALL.to_vec(),
+            fault_every: (100 * MILLI, 400 * MILLI),
+            trace: false,
+        }
+    }
+}
+
+/// What one simulation did and found.
+#[derive(Debug, Clone, Default)]
+pub struct Report {
+    pub seed: u64,
+    pub steps: u64,
+    pub sim_time: Nanos,
+    pub faults: BTreeMap<&'static str, u64>,
+    pub checks: u64,
+    pub violations: Vec<Violation>,
+    pub accepted: u64,
+    pub delivered: u64,
+    pub takeovers: u64,
+    pub forks_reported: u64,
+    /// From the heal to the last member's last delivery.
+    pub converge_after_heal: Option<Nanos>,
+    pub net: NetStats,
+}
+
+impl Report {
+    pub fn ok(&self) -> bool {
+        self.violations.is_empty()
+    }
+}
+
+struct Proc {
+    addr: SocketAddr,
+    actor: Option<Box<dyn Actor>>,
+    /// While crashed: its disk, and when it restarts.
+    disk: Option<Disk>,
+    restart_at: Nanos,
+    /// Frozen until then; `true`: it ticks before reading on resume.
+    paused: Option<(Nanos, bool)>,
+    inbox: VecDeque<(SocketAddr, Vec<u8>)>,
+    /// Its clock reads the simulation's time plus this.
+    offset: Nanos,
+    next_tick: Nanos,
+    /// A fault touched it (or its links) until then.
+    unhealthy_until: Nanos,
+    member_id: u32,
+}
+
+/// A paused process keeps at most this many datagrams (its socket buffer).
+const INBOX: usize = 4096;
+
+struct Sim<'a> {
+    cfg: &'a SimConfig,
+    proto: &'a dyn Protocol,
+    rng: Rng,
+    net: Net,
+    procs: Vec<Proc>,
+    by_addr: HashMap<SocketAddr, usize>,
+    node_addrs: Vec<SocketAddr>,
+    check: Checker,
+    now: Nanos,
+    out: Outbox,
+    ev: Vec<Event>,
+    /// Link faults to undo: (when, a, b).
+    heals: Vec<(Nanos, usize, usize)>,
+    /// The node believed primary (last to take over).
+    primary: usize,
+    faults: BTreeMap<&'static str, u64>,
+    steps: u64,
+    dumped: Nanos,
+}
+
+/// Runs one simulation.
+pub fn run(cfg: &SimConfig, proto: &dyn Protocol) -> Report {
+    let mut rng = Rng::new(cfg.seed);
+    let session = rng.next_u64() | 1;
+    let n = proto.nodes();
+    let node_addrs: Vec<SocketAddr> = (0..n)
+        .map(|i| SocketAddr::from(([127, 0, 1, i as u8 + 1], 7000)))
+        .collect();
+    let mut procs = Vec::new();
+    for (i, a) in node_addrs.iter().enumerate() {
+        let disk = proto.initial_disk(i, session);
+        procs.push(Proc::new(
+            *a,
+            proto.start_node(i, &node_addrs, disk, false, 0, 0),
+            0,
+        ));
+    }
+    let work = Workload {
+        until: cfg.fault_time,
+        gap: cfg.gap,
+        large: cfg.large,
+    };
+    for m in 0..cfg.members {
+        let id = m as u32 + 1;
+        let addr = SocketAddr::from(([127, 0, 2, m as u8 + 1], 8000));
+        let mut mc = proto.member_config(id, &node_addrs);
+        mc.bind = addr;
+        let a = actors::SimMember::new(id, mc, work.clone(), rng.next_u64());
+        procs.push(Proc::new(addr, Box::new(a), id));
+    }
+    let mut by_addr: HashMap<SocketAddr, usize> =
+        procs.iter().enumerate().map(|(i, p)| (p.addr, i)).collect();
+    for (i, a) in node_addrs.iter().enumerate() {
+        by_addr.insert(follower_addr(*a), i);
+    }
+    let sim = Sim {
+        cfg,
+        proto,
+        net: Net::new(Link::healthy(cfg.base_loss)),
+        rng,
+        procs,
+        by_addr,
+        node_addrs,
+        check: Checker::default(),
+        now: 0,
+        out: Outbox::new(),
+        ev: Vec::new(),
+        heals: Vec::new(),
+        primary: 0,
+        faults: BTreeMap::new(),
+        steps: 0,
+        dumped: 0,
+    };
+    sim.run()
+}
+
+impl Proc {
+    fn new(addr: SocketAddr, actor: Box<dyn Actor>, member_id: u32) -> Proc {
+        Proc {
+            addr,
+            actor: Some(actor),
+            disk: None,
+            restart_at: 0,
+            paused: None,
+            inbox: VecDeque::new(),
+            offset: 0,
+            next_tick: 0,
+            unhealthy_until: 0,
+            member_id,
+        }
+    }
+
+    fn runs(&self) -> bool {
+        self.actor.is_some() && self.paused.is_none()
+    }
+}
+
+impl Sim<'_> {
+    fn trace(&self, s: impl FnOnce() -> String) {
+        if self.cfg.trace {
+            eprintln!("{:>10.3} ms  {}", self.now as f64 / 1e6, s());
+        }
+    }
+
+    fn run(mut self) -> Report {
+        let heal_at = self.cfg.fault_time;
+        let end = heal_at + self.cfg.settle_time;
+        let mut next_fault = 200 * MILLI;
+        let mut healed = false;
+        while self.check.violations.is_empty() {
+            let mut t = end;
+            if let Some(a) = self.net.next_at() {
+                t = t.min(a);
+            }
+            for p in &self.procs {
+                match (&p.actor, p.paused) {
+                    (None, _) => t = t.min(p.restart_at),
+                    (Some(_), Some((until, _))) => t = t.min(until),
+                    (Some(_), None) => t = t.min(p.next_tick),
+                }
+            }
+            for (at, _, _) in &self.heals {
+                t = t.min(*at);
+            }
+            if !healed {
+                t = t.min(next_fault).min(heal_at);
+            }
+            if t >= end {
+                break;
+            }
+            self.now = self.now.max(t);
+            self.steps += 1;
+            if !healed && self.now >= heal_at {
+                healed = true;
+                self.heal_everything();
+            }
+            if !healed && self.now >= next_fault {
+                self.inject();
+                next_fault = self.now
+                    + self
+                        .rng
+                        .range(self.cfg.fault_every.0, self.cfg.fault_every.1);
+            }
+            if self.cfg.trace && self.now >= self.dumped + 50 * MILLI {
+                self.dumped = self.now;
+                for i in 0..self.node_addrs.len() {
+                    let d = self.procs[i]
+                        .actor
+                        .as_ref()
+                        .map_or("down".into(), |a| a.describe());
+                    self.trace(|| format!("node {i}: {d}"));
+                }
+            }
+            self.undo_link_faults();
+            self.restarts_and_resumes();
+            self.deliveries();
+            self.ticks();
+            self.check.forks_reported = self
+                .procs
+                .iter()
+                .filter_map(|p| p.actor.as_ref())
+                .map(|a| a.forks())
+                .sum();
+        }
+        if self.cfg.trace {
+            for (i, p) in self.procs.iter().enumerate() {
+                let d = p.actor.as_ref().map_or("down".into(), |a| a.describe());
+                self.trace(|| format!("process {i}: {d}"));
+            }
+        }
+        let members: Vec<u32> = self
+            .procs
+            .iter()
+            .filter(|p| p.member_id > 0)
+            .map(|p| p.member_id)
+            .collect();
+        let mut converge = None;
+        if self.check.violations.is_empty() {
+            match self.check.converged(&members) {
+                Ok(()) => converge = Some(self.check.last_delivery.saturating_sub(heal_at)),
+                Err(e) => self.check.wedge(self.now, e),
+            }
+        }
+        if self.check.violations.is_empty() {
+            // Every delivered message is in the primary's final log.
+            let p = self.primary;
+            if let Some(log) = self.procs[p].actor.as_ref().and_then(|a| a.log()).cloned() {
+                let what = format!("node {p} at the end");
+                self.check.log_holds_delivered(self.now, &log, &what);
+            }
+        }
+        Report {
+            seed: self.cfg.seed,
+            steps: self.steps,
+            sim_time: self.now,
+            faults: self.faults,
+            checks: self.check.checks,
+            accepted: self.check.accepted_total(),
+            delivered: self.check.delivered_total(),
+            takeovers: self.check.takeovers,
+            forks_reported: self.check.forks_reported,
+            converge_after_heal: converge,
+            net: self.net.stats.clone(),
+            violations: self.check.violations,
+        }
+    }
+
+    fn local(&self, i: usize) -> Nanos {
+        self.now + self.procs[i].offset
+    }
+
+    /// Whether process `i` listens on the address `to` now.
+    fn listens(&self, i: usize, to: SocketAddr) -> bool {
+        let p = &self.procs[i];
+        let follower = p.actor.as_ref().is_some_and(|a| a.on_follower_socket());
+        if to == p.addr {
+            !follower
+        } else {
+            follower
+        }
+    }
+
+    /// Sends what process `i` queued, and handles what it reported.
+    fn after(&mut self, i: usize) {
+        let from = match &self.procs[i].actor {
+            Some(a) if a.on_follower_socket() => follower_addr(self.procs[i].addr),
+            _ => self.procs[i].addr,
+        };
+        let is_node = self.procs[i].member_id == 0;
+        let out = std::mem::take(&mut self.out);
+        for (to, d) in out.iter() {
+            if is_node {
+                if let Ok(b) = Bus::parse(d) {
+                    if matches!(b.kind, BusKind::Data | BusKind::Heartbeat) {
+                        self.check.primary(self.now, b.epoch as u64, from);
+                    }
+                }
+            }
+            if let Some(&j) = self.by_addr.get(&to) {
+                self.net.send(&mut self.rng, self.now, i, from, j, to, d);
+            }
+        }
+        self.out = out;
+        self.out.clear();
+        let ev = std::mem::take(&mut self.ev);
+        for e in ev {
+            match e {
+                Event::Delivered {
+                    seq,
+                    member_id,
+                    data,
+                } => {
+                    let m = self.procs[i].member_id;
+                    self.check.delivered(self.now, m, seq, member_id, &data);
+                }
+                Event::Accepted { counter } => {
+                    self.check.accepted(self.procs[i].member_id, counter);
+                }
+                Event::Leader { term } => self.took_over(i, term),
+                Event::Trace(s) => self.trace(|| s),
+            }
+        }
+    }
+
+    fn took_over(&mut self, i: usize, term: u64) {
+        self.check.takeovers += 1;
+        self.trace(|| format!("node {i} primary of term {term}"));
+        let p = self.primary;
+        let w = self.proto.takeover_window();
+        if p != i {
+            let old = &self.procs[p];
+            let healthy = old.runs()
+                && old
+                    .actor
+                    .as_ref()
+                    .is_some_and(|a| a.primary_term().is_some())
+                && old.unhealthy_until + w <= self.now
+                && !self.net.link_impaired(p, i)
+                && !self.net.link_impaired(i, p);
+            if healthy {
+                let d = format!(
+                    "node {i} took over (term {term}) from node {p}, up and reachable for {} ms",
+                    (self.now - old.unhealthy_until) / MILLI
+                );
+                self.check.false_takeover(self.now, d);
+            }
+        }
+        self.primary = i;
+        if let Some(log) = self.procs[i].actor.as_ref().and_then(|a| a.log()).cloned() {
+            self.check.log_holds_delivered(
+                self.now,
+                &log,
+                &format!("node {i}, primary of term {term}"),
+            );
+        }
+    }
+
+    fn deliveries(&mut self) {
+        let mut batches: BTreeMap<usize, Vec<(SocketAddr, Vec<u8>)>> = BTreeMap::new();
+        while let Some(f) = self.net.pop_due(self.now) {
+            if self.procs[f.to].actor.is_none() || !self.listens(f.to, f.to_addr) {
+                continue;
+            }
+            let p = &mut self.procs[f.to];
+            if p.paused.is_some() {
+                if p.inbox.len() < INBOX {
+                    p.inbox.push_back((f.from, f.bytes));
+                } else {
+                    self.net.stats.overflowed += 1;
+                }
+                continue;
+            }
+            self.net.stats.delivered += 1;
+            batches.entry(f.to).or_default().push((f.from, f.bytes));
+        }
+        for (i, b) in batches {
+            self.batch(i, b);
+        }
+    }
+
+    /// Process `i` reads `b` (one receive batch); it ticks right after.
+    fn batch(&mut self, i: usize, b: Vec<(SocketAddr, Vec<u8>)>) {
+        let now = self.local(i);
+        let Some(mut a) = self.procs[i].actor.take() else {
+            return;
+        };
+        for (from, d) in &b {
+            a.on_datagram(now, *from, d, &mut self.out, &mut self.ev);
+        }
+        a.end_batch(now, &mut self.out, &mut self.ev);
+        self.procs[i].actor = Some(a);
+        self.procs[i].next_tick = self.now;
+        self.after(i);
+    }
+
+    fn tick(&mut self, i: usize) {
+        let now = self.local(i);
+        let Some(mut a) = self.procs[i].actor.take() else {
+            return;
+        };
+        let due = a.tick(now, &mut self.out, &mut self.ev);
+        self.procs[i].actor = Some(a);
+        // At least a microsecond on: a core asking for `now` again is
+        // ticked again in the next step.
+        let off = self.procs[i].offset;
+        self.procs[i].next_tick = due.saturating_sub(off).max(self.now + MICRO);
+        self.after(i);
+    }
+
+    fn ticks(&mut self) {
+        for i in 0..self.procs.len() {
+            if self.procs[i].runs() && self.procs[i].next_tick <= self.now {
+                self.tick(i);
+            }
+        }
+    }
+
+    fn restarts_and_resumes(&mut self) {
+        for i in 0..self.procs.len() {
+            if self.procs[i].actor.is_none() && self.procs[i].restart_at <= self.now {
+                let disk = self.procs[i].disk.take().unwrap_or_default();
+                let primary = self.primary;
+                let a =
+                    self.proto
+                        .start_node(i, &self.node_addrs, disk, true, primary, self.local(i));
+                self.trace(|| format!("node {i} restarts"));
+                self.procs[i].actor = Some(a);
+                self.procs[i].next_tick = self.now;
+            }
+            if let Some((until, tick_first)) = self.procs[i].paused {
+                if until <= self.now {
+                    self.procs[i].paused = None;
+                    self.trace(|| format!("process {i} resumes"));
+                    if tick_first {
+                        self.tick(i);
+                    }
+                    let b: Vec<_> = self.procs[i].inbox.drain(..).collect();
+                    if !b.is_empty() {
+                        self.batch(i, b);
+                    }
+                    self.procs[i].next_tick = self.now;
+                }
+            }
+        }
+    }
+
+    fn undo_link_faults(&mut self) {
+        let now = self.now;
+        let (due, keep): (Vec<_>, Vec<_>) = self.heals.drain(..).partition(|h| h.0 <= now);
+        self.heals = keep;
+        for (_, a, b) in due {
+            self.net.heal(a, b);
+            self.net.heal(b, a);
+        }
+    }
+
+    fn mark(&mut self, i: usize, until: Nanos) {
+        let p = &mut self.procs[i];
+        p.unhealthy_until = p.unhealthy_until.max(until);
+    }
+
+    fn inject(&mut self) {
+        let kinds = &self.cfg.faults;
+        if kinds.is_empty() {
+            return;
+        }
+        let f = kinds[self.rng.range(0, kinds.len() as u64) as usize];
+        let n_nodes = self.node_addrs.len();
+        let n = self.procs.len();
+        let now = self.now;
+        let i = match f {
+            Fault::Crash => self.rng.range(0, n_nodes as u64) as usize,
+            _ => self.rng.range(0, n as u64) as usize,
+        };
+        let d = match f {
+            Fault::Crash => self.rng.range(50, 500) * MILLI,
+            Fault::Pause | Fault::Stall => self.rng.range(50, 800) * MILLI,
+            Fault::ClockJump => self.rng.range(20, 300) * MILLI,
+            _ => self.rng.range(100, 1000) * MILLI,
+        };
+        match f {
+            Fault::Crash => {
+                let Some(a) = self.procs[i].actor.take() else {
+                    return;
+                };
+                self.trace(|| format!("crash node {i} for {} ms", d / MILLI));
+                let p = &mut self.procs[i];
+                p.disk = a.crash();
+                p.restart_at = now + d;
+                p.paused = None;
+                p.inbox.clear();
+                self.mark(i, now + d);
+            }
+            Fault::Pause | Fault::Stall => {
+                if !self.procs[i].runs() {
+                    return;
+                }
+                self.trace(|| format!("{} process {i} for {} ms", f.name(), d / MILLI));
+                self.procs[i].paused = Some((now + d, f == Fault::Stall));
+                self.mark(i, now + d);
+            }
+            Fault::ClockJump => {
+                self.trace(|| format!("clock of process {i} jumps {} ms", d / MILLI));
+                self.procs[i].offset += d;
+                self.mark(i, now);
+            }
+            Fault::Partition => {
+                self.trace(|| format!("partition process {i} for {} ms", d / MILLI));
+                for j in 0..n {
+                    if j != i {
+                        let cut = Link {
+                            cut: true,
+                            ..self.net.default
+                        };
+                        self.net.set_link(i, j, cut);
+                        self.net.set_link(j, i, cut);
+                        self.heals.push((now + d, i, j));
+                        self.mark(j, now + d);
+                    }
+                }
+                self.mark(i, now + d);
+            }
+            Fault::Lossy | Fault::Reorder => {
+                let j = (i + 1 + self.rng.range(0, n as u64 - 1) as usize) % n;
+                let l = if f == Fault::Lossy {
+                    Link {
+                        loss: 0.1 + 0.4 * self.rng.unit(),
+                        ..self.net.default
+                    }
+                } else {
+                    Link {
+                        reorder: 0.2,
+                        reorder_window: self.rng.range(500, 5_000) * MICRO,
+                        dup: 0.05,
+                        ..self.net.default
+                    }
+                };
+                self.trace(|| format!("{} {i}<->{j} for {} ms: {l:?}", f.name(), d / MILLI));
+                self.net.set_link(i, j, l);
+                self.net.set_link(j, i, l);
+                self.heals.push((now + d, i, j));
+                self.mark(i, now + d);
+                self.mark(j, now + d);
+            }
+        }
+        *self.faults.entry(f.name()).or_default() += 1;
+    }
+
+    fn heal_everything(&mut self) {
+        self.trace(|| "heal everything".to_string());
+        self.net.heal_all();
+        self.heals.clear();
+        for i in 0..self.procs.len() {
+            if self.procs[i].actor.is_none() {
+                self.procs[i].restart_at = self.now;
+            }
+            if let Some((_, t)) = self.procs[i].paused {
+                self.procs[i].paused = Some((self.now, t));
+            }
+        }
+        self.restarts_and_resumes();
+    }
+}
+
+/// The second address of a node (the port after its own): the socket a
+/// standby of today follows from.
+pub fn follower_addr(a: SocketAddr) -> SocketAddr {
+    SocketAddr::new(a.ip(), a.port() + 1)
+}
+
+/// The session record a new log starts with.
+pub fn session_log(session: u64) -> crate::seq::core::MemLog {
+    use crate::seq::core::Log;
+    let mut log = crate::seq::core::MemLog::new();
+    let mut e = Vec::new();
+    wire::write_msg(&mut e, 0, session, CONTROL, &[]);
+    log.append(&e).expect("memory log");
+    log
+}
+
+/// The entries of a log as messages (for reports).
+pub fn messages(log: &crate::seq::core::MemLog) -> Vec<(u64, u32, u64)> {
+    (0..log.len())
+        .filter_map(|i| {
+            let m = Msg::from_entry(log.entry(i)?).ok()?;
+            Some((i, m.member_id, m.member_seq))
+        })
+        .collect()
+}
