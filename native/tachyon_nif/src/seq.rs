@@ -15,10 +15,11 @@ use std::time::Duration;
 use rustler::types::atom::Atom;
 use rustler::{Binary, Encoder, Env, LocalPid, Monitor, NewBinary, NifResult, Term};
 use tachyon_core::credit::Credits;
+use tachyon_core::report::{Report, Reporter};
 use tachyon_core::seq::member::PublishError;
 use tachyon_core::seq::{
-    BusMode, Member, MemberConfig, MemberStats, SeqError, Sequencer, SequencerConfig,
-    SequencerStats, Standby, StandbyConfig,
+    BusMode, Member, MemberConfig, MemberEvent, MemberStats, SeqError, Sequencer, SequencerConfig,
+    SequencerStats, TwoNodes,
 };
 use tachyon_core::wait::Waiter;
 use tachyon_core::worker::Worker;
@@ -35,6 +36,7 @@ mod seq_atoms {
     rustler::atoms! {
         tachyon_bus,
         tachyon_bus_ready,
+        tachyon_bus_event,
         not_poll,
         unicast,
         multicast,
@@ -81,17 +83,45 @@ fn decode_bus<'a>(term: Term<'a>) -> NifResult<BusMode> {
 
 // -- the sequencer ---------------------------------------------------------------
 
-/// A sequencer: a primary, or a standby (which may have become one).
+/// A sequencer node (a group of one, or one node of a group).
 pub struct SeqResource {
-    node: Mutex<Node>,
+    node: Mutex<Sequencer>,
+    /// Where the node's events go (`seq_report_to`); kept until then.
+    events: Arc<Mutex<Events>>,
 }
 
-enum Node {
-    Primary(Sequencer),
-    Standby(Standby),
+/// The node's events: kept until a process listens (a bounded few: the
+/// first role change can come before the server's `init` runs).
+struct Events {
+    id: u64,
+    to: Option<(LocalPid, Reporter)>,
+    early: Vec<Report>,
+}
+
+impl Events {
+    fn send(&mut self, r: Report) {
+        match self.to.as_mut() {
+            Some((_, rep)) => rep(r),
+            None if self.early.len() < 64 => self.early.push(r),
+            None => {}
+        }
+    }
+
+    /// From now on to `pid`, the kept ones first.
+    fn listen(&mut self, pid: LocalPid) {
+        let mut rep = crate::deliver::reporter(pid, "sequencer", self.id);
+        for r in self.early.drain(..) {
+            rep(r);
+        }
+        self.to = Some((pid, rep));
+    }
 }
 
 crate::hot_resource!(SeqResource, c"SeqResource");
+
+fn seq_reporter(events: Arc<Mutex<Events>>) -> Reporter {
+    Box::new(move |r: Report| events.lock().unwrap_or_else(|e| e.into_inner()).send(r))
+}
 
 fn seq_stats_map<'a>(env: Env<'a>, s: &SequencerStats) -> NifResult<Term<'a>> {
     map(
@@ -101,25 +131,47 @@ fn seq_stats_map<'a>(env: Env<'a>, s: &SequencerStats) -> NifResult<Term<'a>> {
             ("datagrams", s.datagrams.encode(env)),
             ("heartbeats", s.heartbeats.encode(env)),
             ("duplicates", s.duplicates.encode(env)),
+            ("held", s.held.encode(env)),
             ("out_of_order", s.out_of_order.encode(env)),
+            ("nacks", s.nacks.encode(env)),
             ("replays", s.replays.encode(env)),
             ("replayed", s.replayed.encode(env)),
+            ("replays_dropped", s.replays_dropped.encode(env)),
             ("malformed", s.malformed.encode(env)),
+            ("strangers", s.strangers.encode(env)),
             ("wrong_session", s.wrong_session.encode(env)),
             ("oversized", s.oversized.encode(env)),
             ("send_errors", s.send_errors.encode(env)),
             ("store_errors", s.store_errors.encode(env)),
             ("members", s.members.encode(env)),
+            ("backpressure", s.backpressure.encode(env)),
+            ("not_primary", s.not_primary.encode(env)),
+            ("taken", s.taken.encode(env)),
+            ("elections", s.elections.encode(env)),
+            ("terms_led", s.terms_led.encode(env)),
+            ("stepped_down", s.stepped_down.encode(env)),
+            ("truncated", s.truncated.encode(env)),
+            ("copied", s.copied.encode(env)),
+            ("acks", s.acks.encode(env)),
             ("next_seq", s.next_seq.encode(env)),
+            ("commit", s.commit.encode(env)),
             ("epoch", s.epoch.encode(env)),
+            ("role", atom(env, s.role)),
+            (
+                "leader",
+                s.leader.map_or(atoms::nil().encode(env), |l| l.encode(env)),
+            ),
+            ("session", s.session.encode(env)),
         ],
     )
 }
 
-/// Starts a sequencer. `opts`: ip, port, path, bus, wait, core, batch,
+/// Starts a sequencer node. `opts`: ip, port, path, bus, wait, core, batch,
 /// max_datagram, batching, heartbeat_us, heartbeat_after_us, replay_max,
-/// segment_size, max_message_size, recbuf, sndbuf, reuseaddr. Returns
-/// `{:ok, ref, info}` or `{:error, reason}`.
+/// segment_size, recbuf, sndbuf, reuseaddr, group (a list of `{ip, port}`,
+/// empty for a group of one), election_timeout_us, two_nodes (`:safe` or
+/// `:available`), eager, report_id. Returns `{:ok, ref, info}` or
+/// `{:error, reason}`.
 #[rustler::nif(schedule = "DirtyIo")]
 fn seq_start<'a>(env: Env<'a>, opts: Term<'a>) -> NifResult<Term<'a>> {
     let path: String = get(env, opts, "path")?;
@@ -137,124 +189,99 @@ fn seq_start<'a>(env: Env<'a>, opts: Term<'a>) -> NifResult<Term<'a>> {
     cfg.store.max_message_size = cfg.max_datagram;
     cfg.store.prepared_segments = 1;
     cfg.socket = decode_socket_opts(env, opts)?;
-    let role: Atom = get(env, opts, "role")?;
-    let node = if role.to_term(env).atom_to_string()? == "standby" {
-        let (pip, pport): (Term, u16) = get(env, opts, "primary")?;
-        let scfg = StandbyConfig {
-            primary: SocketAddr::new(decode_ip(pip)?, pport),
-            follower_id: get(env, opts, "follower_id")?,
-            takeover_after: micros(env, opts, "takeover_after_us")?,
-            seq: cfg,
-        };
-        Standby::start(scfg).map(Node::Standby)
-    } else {
-        Sequencer::start(cfg).map(Node::Primary)
-    };
-    match node {
-        Ok(Node::Primary(s)) => {
-            let p = s.placement();
-            let info = map(
-                env,
-                &[
-                    ("address", encode_addr(env, &s.local_addr())),
-                    ("session", s.session().encode(env)),
-                    ("recovered_members", s.recovered_members().encode(env)),
-                    ("next_seq", s.stats().next_seq.encode(env)),
-                    ("epoch", s.stats().epoch.encode(env)),
-                    ("core", p.core.encode(env)),
-                    ("pinned", p.pinned.encode(env)),
-                    ("wait", atom(env, p.wait.name())),
-                ],
-            )?;
-            let res = Handle::new(SeqResource {
-                node: Mutex::new(Node::Primary(s)),
-            });
-            Ok((atoms::ok(), res, info).encode(env))
-        }
-        Ok(Node::Standby(sb)) => {
-            let info = map(env, &[("next_seq", sb.stats().next_seq.encode(env))])?;
-            let res = Handle::new(SeqResource {
-                node: Mutex::new(Node::Standby(sb)),
-            });
-            Ok((atoms::ok(), res, info).encode(env))
-        }
-        Err(e) => Ok(seq_error(env, &e)),
+    for (ip, port) in get::<Vec<(Term, u16)>>(env, opts, "group")? {
+        cfg.group.push(SocketAddr::new(decode_ip(ip)?, port));
     }
+    cfg.election_timeout = micros(env, opts, "election_timeout_us")?;
+    let two: Atom = get(env, opts, "two_nodes")?;
+    cfg.two_nodes = match two.to_term(env).atom_to_string()?.as_str() {
+        "safe" => TwoNodes::Safe,
+        "available" => TwoNodes::Available,
+        _ => return Err(rustler::Error::BadArg),
+    };
+    cfg.eager = get(env, opts, "eager")?;
+    let events = Arc::new(Mutex::new(Events {
+        id: get(env, opts, "report_id")?,
+        to: None,
+        early: Vec::new(),
+    }));
+    let rep = seq_reporter(events.clone());
+    let s = match Sequencer::start_reporting(cfg, Some(rep)) {
+        Ok(s) => s,
+        Err(e) => return Ok(seq_error(env, &e)),
+    };
+    let p = s.placement();
+    let st = s.stats();
+    let info = map(
+        env,
+        &[
+            ("address", encode_addr(env, &s.local_addr())),
+            ("session", s.session().encode(env)),
+            ("recovered_members", s.recovered_members().encode(env)),
+            ("next_seq", s.first_next().encode(env)),
+            ("epoch", st.epoch.encode(env)),
+            ("node_id", s.id().encode(env)),
+            ("core", p.core.encode(env)),
+            ("pinned", p.pinned.encode(env)),
+            ("wait", atom(env, p.wait.name())),
+        ],
+    )?;
+    let res = Handle::new(SeqResource {
+        node: Mutex::new(s),
+        events,
+    });
+    Ok((atoms::ok(), res, info).encode(env))
 }
 
-/// Stops the sequencer and joins its thread: the port is free and the log
-/// closed on return.
-#[rustler::nif(schedule = "DirtyIo")]
-fn seq_stop(res: &SeqResource) -> Atom {
-    match &mut *res.node.lock().unwrap_or_else(|e| e.into_inner()) {
-        Node::Primary(s) => s.stop(),
-        Node::Standby(sb) => sb.stop(),
-    }
+/// Sends the node's events, from now on (and those it kept until now), to
+/// `pid` as `{:tachyon_report, :sequencer, id, kind, fields}`.
+#[rustler::nif]
+fn seq_report_to(res: &SeqResource, pid: LocalPid) -> Atom {
+    res.events
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .listen(pid);
     atoms::ok()
 }
 
-/// Tells a standby to take over now (its primary's node went down).
-/// `:ok` or `{:error, :not_standby}`.
-#[rustler::nif]
-fn seq_takeover<'a>(env: Env<'a>, res: &SeqResource) -> Term<'a> {
-    match &*res.node.lock().unwrap_or_else(|e| e.into_inner()) {
-        Node::Standby(sb) => {
-            sb.take_over();
-            atoms::ok().encode(env)
-        }
-        Node::Primary(_) => (atoms::error(), atom(env, "not_standby")).encode(env),
-    }
+/// Stops the node and joins its threads: the port is free and the log
+/// closed on return.
+#[rustler::nif(schedule = "DirtyIo")]
+fn seq_stop(res: &SeqResource) -> Atom {
+    res.node.lock().unwrap_or_else(|e| e.into_inner()).stop();
+    atoms::ok()
 }
 
-/// `{:ok, stats}`: a primary's counters with `role: :primary`, and for a
-/// standby `role: :standby` with `:next_seq`, `:copied`, `:rebuilt` and
-/// `:error` until it takes over, then the counters of the sequencer it
-/// became with `:takeover_ns`. `{:error, :closed}` once stopped.
+/// Holds an election now (the primary's BEAM node went down); in a group of
+/// two the witness's vote too.
+#[rustler::nif]
+fn seq_takeover(res: &SeqResource) -> Atom {
+    res.node
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .take_over();
+    atoms::ok()
+}
+
+/// The witness (this BEAM node) saw node `id`'s BEAM node go down.
+#[rustler::nif]
+fn seq_witness_down(res: &SeqResource, id: u8) -> Atom {
+    res.node
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .witness_down(id);
+    atoms::ok()
+}
+
+/// `{:ok, stats}` (with `:role`, `:epoch`, `:leader`, `:commit`), or
+/// `{:error, :closed}` once stopped.
 #[rustler::nif]
 fn seq_stats<'a>(env: Env<'a>, res: &SeqResource) -> NifResult<Term<'a>> {
     let node = res.node.lock().unwrap_or_else(|e| e.into_inner());
-    let (stats, role, extra) = match &*node {
-        Node::Primary(s) if s.is_running() => (Some(s.stats()), "primary", vec![]),
-        Node::Primary(_) => return Ok((atoms::error(), atoms::closed()).encode(env)),
-        Node::Standby(sb) => {
-            let st = sb.stats();
-            let promoted = sb.promoted();
-            match promoted.as_ref() {
-                Some(s) if s.is_running() => (
-                    Some(s.stats()),
-                    "primary",
-                    vec![
-                        ("takeover_ns", st.takeover_ns.encode(env)),
-                        ("address", encode_addr(env, &s.local_addr())),
-                    ],
-                ),
-                Some(_) => return Ok((atoms::error(), atoms::closed()).encode(env)),
-                None => (
-                    None,
-                    "standby",
-                    vec![
-                        ("next_seq", st.next_seq.encode(env)),
-                        ("copied", st.copied.encode(env)),
-                        ("rebuilt", st.rebuilt.encode(env)),
-                        ("following", st.following.encode(env)),
-                        (
-                            "error",
-                            sb.error()
-                                .map_or(atoms::nil().encode(env), |e| atom(env, &e)),
-                        ),
-                    ],
-                ),
-            }
-        }
-    };
-    let mut m = match stats {
-        Some(s) => seq_stats_map(env, &s)?,
-        None => map(env, &[])?,
-    };
-    m = m.map_put(atom(env, "role"), atom(env, role))?;
-    for (k, v) in extra {
-        m = m.map_put(atom(env, k), v)?;
+    if !node.is_running() {
+        return Ok((atoms::error(), atoms::closed()).encode(env));
     }
+    let m = seq_stats_map(env, &node.stats())?;
     Ok((atoms::ok(), m).encode(env))
 }
 
@@ -334,6 +361,44 @@ fn bus_msg<'a>(env: Env<'a>, bus: Term<'a>, seq: u64, id: u32, data: &[u8]) -> T
     bin.as_mut_slice().copy_from_slice(data);
     let bin: Binary = bin.into();
     (seq_atoms::tachyon_bus(), bus, seq, id, bin).encode(env)
+}
+
+/// A member's event as `{:tachyon_bus_event, bus, kind, fields}`.
+fn bus_event<'a>(env: Env<'a>, bus: Term<'a>, e: &MemberEvent) -> Term<'a> {
+    let (kind, fields): (&str, Vec<(&str, Term<'a>)>) = match *e {
+        MemberEvent::Fork { next, epoch, term } => (
+            "fork",
+            vec![
+                ("next_seq", next.encode(env)),
+                ("last_epoch", epoch.encode(env)),
+                ("epoch", term.encode(env)),
+            ],
+        ),
+        MemberEvent::Renumbered { lost } => ("renumbered", vec![("lost", lost.encode(env))]),
+        MemberEvent::Taken => ("member_id_taken", vec![]),
+        MemberEvent::Term { term } => ("epoch", vec![("epoch", term.encode(env))]),
+    };
+    let fields = map(env, &fields).unwrap_or_else(|_| atoms::nil().encode(env));
+    (seq_atoms::tachyon_bus_event(), bus, atom(env, kind), fields).encode(env)
+}
+
+/// Sends the member's events (if any) to its owner.
+fn send_events<B>(bus: B, member: &Member, owner: &Owner, out: &mut ProcessSender)
+where
+    B: for<'b> Fn(Env<'b>) -> Term<'b>,
+{
+    let events = member.take_events();
+    if events.is_empty() {
+        return;
+    }
+    let pid = owner.pid();
+    for e in &events {
+        out.send(&pid, |env| {
+            let b = bus(env);
+            bus_event(env, b, e)
+        });
+    }
+    out.end_batch();
 }
 
 /// Joins the bus (blocks until the sequencer's welcome, or
@@ -418,7 +483,10 @@ fn bus_open<'a>(env: Env<'a>, opts: Term<'a>, owner: LocalPid) -> NifResult<Term
                 });
                 out.end_batch();
                 match got {
-                    Ok(n) if n > 0 => waiter.reset(),
+                    Ok(n) if n > 0 => {
+                        send_events(|env| handle.encode(env), m, &handle.owner, &mut out);
+                        waiter.reset()
+                    }
                     Ok(_) => {
                         let due = m.tick();
                         waiter.idle_at_most(Some(due), || false);
@@ -458,6 +526,7 @@ fn publish_result<'a>(env: Env<'a>, r: Result<u64, PublishError>) -> Term<'a> {
         Err(PublishError::TooLarge) => (atoms::error(), atoms::too_large()).encode(env),
         Err(PublishError::Busy) => (atoms::error(), atoms::busy()).encode(env),
         Err(PublishError::Closed) => (atoms::error(), atoms::closed()).encode(env),
+        Err(PublishError::Taken) => (atoms::error(), atom(env, "member_id_taken")).encode(env),
     }
 }
 
@@ -508,6 +577,12 @@ fn bus_recv<'a>(
         }
         Ok(if items.is_empty() { 0 } else { n })
     });
+    send_events(
+        |e| res.to_term(e),
+        &res.member,
+        &res.owner,
+        &mut ProcessSender::new(),
+    );
     polled.into_term(env, || {
         let mut bin = NewBinary::new(env, bytes.len());
         bin.as_mut_slice().copy_from_slice(&bytes);

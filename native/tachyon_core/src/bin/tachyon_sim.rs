@@ -5,21 +5,24 @@
 //!
 //! ```text
 //! tachyon_sim [--seeds N] [--from S] [--seed S] [--trace] [--faults crash,pause,...]
-//!             [--members M] [--seconds S] [--loss P] [--protocol today]
+//!             [--nodes N] [--two-nodes safe|available] [--members M] [--seconds S]
+//!             [--loss P] [--large P]
 //! ```
 
 use std::collections::BTreeMap;
-use std::io::Write;
+use std::io::{IsTerminal, Write};
 use std::time::Instant;
 
+use tachyon_core::seq::core::node::TwoNodes;
 use tachyon_core::seq::core::MILLI;
-use tachyon_core::seq::sim::{self, today::Today, Fault, Protocol, SimConfig};
+use tachyon_core::seq::sim::{self, Fault, Group, Protocol, SimConfig};
 
 fn main() {
     let mut args = std::env::args().skip(1);
     let (mut seeds, mut from, mut trace) = (100u64, 1u64, false);
     let mut cfg = SimConfig::new(0);
-    let mut proto_name = "today".to_string();
+    let mut group = Group::new(3);
+    let mut slow_ms = f64::INFINITY;
     while let Some(a) = args.next() {
         let mut val = || args.next().unwrap_or_else(|| usage(&a));
         match a.as_str() {
@@ -44,14 +47,19 @@ fn main() {
                     .map(|s| Fault::parse(s).unwrap_or_else(|| usage(s)))
                     .collect()
             }
-            "--protocol" => proto_name = val(),
+            "--slow" => slow_ms = val().parse().unwrap_or_else(|_| usage("--slow")),
+            "--nodes" => group.nodes = val().parse().unwrap_or_else(|_| usage("--nodes")),
+            "--two-nodes" => {
+                group.two_nodes = match val().as_str() {
+                    "safe" => TwoNodes::Safe,
+                    "available" => TwoNodes::Available,
+                    other => usage(other),
+                }
+            }
             _ => usage(&a),
         }
     }
-    let proto: Box<dyn Protocol> = match proto_name.as_str() {
-        "today" => Box::new(Today::default()),
-        other => usage(other),
-    };
+    let proto: Box<dyn Protocol> = Box::new(group);
     println!(
         "tachyon_sim: {} ({} nodes, {} members), seeds {}..{}, faults {:?}, base loss {}",
         proto.name(),
@@ -66,6 +74,7 @@ fn main() {
     let mut faults: BTreeMap<&str, u64> = BTreeMap::new();
     let mut kinds: BTreeMap<&str, Vec<u64>> = BTreeMap::new();
     let (mut steps, mut checks, mut delivered, mut takeovers) = (0u64, 0u64, 0u64, 0u64);
+    let mut forks = 0u64;
     let mut failed = 0;
     let mut worst_converge = 0;
     for seed in from..from + seeds {
@@ -76,11 +85,18 @@ fn main() {
         checks += r.checks;
         delivered += r.delivered;
         takeovers += r.takeovers;
+        forks += r.forks_reported;
         for (k, v) in &r.faults {
             *faults.entry(k).or_default() += v;
         }
         if let Some(c) = r.converge_after_heal {
             worst_converge = worst_converge.max(c);
+            if c as f64 / 1e6 > slow_ms {
+                println!(
+                    "\nseed {seed}: converged {:.1} ms after the heal",
+                    c as f64 / 1e6
+                );
+            }
         }
         if !r.ok() {
             failed += 1;
@@ -93,7 +109,7 @@ fn main() {
                 v.detail
             );
         }
-        if seeds > 1 {
+        if seeds > 1 && std::io::stdout().is_terminal() {
             print!(
                 "\r  {}/{} seeds, {} failed, {:.0} s",
                 seed - from + 1,
@@ -110,6 +126,7 @@ fn main() {
     println!("invariant checks:    {checks}");
     println!("messages delivered:  {delivered}");
     println!("takeovers:           {takeovers}");
+    println!("forks reported:      {forks}");
     println!("faults injected:     {faults:?}");
     println!(
         "worst convergence after the heal: {:.1} ms",
@@ -128,8 +145,8 @@ fn main() {
 fn usage(bad: &str) -> ! {
     eprintln!(
         "tachyon_sim: bad argument {bad:?}\nusage: tachyon_sim [--seeds N] [--from S] [--seed S] [--trace] \
-         [--faults crash,pause,stall,partition,lossy_link,reorder_link,clock_jump] [--members M] \
-         [--seconds S] [--loss P] [--protocol today]"
+         [--faults crash,pause,stall,partition,lossy_link,reorder_link,clock_jump] [--nodes N] \
+         [--two-nodes safe|available] [--members M] [--seconds S] [--loss P] [--large P]"
     );
     std::process::exit(2)
 }

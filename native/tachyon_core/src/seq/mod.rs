@@ -1,27 +1,27 @@
-//! A total-order message bus over UDP, after CoralSequencer.
+//! A total-order message bus over UDP, after CoralSequencer, with
+//! failover after Raft.
 //!
 //! * [`wire`]: the datagrams (docs/FORMAT.md, "Sequencer and bus").
-//! * [`sequencer`]: [`Sequencer`], a thread that stamps every message a
-//!   member publishes with the next index of its log (a
-//!   [`crate::store::Store`]), appends it and sends it on the bus, drops
-//!   duplicates by `(member_id, member_seq)` and answers replay requests.
-//! * [`member`]: [`Member`], a member of the bus: publishes commands,
-//!   resends the ones it does not see sequenced in time, delivers every
-//!   message in sequence order exactly once, fills gaps by asking the
-//!   sequencer (one round trip), rewinds from any sequence number, and
-//!   reassembles fragmented messages.
-//!
-//! * [`standby`]: [`Standby`], a sequencer that follows the primary and
-//!   takes over (a new epoch) when it falls silent.
+//! * [`core`]: the protocol as state machines without I/O: a node of a
+//!   sequencer group ([`core::node`]: Raft's follower, candidate and
+//!   primary; the primary stamps every message with the next index of its
+//!   log, sends it on the bus and commits it once a majority holds it) and
+//!   a member ([`core::member`]: publishes, resends, delivers in order below
+//!   the commit position exactly once, fills gaps, rewinds, reassembles,
+//!   follows new primaries and reports forks).
+//! * [`sequencer`]: [`Sequencer`], a node's shell (a thread, its socket, a
+//!   replayer thread, a [`nodelog::NodeLog`]).
+//! * [`member`]: [`Member`], a member's shell.
+//! * [`sim`]: the deterministic simulator that checks the protocol.
 //!
 //! The bus is UDP multicast, or a unicast fan-out to the members that said
 //! hello (for networks without multicast).
 
 pub mod core;
 pub mod member;
+pub mod nodelog;
 pub mod sequencer;
 pub mod sim;
-pub mod standby;
 pub mod wire;
 
 #[cfg(test)]
@@ -29,7 +29,8 @@ mod tests;
 
 use std::net::{Ipv4Addr, SocketAddr};
 
-pub use member::{Member, MemberConfig, MemberStats};
+pub use core::node::TwoNodes;
+pub use member::{Member, MemberConfig, MemberEvent, MemberStats};
 
 /// The shells' clock: nanoseconds since the first call in this process
 /// (the protocol's [`core::Nanos`]).
@@ -43,7 +44,6 @@ pub mod clock {
     }
 }
 pub use sequencer::{Sequencer, SequencerConfig, SequencerStats};
-pub use standby::{Standby, StandbyConfig, StandbyStats};
 
 use crate::store::StoreError;
 
@@ -74,6 +74,8 @@ pub enum SeqError {
     BadConfig,
     /// No welcome from the sequencer in time.
     Timeout,
+    /// The member id is bound to another member.
+    Taken,
 }
 
 impl SeqError {
@@ -88,8 +90,18 @@ impl SeqError {
             SeqError::BadLog => "bad_log".into(),
             SeqError::BadConfig => "badarg".into(),
             SeqError::Timeout => "timeout".into(),
+            SeqError::Taken => "member_id_taken".into(),
         }
     }
+}
+
+/// A session id (a new log's): the clock, the pid and an address, mixed.
+pub fn new_session() -> u64 {
+    let t = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64);
+    let x = t ^ ((std::process::id() as u64) << 32) ^ (&t as *const u64 as u64).rotate_left(17);
+    core::Rng::new(x).next_u64().max(1)
 }
 
 impl From<StoreError> for SeqError {

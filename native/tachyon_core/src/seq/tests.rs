@@ -105,8 +105,10 @@ fn three_members_see_one_order() {
     for (i, got) in all.iter().enumerate() {
         assert_eq!(got.len(), 3 * per);
         assert_eq!(digest(got), digest(&all[0]), "member {} differs", i + 1);
+        // Index 0 is the session record, 1 the epoch record of the first
+        // term: messages start at 2, one number each.
         let seqs: Vec<u64> = got.iter().map(|g| g.0).collect();
-        assert_eq!(seqs, (1..=(3 * per) as u64).collect::<Vec<_>>());
+        assert_eq!(seqs, (2..2 + (3 * per) as u64).collect::<Vec<_>>());
         for id in 1..=3 {
             check_own_order(got, id, per);
         }
@@ -170,9 +172,12 @@ fn restart_continues_numbering_and_sequences_resent_commands_once() {
     assert_eq!(s.recovered_members(), 1);
     collect(&m, 20, &mut got);
     check_own_order(&got, 5, 20);
+    // The restarted node's term opens with an epoch record: one number
+    // skipped.
     let seqs: Vec<u64> = got.iter().map(|g| g.0).collect();
-    assert_eq!(seqs, (1..=20).collect::<Vec<_>>());
-    // A late member rewinds from 1 and sees the same.
+    let want: Vec<u64> = (2..12).chain(13..23).collect();
+    assert_eq!(seqs, want);
+    // A late member rewinds from 0 and sees the same.
     let late = member(&s, 6, Some(0));
     let mut again = Got::new();
     collect(&late, 20, &mut again);
@@ -283,7 +288,8 @@ fn multicast_bus() {
     collect(&a, 101, &mut ga);
     collect(&b, 101, &mut gb);
     assert_eq!(ga, gb);
-    assert!(b.stats().malformed >= 3, "{:?}", b.stats());
+    // Not from a node of the group: dropped before parsing.
+    assert!(b.stats().strangers >= 3, "{:?}", b.stats());
     assert_eq!(s.stats().members, 0, "no unicast fan-out in multicast mode");
     s.stop();
     let _ = std::fs::remove_dir_all(&dir);
@@ -298,25 +304,56 @@ fn free_port() -> u16 {
     s.local_addr().unwrap().port()
 }
 
-#[test]
-fn standby_takes_over_and_members_follow_without_loss_or_duplicates() {
-    let (pdir, sdir) = (tmp("primary"), tmp("standby"));
-    let mut p = sequencer(&pdir, 0);
-    let sport = free_port();
-    let mut scfg = SequencerConfig::new(SocketAddr::from(([127, 0, 0, 1], sport)), &sdir);
-    scfg.store = small_store();
-    scfg.wait = WaitStrategy::Park;
-    let mut sb = Standby::start(StandbyConfig {
-        seq: scfg,
-        primary: p.local_addr(),
-        follower_id: u32::MAX,
-        takeover_after: Duration::from_millis(50),
-    })
+fn group_node(dir: &PathBuf, group: &[SocketAddr], i: usize) -> Sequencer {
+    let mut cfg = SequencerConfig::new(group[i], dir);
+    cfg.group = group.to_vec();
+    cfg.store = small_store();
+    cfg.wait = WaitStrategy::Park;
+    cfg.eager = i == 0;
+    Sequencer::start(cfg).expect("node")
+}
+
+fn read_log(d: &PathBuf) -> Vec<(u64, Vec<u8>)> {
+    let st = store::Store::open(
+        d,
+        store::Config {
+            mode: store::Mode::Read,
+            ..small_store()
+        },
+    )
     .unwrap();
+    let mut all = Vec::new();
+    st.read_range(0, usize::MAX, usize::MAX, |i, e| all.push((i, e.to_vec())))
+        .unwrap();
+    all
+}
+
+fn wait_until(what: &str, mut f: impl FnMut() -> bool) {
+    let t0 = Instant::now();
+    while !f() {
+        assert!(t0.elapsed() < Duration::from_secs(20), "timed out: {what}");
+        std::thread::sleep(Duration::from_millis(2));
+    }
+}
+
+#[test]
+fn a_group_of_three_fails_over_and_members_follow_without_loss_or_duplicates() {
+    let dirs: Vec<PathBuf> = (0..3).map(|i| tmp(&format!("node{i}"))).collect();
+    let group: Vec<SocketAddr> = (0..3)
+        .map(|_| SocketAddr::from(([127, 0, 0, 1], free_port())))
+        .collect();
+    let mut nodes: Vec<Sequencer> = (0..3).map(|i| group_node(&dirs[i], &group, i)).collect();
+    wait_until("a primary", || {
+        nodes.iter().any(|n| n.stats().role == "primary")
+    });
+    let first = nodes
+        .iter()
+        .position(|n| n.stats().role == "primary")
+        .unwrap();
     let ms: Vec<Arc<Member>> = (1..=3)
         .map(|id| {
-            let mut c = MemberConfig::new(p.local_addr(), id);
-            c.alternates = vec![SocketAddr::from(([127, 0, 0, 1], sport))];
+            let mut c = MemberConfig::new(group[0], id);
+            c.alternates = group[1..].to_vec();
             c.hello_after = Duration::from_millis(20);
             c.resend_after = Duration::from_millis(10);
             Arc::new(Member::open(c).unwrap())
@@ -333,7 +370,7 @@ fn standby_takes_over_and_members_follow_without_loss_or_duplicates() {
                 let mut got = Got::new();
                 for i in 0..per {
                     if i == per / 2 {
-                        stop_at.wait(); // the primary dies here
+                        stop_at.wait(); // the primary stops here
                         stop_at.wait();
                     }
                     let msg = format!("{}:{i}", m.member_id());
@@ -345,7 +382,6 @@ fn standby_takes_over_and_members_follow_without_loss_or_duplicates() {
                     m.poll(32, &mut |s, id, d| got.push((s, id, d.to_vec())))
                         .unwrap();
                 }
-                // Everything published, plus the epoch record's number.
                 collect(&m, 3 * per, &mut got);
                 got
             })
@@ -353,81 +389,43 @@ fn standby_takes_over_and_members_follow_without_loss_or_duplicates() {
         .collect();
     stop_at.wait();
     std::thread::sleep(Duration::from_millis(20));
-    p.stop(); // its port closes: no heartbeats, no answers
+    nodes[first].stop();
     stop_at.wait();
     let all: Vec<Got> = threads.into_iter().map(|t| t.join().unwrap()).collect();
     for (i, got) in all.iter().enumerate() {
-        if got.len() != 3 * per {
-            eprintln!("member stats {:?}", ms[i].stats());
-            eprintln!("standby {:?} {:?}", sb.stats(), sb.error());
-            eprintln!("primary {:?}", p.stats());
-            if let Some(s) = sb.promoted().as_ref() {
-                eprintln!("promoted {:?}", s.stats());
-            }
-        }
-        assert_eq!(got.len(), 3 * per, "member {}", i + 1);
+        assert_eq!(got.len(), 3 * per, "member {}: {:?}", i + 1, ms[i].stats());
         assert_eq!(got, &all[0]);
         for id in 1..=3 {
             check_own_order(got, id, per);
         }
     }
-    let st = sb.stats();
-    assert!(st.promoted, "{st:?} {:?}", sb.error());
-    assert!(st.takeover_ns < 200_000_000, "{st:?}");
-    {
-        let promoted = sb.promoted();
-        let s = promoted.as_ref().unwrap();
-        assert_eq!(s.stats().epoch, 1);
-        assert_eq!(s.session(), p.session());
-    }
+    let second = (0..3)
+        .find(|&i| i != first && nodes[i].stats().role == "primary")
+        .expect("a new primary");
+    assert!(nodes[second].stats().epoch > nodes[first].stats().epoch);
     for m in &ms {
-        assert_eq!(m.stats().epoch, 1);
         assert_eq!(m.stats().forks, 0);
+        assert_eq!(m.stats().epoch, nodes[second].stats().epoch);
     }
-    // The old primary rejoins as a standby of the new one: it sets its log
-    // aside (an older epoch) and copies the new primary's.
-    let new_primary = sb.promoted().as_ref().unwrap().local_addr();
-    let mut pcfg = SequencerConfig::new(SocketAddr::from(([127, 0, 0, 1], 0)), &pdir);
-    pcfg.store = small_store();
-    pcfg.wait = WaitStrategy::Park;
-    let mut rejoined = Standby::start(StandbyConfig {
-        seq: pcfg,
-        primary: new_primary,
-        follower_id: u32::MAX - 1,
-        takeover_after: Duration::from_secs(60),
-    })
-    .unwrap();
-    let want = sb.promoted().as_ref().unwrap().stats().next_seq;
-    let t0 = Instant::now();
-    while rejoined.stats().next_seq < want && t0.elapsed() < Duration::from_secs(10) {
-        std::thread::sleep(Duration::from_millis(5));
+    // The stopped node comes back as a follower and catches up.
+    nodes[first] = group_node(&dirs[first], &group, first);
+    let want = nodes[second].stats().next_seq;
+    wait_until("the old primary catches up", || {
+        nodes
+            .iter()
+            .all(|n| n.stats().commit >= want - 1 && n.stats().next_seq >= want)
+    });
+    assert_eq!(nodes[second].stats().role, "primary");
+    for n in &mut nodes {
+        n.stop();
     }
-    let rs = rejoined.stats();
-    assert_eq!(
-        (rs.next_seq, rs.rebuilt),
-        (want, 1),
-        "{rs:?} {:?}",
-        rejoined.error()
+    let logs: Vec<_> = dirs.iter().map(read_log).collect();
+    assert!(
+        logs[0] == logs[1] && logs[1] == logs[2],
+        "one log everywhere"
     );
-    rejoined.stop();
-    sb.stop();
-    let read = |d: &PathBuf| {
-        let st = store::Store::open(
-            d,
-            store::Config {
-                mode: store::Mode::Read,
-                ..small_store()
-            },
-        )
-        .unwrap();
-        let mut all = Vec::new();
-        st.read_range(0, usize::MAX, usize::MAX, |i, e| all.push((i, e.to_vec())))
-            .unwrap();
-        all
-    };
-    let (a, b) = (read(&pdir), read(&sdir));
-    assert_eq!(a.len() as u64, want);
-    assert!(a == b, "the rejoined log equals the new primary's");
-    let _ = std::fs::remove_dir_all(&pdir);
-    let _ = std::fs::remove_dir_all(&sdir);
+    assert_eq!(logs[0].len() as u64, want);
+    for d in &dirs {
+        let _ = std::fs::remove_dir_all(d);
+    }
 }

@@ -408,6 +408,76 @@ fn cut_segment(seg: &Segment, k: usize, off: usize) -> u64 {
     bytes
 }
 
+/// Removes every entry from index `from` on from the store in `dir`, which
+/// no [`Store`] has open (it takes the directory's lock): the entries of
+/// the segment holding `from` are cut there, later segments are deleted,
+/// and a reopened store continues at `from`. Returns the entries removed.
+/// A sequencer node drops an uncommitted tail this way (rarely, after a
+/// change of primary): closing the store, truncating, reopening keeps the
+/// live writer, its pre-touch thread and prepared segments out of it.
+pub fn truncate_dir(dir: &Path, from: u64) -> Result<u64, StoreError> {
+    let lock_file = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(dir.join(".lock"))?;
+    // SAFETY: flock on an fd we own.
+    if unsafe { libc::flock(lock_file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
+        return Err(StoreError::Locked);
+    }
+    let mut segs = Vec::new();
+    for (seq, path) in list_segments(dir)? {
+        match Segment::open(&path, seq, true)? {
+            Some(s) => segs.push((s, path)),
+            // Prepared, never activated: removed (a reopen prepares anew).
+            None => fs::remove_file(&path)?,
+        }
+    }
+    let Some(first) = segs.first().map(|(s, _)| s.base()) else {
+        return if from == 0 {
+            Ok(0)
+        } else {
+            Err(StoreError::NotFound)
+        };
+    };
+    let counts: Vec<u64> = segs
+        .iter()
+        .map(|(s, _)| scan_segment(s, false).count as u64)
+        .collect();
+    let end = segs.last().map(|(s, _)| s.base()).unwrap_or(0) + counts.last().copied().unwrap_or(0);
+    if from < first || from > end {
+        return Err(StoreError::NotFound);
+    }
+    let mut removed = 0;
+    let mut dirty = false;
+    for (i, (seg, path)) in segs.iter().enumerate().rev() {
+        let (base, count) = (seg.base(), counts[i]);
+        if base + count <= from {
+            break;
+        }
+        if base >= from && i > 0 {
+            // Entirely at or after `from`, and not the first: deleted.
+            fs::remove_file(path)?;
+            removed += count;
+            dirty = true;
+            continue;
+        }
+        let k = (from - base) as usize;
+        let off = seg.slot(k).load(Ordering::Acquire) as usize;
+        if off != 0 {
+            cut_segment(seg, k, off);
+        }
+        seg.clear_seal();
+        removed += count - k as u64;
+        seg.sync_async();
+    }
+    if dirty {
+        fsync_dir(dir)?;
+    }
+    Ok(removed)
+}
+
 fn page_nonzero(seg: &Segment, from: usize, to: usize) -> bool {
     let mut o = from;
     while o + 8 <= to {

@@ -440,3 +440,46 @@ fn sealed_segments_are_mapped_read_only() {
     s.close();
     let _ = fs::remove_dir_all(&d);
 }
+
+#[test]
+fn truncate_dir_cuts_the_tail_across_segments() {
+    let d = tmp();
+    let s = Store::open(&d, small()).unwrap();
+    for i in 0..2000u64 {
+        s.append(&msg(i)).unwrap();
+    }
+    assert!(s.stats().rolls >= 3, "several segments");
+    s.close();
+    // Locked while open.
+    let open = Store::open(&d, small()).unwrap();
+    assert!(matches!(truncate_dir(&d, 10), Err(StoreError::Locked)));
+    open.close();
+    // Out of range.
+    assert!(matches!(truncate_dir(&d, 2001), Err(StoreError::NotFound)));
+    assert_eq!(truncate_dir(&d, 2000).unwrap(), 0);
+    // Within the last segment, then across segments, then to the start.
+    for cut in [1990u64, 700, 333, 1, 0] {
+        let before = Store::open(&d, small()).unwrap();
+        let end = before.next_index().unwrap();
+        before.close();
+        assert_eq!(truncate_dir(&d, cut).unwrap(), end - cut);
+        let s = Store::open(&d, small()).unwrap();
+        assert_eq!(s.next_index().unwrap(), cut, "cut at {cut}");
+        assert_eq!(s.recovery().lost_records, 0);
+        for i in 0..cut {
+            assert_eq!(s.read(i).unwrap(), msg(i));
+        }
+        assert!(matches!(s.read(cut), Err(StoreError::NotFound)));
+        // Appends continue at the cut, with other data.
+        for i in cut..cut + 50 {
+            assert_eq!(s.append(b"new").unwrap(), i);
+        }
+        s.close();
+        let s = Store::open(&d, small()).unwrap();
+        assert_eq!(s.next_index().unwrap(), cut + 50);
+        assert_eq!(s.read(cut + 49).unwrap(), b"new");
+        s.close();
+        assert_eq!(truncate_dir(&d, cut).unwrap(), 50);
+    }
+    fs::remove_dir_all(&d).unwrap();
+}

@@ -1,7 +1,9 @@
-//! The log a sequencer appends to and replays from: a [`Store`] in the
-//! shells, a [`MemLog`] in the simulator (whose "disk" survives a crash).
+//! The log a sequencer node appends to and replays from, with Raft's
+//! persistent state beside it (the node's term and vote): a `Store` and a
+//! small file in the shells (`seq::nodelog`), a [`MemLog`] in the
+//! simulator (whose "disk" survives a crash).
 
-use crate::store::{Store, StoreError};
+use crate::store::StoreError;
 
 /// Why a log operation failed.
 #[derive(Debug)]
@@ -23,12 +25,8 @@ impl From<StoreError> for LogError {
     }
 }
 
-/// An append-only log of entries indexed from 0.
-pub trait Log {
-    /// Appends one entry; returns its index.
-    fn append(&mut self, entry: &[u8]) -> Result<u64, LogError>;
-    /// The index the next append gets.
-    fn next_index(&self) -> u64;
+/// What can be read of a log (a replayer needs no more).
+pub trait Entries {
     /// Calls `f(index, entry)` for up to `max` entries from `from`; returns
     /// how many.
     fn read_range(
@@ -39,10 +37,27 @@ pub trait Log {
     ) -> Result<usize, LogError>;
 }
 
+/// An append-only log of entries indexed from 0, with Raft's persistent
+/// term and vote beside it.
+pub trait Log: Entries {
+    /// Appends one entry; returns its index.
+    fn append(&mut self, entry: &[u8]) -> Result<u64, LogError>;
+    /// The index the next append gets.
+    fn next_index(&self) -> u64;
+    /// Removes the entries from `from` on (a follower's uncommitted tail
+    /// that the primary's log does not hold).
+    fn truncate(&mut self, from: u64) -> Result<(), LogError>;
+    /// The node's last term and vote in it (`(0, None)` for a new node).
+    fn load_vote(&self) -> (u32, Option<u8>);
+    /// Records the term and vote durably before the node answers anyone.
+    fn save_vote(&mut self, term: u32, vote: Option<u8>) -> Result<(), LogError>;
+}
+
 /// An in-memory log (tests, the simulator).
 #[derive(Debug, Clone, Default)]
 pub struct MemLog {
     entries: Vec<Vec<u8>>,
+    vote: (u32, Option<u8>),
     /// Test aid: appends fail while set.
     pub full: bool,
 }
@@ -78,6 +93,25 @@ impl Log for MemLog {
         self.entries.len() as u64
     }
 
+    fn truncate(&mut self, from: u64) -> Result<(), LogError> {
+        if from > self.entries.len() as u64 {
+            return Err(LogError::NotFound);
+        }
+        self.entries.truncate(from as usize);
+        Ok(())
+    }
+
+    fn load_vote(&self) -> (u32, Option<u8>) {
+        self.vote
+    }
+
+    fn save_vote(&mut self, term: u32, vote: Option<u8>) -> Result<(), LogError> {
+        self.vote = (term, vote);
+        Ok(())
+    }
+}
+
+impl Entries for MemLog {
     fn read_range(
         &self,
         from: u64,
@@ -99,22 +133,20 @@ impl Log for MemLog {
     }
 }
 
-/// A [`Store`] as a log (the shells').
-impl Log for Store {
-    fn append(&mut self, entry: &[u8]) -> Result<u64, LogError> {
-        Ok(Store::append(self, entry)?)
-    }
-
-    fn next_index(&self) -> u64 {
-        Store::next_index(self).unwrap_or(0)
-    }
-
+/// A store's entries (the replayer's reads).
+impl Entries for crate::store::Store {
     fn read_range(
         &self,
         from: u64,
         max: usize,
         f: &mut dyn FnMut(u64, &[u8]),
     ) -> Result<usize, LogError> {
-        Ok(Store::read_range(self, from, max, usize::MAX, f)?)
+        Ok(crate::store::Store::read_range(
+            self,
+            from,
+            max,
+            usize::MAX,
+            f,
+        )?)
     }
 }

@@ -1,21 +1,27 @@
 //! The bus's protocol as plain state machines (sans-IO): no sockets,
 //! threads, clocks or sleeps inside. Each takes datagrams (with their
 //! source), ticks with the current time and local calls, and answers with
-//! datagrams handed to a [`Sink`], log appends through a [`Log`], and
-//! deliveries through a callback. The real sequencer, standby and member
-//! (`seq::sequencer`, `seq::standby`, `seq::member`) are thin shells
-//! around them (`recvmmsg`/`sendmmsg`, a `Store`, a wait strategy); the
-//! simulator (`seq::sim`) drives the same code through a simulated network.
+//! datagrams handed to a [`Sink`] (or an [`Env`]), log appends and
+//! truncations through a [`Log`], and deliveries through a callback.
+//!
+//! * [`node`]: a node of a sequencer group (Raft: follower, candidate,
+//!   primary; the primary sequences).
+//! * [`member`]: a member of the bus.
+//! * [`fill`]: gap filling by replay requests, for both.
+//!
+//! The real node and member (`seq::sequencer`, `seq::member`) are thin
+//! shells around them (`recvmmsg`/`sendmmsg`, a `Store`, a replayer thread,
+//! a wait strategy); the simulator (`seq::sim`) drives the same code
+//! through a simulated network.
 
+pub mod fill;
 pub mod log;
 pub mod member;
-mod recover;
-pub mod sequencer;
-pub mod standby;
+pub mod node;
 
 use std::net::SocketAddr;
 
-pub use log::{Log, LogError, MemLog};
+pub use log::{Entries, Log, LogError, MemLog};
 
 /// Time in nanoseconds on the caller's monotonic clock (any origin).
 pub type Nanos = u64;
@@ -34,6 +40,85 @@ pub trait Sink {
     /// Sends `d` to every address of `to` (one address, the multicast
     /// group, or the unicast fan-out).
     fn send(&mut self, to: &[SocketAddr], d: &[u8]);
+}
+
+/// A replay the primary hands to its replayer: the entries `[from, to)` of
+/// its log, in bus data datagrams with this header (their `seq` set per
+/// datagram), to `to_addr`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Replay {
+    pub to_addr: SocketAddr,
+    pub from: u64,
+    pub to: u64,
+    pub header: crate::seq::wire::BusHeader,
+    pub max_datagram: usize,
+}
+
+/// Packs a replay's entries into bus data datagrams (as many per datagram
+/// as fit) and hands each to `emit`; returns the entries sent. The
+/// replayer thread of the shell and the simulator both use it.
+pub fn replay_datagrams<L: Entries + ?Sized>(
+    log: &L,
+    job: &Replay,
+    buf: &mut Vec<u8>,
+    emit: &mut dyn FnMut(&[u8]),
+) -> Result<u64, LogError> {
+    use crate::seq::wire::{self, BusKind};
+    let mut count = 0u16;
+    let mut sent = 0u64;
+    let mut h = job.header;
+    let max = job.max_datagram;
+    let mut at = job.from;
+    while at < job.to {
+        let want = (job.to - at).min(4096) as usize;
+        let n = log.read_range(at, want, &mut |seq, e| {
+            if count > 0 && (buf.len() + e.len() > max || count == u16::MAX) {
+                wire::set_count(buf, count);
+                emit(buf);
+                count = 0;
+            }
+            if count == 0 {
+                h.seq = seq;
+                wire::bus_header(buf, BusKind::Data, &h, 0);
+            }
+            buf.extend_from_slice(e);
+            count += 1;
+            sent += 1;
+        })?;
+        if n == 0 {
+            break;
+        }
+        at += n as u64;
+    }
+    if count > 0 {
+        wire::set_count(buf, count);
+        emit(buf);
+    }
+    Ok(sent)
+}
+
+/// What a node reports to its shell (telemetry, tests, the simulator).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum NodeEvent {
+    /// This node is the primary of `term` (its epoch record at `start`).
+    Leader { term: u32, start: u64 },
+    /// This node follows `leader` (if known) in `term`.
+    Follower { term: u32, leader: Option<u8> },
+    /// A primary that lost its majority stopped sequencing.
+    SteppedDown { term: u32 },
+    /// This node asks for (pre-)votes for `term`.
+    Campaign { term: u32, pre: bool },
+    /// This node voted for `candidate` in `term`.
+    Voted { term: u32, candidate: u8 },
+    /// The entries from `from` on were removed (an uncommitted tail the
+    /// primary's log does not hold).
+    Truncated { from: u64, removed: u64 },
+}
+
+/// A node's environment: where its datagrams, replays and events go.
+pub trait Env: Sink {
+    fn replay(&mut self, job: Replay);
+    fn event(&mut self, e: NodeEvent);
 }
 
 /// A [`Sink`] that keeps what was sent (tests and the simulator).

@@ -1,14 +1,14 @@
 //! A member of the bus: the shell around the member's state machines
 //! (`seq::core::member`): its sockets, and two locks never held together:
-//! `tx` (publishing and the commands not yet seen sequenced) and `rx`
-//! (the receive buffers and the ordering state). Whoever drives the member
+//! `tx` (publishing and the commands not yet seen delivered) and `rx` (the
+//! receive buffers and the ordering state). Whoever drives the member
 //! calls [`Member::poll`] (a thread of its own, or a BEAM process polling
 //! on its scheduler) and [`Member::tick`] when nothing arrived: resends,
 //! gap requests and hellos are timed there.
 
 mod socks;
 
-pub use super::core::member::{Deliver, MemberConfig, MemberStats, PublishError};
+pub use super::core::member::{MemberConfig, MemberEvent, MemberStats, PublishError};
 pub(crate) use socks::{Batches, SockSink, Sockets};
 
 use std::io;
@@ -19,9 +19,10 @@ use std::time::Duration;
 
 use crossbeam_utils::CachePadded;
 
-use super::core::member::{self as core, Join, Rx, RxCounters, Tx, TxCounters};
+use super::core::member::{self as core, Handover, Join, Rx, RxCounters, Tx, TxCounters};
 use super::core::Nanos;
 use super::{clock, SeqError};
+use crate::counter::Counter;
 use crate::spin::SpinMutex;
 
 /// The receive buffers and the ordering state, under one lock.
@@ -35,24 +36,29 @@ pub struct Member {
     cfg: MemberConfig,
     socks: Sockets,
     session: u64,
-    frag: usize,
-    /// The socket is connected to the sequencer (no alternates).
+    /// The socket is connected to the sequencer (a group of one).
     connected: bool,
     tx: SpinMutex<Tx>,
     rx: SpinMutex<RxAll>,
+    events: SpinMutex<Vec<MemberEvent>>,
     txc: Arc<CachePadded<TxCounters>>,
     rxc: Arc<CachePadded<RxCounters>>,
 }
 
 impl Member {
-    /// Binds the member's socket(s), says hello and waits for the
-    /// sequencer's welcome (up to `connect_timeout`). Blocks.
-    pub fn open(cfg: MemberConfig) -> Result<Member, SeqError> {
-        let frag = core::fragment_size(&cfg)?;
-        let socks = Sockets::bind(&cfg)?;
+    /// Binds the member's socket(s), says hello to the sequencer (every
+    /// node of its group) and waits for the primary's welcome (up to
+    /// `connect_timeout`). Blocks. `Err(Taken)` if the member id is
+    /// another member's.
+    pub fn open(mut cfg: MemberConfig) -> Result<Member, SeqError> {
+        core::fragment_size(&cfg)?;
+        if cfg.incarnation == 0 {
+            cfg.incarnation = super::new_session();
+        }
+        let socks = Sockets::bind(cfg.bind, cfg.bus, &cfg.socket)?;
         let unicast = socks.mcast.is_none();
         let w = welcome(&socks, &cfg, unicast)?;
-        // Connected (without alternates): sends skip the route lookup, and
+        // Connected (a group of one): sends skip the route lookup, and
         // only the sequencer's datagrams reach this socket.
         let connected = cfg.alternates.is_empty();
         if connected {
@@ -67,8 +73,8 @@ impl Member {
                 batches: socks.batches(&cfg),
                 rx,
             }),
+            events: SpinMutex::new(Vec::new()),
             session: w.session,
-            frag,
             connected,
             socks,
             cfg,
@@ -103,7 +109,7 @@ impl Member {
 
     /// Largest fragment: messages above it go out as several.
     pub fn fragment_size(&self) -> usize {
-        self.frag
+        self.tx.lock().fragment_size()
     }
 
     /// Publishes one message; returns its `member_seq` (of its last
@@ -126,50 +132,45 @@ impl Member {
 
     /// Reads what waits on the member's sockets (up to `max` datagrams per
     /// socket) and calls `deliver(seq, member_id, data)` for every message
-    /// now in order. Returns the datagrams read.
+    /// now in order and committed. Returns the datagrams read.
     pub fn poll(&self, max: usize, deliver: &mut dyn FnMut(u64, u32, &[u8])) -> io::Result<usize> {
-        self.poll_into(max, &mut Deliver::Messages(deliver))
-    }
-
-    /// [`Member::poll`] into either kind of [`Deliver`].
-    pub fn poll_into(&self, max: usize, deliver: &mut Deliver<'_>) -> io::Result<usize> {
         let mut sink = self.sink();
+        let now = clock::now();
         let mut guard = self.rx.lock();
         let RxAll { batches, rx } = &mut *guard;
         let own_before = rx.own_seen();
         let total = self
             .socks
             .recv(batches, max, &self.rxc.malformed, &mut |d, from| {
-                rx.on_datagram(d, from, deliver)
+                rx.on_datagram(now, d, from, deliver)
             })?;
-        let switch = if total > 0 {
-            rx.end_batch(clock::now(), &mut sink)
-        } else {
-            None
-        };
-        let own = rx.own_seen();
-        drop(guard);
-        if own > own_before {
-            self.tx.lock().ack(own);
+        if total == 0 {
+            return Ok(0);
         }
-        if let Some(to) = switch {
-            self.retarget(to);
+        let switch = rx.end_batch(now, &mut sink);
+        let handover = Handover::take(rx, switch);
+        let mut events = rx.take_events();
+        drop(guard);
+        if handover.own > own_before || !handover.is_empty() {
+            self.hand_over(handover, now, &mut events);
+        }
+        if !events.is_empty() {
+            self.events.lock().append(&mut events);
         }
         Ok(total)
     }
 
-    /// Sends to `to` from now on (a new primary), and resends at once
-    /// the commands the old one may not have sequenced.
-    fn retarget(&self, to: SocketAddr) {
+    /// What the receive side found for the publishing side: own commands
+    /// delivered, a new primary (reconnected to), its welcome, nacks.
+    fn hand_over(&self, h: Handover, now: Nanos, events: &mut Vec<MemberEvent>) {
         let mut tx = self.tx.lock();
-        if tx.target() == to {
-            return;
-        }
-        if self.connected {
+        if let Some(to) = h.switch_to.filter(|_| self.connected) {
             let _ = self.socks.sock.connect(&to);
         }
         let mut sink = self.sink();
-        tx.retarget(clock::now(), to, &mut sink);
+        if let Some(e) = h.apply(&mut tx, now, &mut sink) {
+            events.push(e);
+        }
     }
 
     /// Timed work, when `poll` found nothing: resends, gap requests,
@@ -184,18 +185,24 @@ impl Member {
         Duration::from_nanos(due.saturating_sub(now))
     }
 
-    /// Leaves the bus: no more publishes; a unicast member tells the
-    /// sequencer to stop sending to it.
+    /// What the member found since the last call (forks, a new primary,
+    /// its id taken).
+    pub fn take_events(&self) -> Vec<MemberEvent> {
+        std::mem::take(&mut *self.events.lock())
+    }
+
+    /// Leaves the bus: no more publishes; the member id is free again (and
+    /// a unicast member leaves the fan-out).
     pub fn close(&self) {
         let mut sink = self.sink();
-        self.tx.lock().close(self.socks.mcast.is_none(), &mut sink);
+        self.tx.lock().close(&mut sink);
     }
 
     pub fn is_closed(&self) -> bool {
         self.tx.lock().is_closed()
     }
 
-    /// The counters, read without taking either lock.
+    /// The counters, read without taking the receive lock.
     pub fn stats(&self) -> MemberStats {
         let (t, r) = (&self.txc, &self.rxc);
         MemberStats {
@@ -219,6 +226,12 @@ impl Member {
             epoch: r.epoch.get(),
             stale_epoch: r.stale_epoch.get(),
             forks: r.forks.get(),
+            nacked: t.nacked.get(),
+            renumbered: t.renumbered.get(),
+            strangers: r.strangers.get(),
+            conflicts: r.conflicts.get(),
+            welcomes: r.welcomes.get(),
+            commit: r.commit.get(),
         }
     }
 }
@@ -231,18 +244,22 @@ pub(crate) fn welcome(
     unicast: bool,
 ) -> Result<core::Welcome, SeqError> {
     let mut join = Join::new(cfg, unicast);
-    let errors = crate::counter::Counter::default();
+    let errors = Counter::default();
     let mut sink = SockSink {
         sock: &socks.sock,
         connected: false,
         errors: &errors,
     };
-    let mut b = crate::udp::sys::Batch::new(8, cfg.max_datagram.max(super::wire::BUS_HEADER + 8));
+    let slot = cfg
+        .max_datagram
+        .max(super::wire::BUS_HEADER + super::wire::WELCOME_BODY);
+    let mut b = crate::udp::sys::Batch::new(8, slot);
     let t0 = clock::now();
     let timeout: Nanos = super::core::nanos(cfg.connect_timeout);
     loop {
         let now = clock::now();
         let due = match join.tick(now, &mut sink) {
+            Ok(w) if w.taken => return Err(SeqError::Taken),
             Ok(w) => return Ok(w),
             Err(due) => due,
         };
@@ -252,7 +269,7 @@ pub(crate) fn welcome(
         match b.recv(&socks.sock) {
             Ok(n) => {
                 for i in 0..n {
-                    join.on_datagram(b.data(i), b.addr(i));
+                    join.on_datagram(now, b.data(i), b.addr(i));
                 }
             }
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => {

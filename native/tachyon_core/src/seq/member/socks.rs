@@ -20,9 +20,10 @@ pub struct Sockets {
 }
 
 impl Sockets {
-    pub fn bind(cfg: &MemberConfig) -> Result<Sockets, SeqError> {
-        let sock = Socket::bind(cfg.bind, &cfg.socket)?;
-        let mcast = match cfg.bus {
+    /// Binds `bind` and, on a multicast bus, the group's socket.
+    pub fn bind(bind: SocketAddr, bus: BusMode, opts: &SocketOptions) -> Result<Sockets, SeqError> {
+        let sock = Socket::bind(bind, opts)?;
+        let mcast = match bus {
             BusMode::Unicast => None,
             BusMode::Multicast { group, iface, .. } => {
                 let IpAddr::V4(g) = group.ip() else {
@@ -31,7 +32,7 @@ impl Sockets {
                 let opts = SocketOptions {
                     reuseaddr: true,
                     reuseport: true,
-                    ..cfg.socket
+                    ..*opts
                 };
                 let m = Socket::bind(group, &opts)?;
                 m.join_multicast_v4(g, iface)?;
@@ -46,10 +47,17 @@ impl Sockets {
 
     /// Receive batches for these sockets.
     pub fn batches(&self, cfg: &MemberConfig) -> Batches {
-        let slot = cfg.max_datagram.max(wire::BUS_HEADER + 8);
+        self.batches_with(
+            cfg.batch,
+            cfg.max_datagram.max(wire::BUS_HEADER + wire::WELCOME_BODY),
+        )
+    }
+
+    /// Receive batches of `batch` datagrams of at most `slot` bytes.
+    pub fn batches_with(&self, batch: usize, slot: usize) -> Batches {
         Batches {
-            batch: Batch::new(cfg.batch, slot),
-            mbatch: self.mcast.as_ref().map(|_| Batch::new(cfg.batch, slot)),
+            batch: Batch::new(batch, slot),
+            mbatch: self.mcast.as_ref().map(|_| Batch::new(batch, slot)),
         }
     }
 

@@ -3,10 +3,11 @@
 
 use std::net::SocketAddr;
 
-use crate::seq::core::member::{self, Deliver, Join, MemberConfig, Rx, Tx};
-use crate::seq::core::sequencer::{CoreConfig, SequencerCore};
-use crate::seq::core::standby::{Action, StandbyCore};
-use crate::seq::core::{MemLog, Nanos, Outbox, Rng, MICRO, MILLI};
+use crate::seq::core::member::{self, Handover, Join, MemberConfig, MemberEvent, Rx, Tx};
+use crate::seq::core::node::{Node, NodeConfig};
+use crate::seq::core::{
+    replay_datagrams, Env, MemLog, Nanos, NodeEvent, Outbox, Replay, Rng, Sink, MICRO, MILLI,
+};
 use crate::seq::BusMode;
 
 use super::check::payload;
@@ -29,12 +30,10 @@ pub enum Event {
     Trace(String),
 }
 
-/// What a node keeps across a crash.
+/// What a node keeps across a crash: its log, and its term and vote.
 #[derive(Debug, Clone, Default)]
 pub struct Disk {
     pub log: MemLog,
-    /// A node's persistent state beside its log (its term and vote).
-    pub meta: Vec<u8>,
 }
 
 /// A process: the protocol core and its workload.
@@ -57,14 +56,14 @@ pub trait Actor {
     fn log(&self) -> Option<&MemLog>;
     /// The term it sends the bus in, if it acts as primary.
     fn primary_term(&self) -> Option<u64>;
-    /// A node that follows from a socket of its own (a standby of today,
-    /// until it takes over): it sends from and receives on its follower
-    /// address; its command port is not open.
-    fn on_follower_socket(&self) -> bool {
-        false
-    }
+    /// The witness says node `down` is down (its BEAM node, say).
+    fn witness(&mut self, _now: Nanos, _down: u8) {}
     /// Forks a member reported.
     fn forks(&self) -> u64 {
+        0
+    }
+    /// A member's next sequence number, a node's commit position.
+    fn position(&self) -> u64 {
         0
     }
     /// Its state in a line (traces).
@@ -88,7 +87,12 @@ pub struct Workload {
 
 enum MState {
     Joining(Join),
-    Joined { tx: Box<Tx>, rx: Box<Rx> },
+    Joined {
+        tx: Box<Tx>,
+        rx: Box<Rx>,
+    },
+    /// Refused: its id is another's.
+    Taken,
 }
 
 pub struct SimMember {
@@ -148,17 +152,25 @@ impl Publisher {
     }
 }
 
+fn member_events(id: u32, rx: &mut Rx, ev: &mut Vec<Event>) {
+    for e in rx.take_events() {
+        if !matches!(e, MemberEvent::Term { .. }) {
+            ev.push(Event::Trace(format!("member {id}: {e:?}")));
+        }
+    }
+}
+
 impl Actor for SimMember {
     fn on_datagram(
         &mut self,
-        _now: Nanos,
+        now: Nanos,
         from: SocketAddr,
         d: &[u8],
         _out: &mut Outbox,
         ev: &mut Vec<Event>,
     ) {
         match &mut self.state {
-            MState::Joining(j) => j.on_datagram(d, Some(from)),
+            MState::Joining(j) => j.on_datagram(now, d, Some(from)),
             MState::Joined { rx, .. } => {
                 let mut f = |seq: u64, member_id: u32, data: &[u8]| {
                     ev.push(Event::Delivered {
@@ -167,44 +179,52 @@ impl Actor for SimMember {
                         data: data.to_vec(),
                     })
                 };
-                rx.on_datagram(d, Some(from), &mut Deliver::Messages(&mut f));
+                rx.on_datagram(now, d, Some(from), &mut f);
             }
+            MState::Taken => {}
         }
     }
 
     fn end_batch(&mut self, now: Nanos, out: &mut Outbox, ev: &mut Vec<Event>) {
         if let MState::Joined { tx, rx } = &mut self.state {
             let switch = rx.end_batch(now, out);
-            tx.ack(rx.own_seen());
             if let Some(to) = switch {
                 ev.push(Event::Trace(format!("member {} follows {to}", self.id)));
-                tx.retarget(now, to, out);
             }
+            if let Some(e) = Handover::take(rx, switch).apply(tx, now, out) {
+                ev.push(Event::Trace(format!("member {}: {e:?}", self.id)));
+            }
+            member_events(self.id, rx, ev);
         }
     }
 
     fn tick(&mut self, now: Nanos, out: &mut Outbox, ev: &mut Vec<Event>) -> Nanos {
         if let MState::Joining(j) = &mut self.state {
             match j.tick(now, out) {
-                Ok(w) => {
-                    let (tx, rx) = member::from_welcome(&self.cfg, &w, self.unicast, now)
-                        .expect("member config");
-                    ev.push(Event::Trace(format!(
-                        "member {} joined {}",
-                        self.id, w.from
-                    )));
-                    self.state = MState::Joined {
-                        tx: Box::new(tx),
-                        rx: Box::new(rx),
-                    };
-                    let p = &mut self.publisher;
-                    p.next_publish = p.next_publish.max(now);
-                }
+                Ok(w) => match member::from_welcome(&self.cfg, &w, self.unicast, now) {
+                    Ok((tx, rx)) => {
+                        ev.push(Event::Trace(format!(
+                            "member {} joined {}",
+                            self.id, w.from
+                        )));
+                        self.state = MState::Joined {
+                            tx: Box::new(tx),
+                            rx: Box::new(rx),
+                        };
+                        let p = &mut self.publisher;
+                        p.next_publish = p.next_publish.max(now);
+                    }
+                    Err(e) => {
+                        ev.push(Event::Trace(format!("member {} refused: {e}", self.id)));
+                        self.state = MState::Taken;
+                        return now + 1_000 * MILLI;
+                    }
+                },
                 Err(due) => return due,
             }
         }
         let MState::Joined { tx, rx } = &mut self.state else {
-            return now + MILLI;
+            return now + 1_000 * MILLI;
         };
         let mut due = rx.tick(now, out);
         if let Some(d) = tx.tick(now, out) {
@@ -233,95 +253,116 @@ impl Actor for SimMember {
     fn forks(&self) -> u64 {
         match &self.state {
             MState::Joined { rx, .. } => rx.counters().forks.get(),
-            MState::Joining(_) => 0,
+            _ => 0,
+        }
+    }
+
+    fn position(&self) -> u64 {
+        match &self.state {
+            MState::Joined { rx, .. } => rx.next_seq(),
+            _ => 0,
         }
     }
 
     fn describe(&self) -> String {
         match &self.state {
             MState::Joining(_) => format!("member {} joining", self.id),
+            MState::Taken => format!("member {} refused", self.id),
             MState::Joined { tx, rx } => {
                 let (t, r) = (tx.counters(), rx.counters());
                 format!(
-                    "member {} oldest {:?} epoch {} next {} pending {} published {} resent {} delivered {} gaps {} replay_requests {} dup {} ahead {}",
+                    "member {} term {} next {} commit {} pending {} oldest {:?} published {} resent {} nacked {} delivered {} gaps {} replay_requests {} dup {} forks {}",
                     self.id,
-                    tx.oldest_pending(),
                     rx.epoch(),
                     rx.next_seq(),
+                    rx.commit(),
                     tx.pending(),
+                    tx.oldest_pending(),
                     t.published.get(),
                     t.resent.get(),
+                    t.nacked.get(),
                     r.delivered.get(),
                     r.gaps.get(),
                     r.replay_requests.get(),
                     r.duplicates.get(),
-                    r.dropped_ahead.get()
+                    r.forks.get(),
                 )
             }
         }
     }
 }
 
-// -- the sequencer and standby of today ----------------------------------------
+// -- nodes ---------------------------------------------------------------------
 
-/// A primary, or a standby (which may have taken over).
-pub enum LegacyNode {
-    Primary(Box<SequencerCore<MemLog>>),
-    Standby(Box<StandbyCore<MemLog>>),
+/// A sequencer node: the core, and its replayer run inline.
+pub struct SimNode {
+    node: Node<MemLog>,
+    replays: Vec<Replay>,
+    events: Vec<NodeEvent>,
+    buf: Vec<u8>,
 }
 
-/// The protocol options of the simulated sequencers.
-pub fn legacy_core_config() -> CoreConfig {
-    CoreConfig {
-        bus: BusMode::Unicast,
-        max_datagram: 1472,
-        batching: true,
-        heartbeat: 10 * MILLI,
-        heartbeat_after: 10 * MICRO,
-        replay_max: 1024,
-        new_epoch: false,
+struct SimEnv<'a> {
+    out: &'a mut Outbox,
+    replays: &'a mut Vec<Replay>,
+    events: &'a mut Vec<NodeEvent>,
+}
+
+impl Sink for SimEnv<'_> {
+    fn send(&mut self, to: &[SocketAddr], d: &[u8]) {
+        self.out.send(to, d)
     }
 }
 
-impl LegacyNode {
-    pub fn primary(disk: Disk, now: Nanos) -> LegacyNode {
-        let core = SequencerCore::start(disk.log, legacy_core_config(), now).expect("log");
-        LegacyNode::Primary(Box::new(core))
+impl Env for SimEnv<'_> {
+    fn replay(&mut self, job: Replay) {
+        self.replays.push(job);
     }
 
-    pub fn standby(
-        disk: Disk,
-        primary: SocketAddr,
-        takeover_after: Nanos,
-        now: Nanos,
-    ) -> LegacyNode {
-        let mcfg = MemberConfig::new(primary, u32::MAX);
-        let core = StandbyCore::new(mcfg, legacy_core_config(), takeover_after, disk.log, now)
-            .expect("standby config");
-        LegacyNode::Standby(Box::new(core))
+    fn event(&mut self, e: NodeEvent) {
+        self.events.push(e);
+    }
+}
+
+impl SimNode {
+    pub fn new(cfg: NodeConfig, disk: Disk, now: Nanos) -> SimNode {
+        SimNode {
+            node: Node::new(cfg, disk.log, now).expect("node config"),
+            replays: Vec::new(),
+            events: Vec::new(),
+            buf: Vec::new(),
+        }
     }
 
-    fn after(&mut self, now: Nanos, ev: &mut Vec<Event>) {
-        if let LegacyNode::Standby(s) = self {
-            match s.take_action() {
-                Some(Action::ResetLog { epoch }) => {
-                    ev.push(Event::Trace(format!(
-                        "standby sets its log aside (epoch {epoch})"
-                    )));
-                    drop(s.take_log());
-                    s.set_log(MemLog::new(), now);
-                }
-                Some(Action::TookOver { .. }) => {
-                    let term = s.promoted().map_or(0, |p| p.epoch() as u64);
-                    ev.push(Event::Leader { term });
-                }
-                None => {}
+    fn call(
+        &mut self,
+        out: &mut Outbox,
+        ev: &mut Vec<Event>,
+        f: impl FnOnce(&mut Node<MemLog>, &mut SimEnv<'_>),
+    ) {
+        let mut env = SimEnv {
+            out,
+            replays: &mut self.replays,
+            events: &mut self.events,
+        };
+        f(&mut self.node, &mut env);
+        // The replayer: answered at once from the log.
+        for job in self.replays.drain(..) {
+            let _ = replay_datagrams(self.node.log(), &job, &mut self.buf, &mut |d| {
+                out.send(&[job.to_addr], d)
+            });
+        }
+        let id = self.node.id();
+        for e in self.events.drain(..) {
+            match e {
+                NodeEvent::Leader { term, .. } => ev.push(Event::Leader { term: term as u64 }),
+                e => ev.push(Event::Trace(format!("node {id}: {e:?}"))),
             }
         }
     }
 }
 
-impl Actor for LegacyNode {
+impl Actor for SimNode {
     fn on_datagram(
         &mut self,
         now: Nanos,
@@ -330,92 +371,62 @@ impl Actor for LegacyNode {
         out: &mut Outbox,
         ev: &mut Vec<Event>,
     ) {
-        match self {
-            LegacyNode::Primary(p) => p.on_datagram(now, Some(from), d, out),
-            LegacyNode::Standby(s) => s.on_datagram(now, Some(from), d, out),
-        }
-        self.after(now, ev);
+        self.call(out, ev, |n, env| n.on_datagram(now, from, d, env));
     }
 
     fn end_batch(&mut self, now: Nanos, out: &mut Outbox, ev: &mut Vec<Event>) {
-        match self {
-            LegacyNode::Primary(p) => p.end_batch(now, out),
-            LegacyNode::Standby(s) => s.end_batch(now, out),
-        }
-        self.after(now, ev);
+        self.call(out, ev, |n, env| n.end_batch(now, env));
     }
 
     fn tick(&mut self, now: Nanos, out: &mut Outbox, ev: &mut Vec<Event>) -> Nanos {
-        let due = match self {
-            LegacyNode::Primary(p) => p.tick(now, out),
-            LegacyNode::Standby(s) => s.tick(now, out),
-        };
-        self.after(now, ev);
+        let mut due = now;
+        self.call(out, ev, |n, env| due = n.tick(now, env));
         due
     }
 
     fn crash(self: Box<Self>) -> Option<Disk> {
-        let log = match *self {
-            LegacyNode::Primary(p) => p.into_log(),
-            LegacyNode::Standby(mut s) => match s.take_log() {
-                Some(l) => l,
-                None => s.into_promoted().map(|p| p.into_log()).unwrap_or_default(),
-            },
-        };
         Some(Disk {
-            log,
-            meta: Vec::new(),
+            log: self.node.into_log(),
         })
     }
 
     fn log(&self) -> Option<&MemLog> {
-        match self {
-            LegacyNode::Primary(p) => Some(p.log()),
-            LegacyNode::Standby(s) => s.log(),
-        }
-    }
-
-    fn on_follower_socket(&self) -> bool {
-        matches!(self, LegacyNode::Standby(s) if s.promoted_ref().is_none())
-    }
-
-    fn describe(&self) -> String {
-        let seq = match self {
-            LegacyNode::Primary(p) => Some(&**p),
-            LegacyNode::Standby(s) => s.promoted_ref(),
-        };
-        match seq {
-            Some(p) => {
-                let c = p.counters();
-                format!(
-                    "primary last {:?} epoch {} next {} messages {} dup {} out_of_order {} oversized {} malformed {} replays {} replayed {}",
-                    (1..4).map(|m| p.last_of(m)).collect::<Vec<_>>(),
-                    p.epoch(),
-                    p.next_seq(),
-                    c.messages.get(),
-                    c.duplicates.get(),
-                    c.out_of_order.get(),
-                    c.oversized.get(),
-                    c.malformed.get(),
-                    c.replays.get(),
-                    c.replayed.get()
-                )
-            }
-            None => format!(
-                "standby {} next {}",
-                match self {
-                    LegacyNode::Standby(s) => s.state_name(),
-                    _ => "",
-                },
-                self.log().map_or(0, |l| l.len())
-            ),
-        }
+        Some(self.node.log())
     }
 
     fn primary_term(&self) -> Option<u64> {
-        match self {
-            LegacyNode::Primary(p) => Some(p.epoch() as u64),
-            LegacyNode::Standby(s) => s.promoted_ref().map(|p| p.epoch() as u64),
-        }
+        self.node.is_leader().then_some(self.node.term() as u64)
+    }
+
+    fn position(&self) -> u64 {
+        self.node.commit()
+    }
+
+    fn witness(&mut self, now: Nanos, down: u8) {
+        self.node.witness_down(now, Some(down));
+    }
+
+    fn describe(&self) -> String {
+        let n = &self.node;
+        let c = n.counters();
+        format!(
+            "{} term {} leader {:?} next {} commit {} messages {} held {} ooo {} nacks {} dup {} replays {} copied {} truncated {} elections {} not_primary {} backpressure {}",
+            n.role().name(),
+            n.term(),
+            n.leader(),
+            n.next_seq(),
+            n.commit(),
+            c.messages.get(),
+            c.held.get(),
+            c.out_of_order.get(),
+            c.nacks.get(),
+            c.duplicates.get(),
+            c.replays.get(),
+            c.copied.get(),
+            c.truncated.get(),
+            c.elections.get(),
+            c.not_primary.get(),
+            c.backpressure.get(),
+        )
     }
 }

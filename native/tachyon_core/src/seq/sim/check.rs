@@ -15,6 +15,11 @@
 //! 5. *One primary per term*: no two nodes send the bus of one term.
 //! 6. *Liveness*: once faults stop, every member delivers every message
 //!    whose publish was accepted, within a bounded time (no wedge).
+//!
+//! Where forks are possible by design (a group of two that prefers
+//! availability, [`Checker::forks_allowed`]), 1 to 3 are checked at the
+//! end instead: every member whose deliveries are not all in the final log
+//! must have reported a fork.
 
 use std::collections::{BTreeMap, HashMap};
 use std::net::SocketAddr;
@@ -67,6 +72,8 @@ fn hash(d: &[u8]) -> u64 {
 
 #[derive(Default)]
 struct MemberView {
+    /// seq -> (member_id, hash): kept where forks are allowed.
+    seqs: BTreeMap<u64, (u32, u64, Vec<u8>)>,
     last_seq: u64,
     /// Per sender, the last counter delivered.
     last_from: HashMap<u32, u64>,
@@ -89,9 +96,19 @@ pub struct Checker {
     pub forks_reported: u64,
     pub takeovers: u64,
     pub last_delivery: Nanos,
+    /// A group of two preferring availability: forks are allowed if the
+    /// members that meet them report them.
+    pub forks_allowed: bool,
 }
 
 impl Checker {
+    pub fn new(forks_allowed: bool) -> Checker {
+        Checker {
+            forks_allowed,
+            ..Checker::default()
+        }
+    }
+
     fn fail(&mut self, kind: &'static str, at: Nanos, detail: String) {
         if self.violations.len() < 16 {
             self.violations.push(Violation { kind, at, detail });
@@ -106,8 +123,12 @@ impl Checker {
         self.checks += 1;
         let h = hash(data);
         let tail = data[data.len().saturating_sub(32)..].to_vec();
+        if self.forks_allowed {
+            let v = self.members.entry(member).or_default();
+            v.seqs.insert(seq, (from, h, tail.clone()));
+        }
         match self.order.get(&seq) {
-            Some((id, hh, _)) if *id != from || *hh != h => {
+            Some((id, hh, _)) if (*id != from || *hh != h) && !self.forks_allowed => {
                 let d = format!(
                     "member {member} delivered seq {seq} from {from}, another had it from {id}"
                 );
@@ -145,8 +166,46 @@ impl Checker {
             *last = counter;
         }
         if let Some(d) = bad {
-            self.fail("order", at, d);
+            if !self.forks_allowed {
+                self.fail("order", at, d);
+            }
         }
+    }
+
+    /// Where forks are allowed: every member that delivered an entry the
+    /// final log does not hold reported a fork (`forks`: per member).
+    pub fn forks_reported_by_all(&mut self, at: Nanos, log: &MemLog, forks: &HashMap<u32, u64>) {
+        let mut bad = None;
+        for (m, v) in &self.members {
+            if forks.get(m).copied().unwrap_or(0) > 0 {
+                continue;
+            }
+            for (seq, (from, _, tail)) in &v.seqs {
+                if !Self::holds(log, *seq, *from, tail) {
+                    bad = Some(format!(
+                        "member {m} delivered seq {seq} (from {from}), not in the final log, and reported no fork"
+                    ));
+                    break;
+                }
+            }
+            if bad.is_some() {
+                break;
+            }
+        }
+        self.checks += 1;
+        if let Some(d) = bad {
+            self.fail("silent_fork", at, d);
+        }
+    }
+
+    fn holds(log: &MemLog, seq: u64, from: u32, tail: &[u8]) -> bool {
+        log.entry(seq)
+            .and_then(|e| Msg::from_entry(e).ok())
+            .is_some_and(|m| {
+                m.member_id == from
+                    && m.flags & MORE == 0
+                    && tail.ends_with(&m.data[m.data.len().saturating_sub(tail.len())..])
+            })
     }
 
     /// A primary of `term` sent the bus from `addr`.
@@ -168,15 +227,11 @@ impl Checker {
     /// log at the end); `what` names it.
     pub fn log_holds_delivered(&mut self, at: Nanos, log: &MemLog, what: &str) -> bool {
         self.checks += 1;
+        if self.forks_allowed {
+            return true;
+        }
         for (seq, (from, _, tail)) in &self.order {
-            let ok = log
-                .entry(*seq)
-                .and_then(|e| Msg::from_entry(e).ok())
-                .is_some_and(|m| {
-                    m.member_id == *from
-                        && m.flags & MORE == 0
-                        && tail.ends_with(&m.data[m.data.len().saturating_sub(tail.len())..])
-                });
+            let ok = Self::holds(log, *seq, *from, tail);
             if !ok {
                 let kind = if self.forks_reported > 0 {
                     "fork"
@@ -218,6 +273,11 @@ impl Checker {
 
     pub fn wedge(&mut self, at: Nanos, detail: String) {
         self.fail("wedge", at, detail);
+    }
+
+    /// A violation found by the simulation itself (not by a delivery).
+    pub fn wedge_kind(&mut self, kind: &'static str, at: Nanos, detail: String) {
+        self.fail(kind, at, detail);
     }
 
     pub fn delivered_total(&self) -> u64 {

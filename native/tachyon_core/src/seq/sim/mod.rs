@@ -13,8 +13,10 @@
 
 pub mod actors;
 pub mod check;
+pub mod group;
 pub mod net;
-pub mod today;
+#[cfg(test)]
+mod tests;
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::net::SocketAddr;
@@ -26,6 +28,7 @@ use crate::seq::wire::{self, Bus, BusKind, Msg, CONTROL};
 pub use actors::{Actor, Disk, Event, Workload};
 use check::Checker;
 pub use check::Violation;
+pub use group::Group;
 use net::{Link, Net, NetStats};
 
 /// The faults the nemesis picks from.
@@ -97,6 +100,10 @@ pub trait Protocol {
         now: Nanos,
     ) -> Box<dyn Actor>;
     fn member_config(&self, id: u32, addrs: &[SocketAddr]) -> MemberConfig;
+    /// Whether forks are possible by design (they must be reported).
+    fn forks_allowed(&self) -> bool {
+        false
+    }
     /// How long a primary must be silent before a takeover is justified.
     fn takeover_window(&self) -> Nanos;
 }
@@ -233,11 +240,8 @@ pub fn run(cfg: &SimConfig, proto: &dyn Protocol) -> Report {
         let a = actors::SimMember::new(id, mc, work.clone(), rng.next_u64());
         procs.push(Proc::new(addr, Box::new(a), id));
     }
-    let mut by_addr: HashMap<SocketAddr, usize> =
+    let by_addr: HashMap<SocketAddr, usize> =
         procs.iter().enumerate().map(|(i, p)| (p.addr, i)).collect();
-    for (i, a) in node_addrs.iter().enumerate() {
-        by_addr.insert(follower_addr(*a), i);
-    }
     let sim = Sim {
         cfg,
         proto,
@@ -246,7 +250,7 @@ pub fn run(cfg: &SimConfig, proto: &dyn Protocol) -> Report {
         procs,
         by_addr,
         node_addrs,
-        check: Checker::default(),
+        check: Checker::new(proto.forks_allowed()),
         now: 0,
         out: Outbox::new(),
         ev: Vec::new(),
@@ -328,12 +332,12 @@ impl Sim<'_> {
             }
             if self.cfg.trace && self.now >= self.dumped + 50 * MILLI {
                 self.dumped = self.now;
-                for i in 0..self.node_addrs.len() {
+                for i in 0..self.procs.len() {
                     let d = self.procs[i]
                         .actor
                         .as_ref()
                         .map_or("down".into(), |a| a.describe());
-                    self.trace(|| format!("node {i}: {d}"));
+                    self.trace(|| format!("process {i}: {d}"));
                 }
             }
             self.undo_link_faults();
@@ -360,18 +364,76 @@ impl Sim<'_> {
             .map(|p| p.member_id)
             .collect();
         let mut converge = None;
-        if self.check.violations.is_empty() {
+        if self.check.violations.is_empty()
+            && !self.check.forks_allowed
+            && self.check.forks_reported > 0
+        {
+            // Where forks cannot be, a member that reports one is wrong.
+            let d = format!(
+                "{} forks reported where none can be",
+                self.check.forks_reported
+            );
+            self.check.wedge_kind("false_fork", self.now, d);
+        }
+        if self.check.violations.is_empty() && self.check.forks_allowed {
+            // Forks lose messages by design: every member must have caught
+            // up with the final primary's log instead.
+            let commit = self.procs[self.primary]
+                .actor
+                .as_ref()
+                .map_or(0, |a| a.position());
+            for p in self.procs.iter().filter(|p| p.member_id > 0) {
+                let at = p.actor.as_ref().map_or(0, |a| a.position());
+                if at < commit {
+                    let d = format!(
+                        "member {} at {at}, the final commit at {commit}",
+                        p.member_id
+                    );
+                    self.check.wedge(self.now, d);
+                    break;
+                }
+            }
+            if self.check.violations.is_empty() {
+                converge = Some(self.check.last_delivery.saturating_sub(heal_at));
+            }
+        } else if self.check.violations.is_empty() {
             match self.check.converged(&members) {
                 Ok(()) => converge = Some(self.check.last_delivery.saturating_sub(heal_at)),
                 Err(e) => self.check.wedge(self.now, e),
             }
         }
-        if self.check.violations.is_empty() {
-            // Every delivered message is in the primary's final log.
+        if self.check.violations.is_empty()
+            && !self.check.forks_allowed
+            && self.check.forks_reported > 0
+        {
+            // Where forks cannot be, a member that reports one is wrong.
+            let d = format!(
+                "{} forks reported where none can be",
+                self.check.forks_reported
+            );
+            self.check.wedge_kind("false_fork", self.now, d);
+        }
+        if self.check.violations.is_empty() && self.check.forks_allowed {
+            let forks: HashMap<u32, u64> = self
+                .procs
+                .iter()
+                .filter(|p| p.member_id > 0)
+                .map(|p| (p.member_id, p.actor.as_ref().map_or(0, |a| a.forks())))
+                .collect();
             let p = self.primary;
             if let Some(log) = self.procs[p].actor.as_ref().and_then(|a| a.log()).cloned() {
-                let what = format!("node {p} at the end");
-                self.check.log_holds_delivered(self.now, &log, &what);
+                self.check.forks_reported_by_all(self.now, &log, &forks);
+            }
+        }
+        if self.check.violations.is_empty() {
+            // Every delivered message is in every node's final log.
+            for p in 0..self.node_addrs.len() {
+                if let Some(log) = self.procs[p].actor.as_ref().and_then(|a| a.log()).cloned() {
+                    let what = format!("node {p} at the end");
+                    if !self.check.log_holds_delivered(self.now, &log, &what) {
+                        break;
+                    }
+                }
             }
         }
         Report {
@@ -394,30 +456,24 @@ impl Sim<'_> {
         self.now + self.procs[i].offset
     }
 
-    /// Whether process `i` listens on the address `to` now.
-    fn listens(&self, i: usize, to: SocketAddr) -> bool {
-        let p = &self.procs[i];
-        let follower = p.actor.as_ref().is_some_and(|a| a.on_follower_socket());
-        if to == p.addr {
-            !follower
-        } else {
-            follower
-        }
-    }
-
     /// Sends what process `i` queued, and handles what it reported.
     fn after(&mut self, i: usize) {
-        let from = match &self.procs[i].actor {
-            Some(a) if a.on_follower_socket() => follower_addr(self.procs[i].addr),
-            _ => self.procs[i].addr,
-        };
+        let from = self.procs[i].addr;
         let is_node = self.procs[i].member_id == 0;
         let out = std::mem::take(&mut self.out);
         for (to, d) in out.iter() {
             if is_node {
                 if let Ok(b) = Bus::parse(d) {
                     if matches!(b.kind, BusKind::Data | BusKind::Heartbeat) {
-                        self.check.primary(self.now, b.epoch as u64, from);
+                        self.check.primary(self.now, b.h.term as u64, from);
+                    }
+                }
+            }
+            if self.cfg.trace && !is_node {
+                if let Ok(c) = wire::Cmd::parse(d) {
+                    if c.kind == wire::CmdKind::Hello {
+                        let h = c.hello();
+                        self.trace(|| format!("member {} hello to {to}: {h:?}", c.member_id));
                     }
                 }
             }
@@ -483,7 +539,7 @@ impl Sim<'_> {
     fn deliveries(&mut self) {
         let mut batches: BTreeMap<usize, Vec<(SocketAddr, Vec<u8>)>> = BTreeMap::new();
         while let Some(f) = self.net.pop_due(self.now) {
-            if self.procs[f.to].actor.is_none() || !self.listens(f.to, f.to_addr) {
+            if self.procs[f.to].actor.is_none() {
                 continue;
             }
             let p = &mut self.procs[f.to];
@@ -615,6 +671,14 @@ impl Sim<'_> {
                 p.paused = None;
                 p.inbox.clear();
                 self.mark(i, now + d);
+                // The witness (BEAM node monitoring) sees a killed node go
+                // down at once, in a group of two.
+                if n_nodes == 2 {
+                    let at = self.now + self.procs[1 - i].offset;
+                    if let Some(a) = self.procs[1 - i].actor.as_mut() {
+                        a.witness(at, i as u8);
+                    }
+                }
             }
             Fault::Pause | Fault::Stall => {
                 if !self.procs[i].runs() {
@@ -685,12 +749,6 @@ impl Sim<'_> {
         }
         self.restarts_and_resumes();
     }
-}
-
-/// The second address of a node (the port after its own): the socket a
-/// standby of today follows from.
-pub fn follower_addr(a: SocketAddr) -> SocketAddr {
-    SocketAddr::new(a.ip(), a.port() + 1)
 }
 
 /// The session record a new log starts with.

@@ -10,7 +10,8 @@ use crate::udp::sys::SocketOptions;
 /// Member options (`MemberConfig::new` holds the defaults).
 #[derive(Debug, Clone)]
 pub struct MemberConfig {
-    /// The sequencer's command address.
+    /// The sequencer's command address (of a group: one node's; the
+    /// others are `alternates`).
     pub sequencer: SocketAddr,
     pub bus: BusMode,
     /// The address of the member's own socket (port 0: any).
@@ -24,12 +25,18 @@ pub struct MemberConfig {
     /// Largest message (larger ones are refused by publish; fragments of
     /// a larger one on the bus are dropped).
     pub max_message_size: usize,
-    /// Resend the commands not seen on the bus after this long.
+    /// Resend a command not seen sequenced after this long (then twice,
+    /// four and eight times as long); a nack from the primary resends one
+    /// at once.
     pub resend_after: Duration,
     /// Ask again for a gap not filled after this long.
     pub retransmit_after: Duration,
-    /// Say hello again after this long without a datagram.
+    /// Say hello to every node after this long without a datagram.
     pub hello_after: Duration,
+    /// A hello this often to renew the member id's binding.
+    pub keepalive: Duration,
+    /// Tells this member from another claiming its id (random at open).
+    pub incarnation: u64,
     pub connect_timeout: Duration,
     /// Most messages asked for in one replay request (a rewind asks for
     /// the next chunk when this one is in).
@@ -41,14 +48,12 @@ pub struct MemberConfig {
     pub max_pending: usize,
     /// Datagrams per `recvmmsg`.
     pub batch: usize,
-    /// Deliver every log entry as it is ([`Deliver::Entries`]: a standby);
-    /// `from: Some(0)` then starts at the session record.
-    pub raw: bool,
     /// Test and benchmark aid: drop this share of received bus datagrams.
     pub loss: f64,
-    /// Other sequencers (standbys) to say hello to when the current one
-    /// falls silent: how a unicast member finds a new primary. With any,
-    /// the socket is not connected (it must hear them all).
+    /// The other nodes of the sequencer group: bus datagrams are taken
+    /// from the group's nodes only, and hellos go to all of them when the
+    /// primary falls silent. With any, the socket is not connected (it
+    /// must hear them all).
     pub alternates: Vec<SocketAddr>,
     pub socket: SocketOptions,
 }
@@ -71,6 +76,8 @@ impl MemberConfig {
             resend_after: Duration::from_millis(20),
             retransmit_after: Duration::from_millis(1),
             hello_after: Duration::from_millis(30),
+            keepalive: Duration::from_secs(1),
+            incarnation: 0,
             connect_timeout: Duration::from_secs(5),
             replay_chunk: 1024,
             max_buffer: 1 << 16,
@@ -78,7 +85,6 @@ impl MemberConfig {
             batch: 32,
             loss: 0.0,
             alternates: Vec::new(),
-            raw: false,
             socket: SocketOptions::default(),
         }
     }
@@ -91,6 +97,22 @@ pub enum PublishError {
     /// `max_pending` commands are waiting to be seen on the bus.
     Busy,
     Closed,
+    /// The member id is bound to another member.
+    Taken,
+}
+
+impl MemberConfig {
+    /// Every node of the group: the sequencer, then the alternates.
+    pub fn group(&self) -> Vec<SocketAddr> {
+        let mut g = vec![self.sequencer];
+        g.extend(
+            self.alternates
+                .iter()
+                .copied()
+                .filter(|a| *a != self.sequencer),
+        );
+        g
+    }
 }
 
 #[derive(Debug, Default)]
@@ -98,6 +120,10 @@ pub struct TxCounters {
     pub published: Counter,
     pub commands: Counter,
     pub resent: Counter,
+    /// Resends asked for by a nack.
+    pub nacked: Counter,
+    /// Pending commands renumbered after a fork.
+    pub renumbered: Counter,
     pub send_errors: Counter,
     /// Mirror of the pending queue's length.
     pub pending: Counter,
@@ -118,9 +144,15 @@ pub struct RxCounters {
     pub hellos: Counter,
     pub stale_epoch: Counter,
     pub forks: Counter,
+    /// Bus datagrams not from a node of the group.
+    pub strangers: Counter,
+    /// Datagrams of the current term from another node than its primary.
+    pub conflicts: Counter,
+    pub welcomes: Counter,
     /// Mirrors of the receive state, for stats without the lock.
     pub next_seq: Counter,
     pub epoch: Counter,
+    pub commit: Counter,
 }
 
 /// A snapshot of a member's counters.
@@ -158,8 +190,18 @@ pub struct MemberStats {
     pub pending: u64,
     /// The epoch of the sequencer followed.
     pub epoch: u64,
-    /// Datagrams of a lower epoch (a deposed sequencer), dropped.
+    /// Datagrams of a lower epoch (term: a deposed primary), dropped.
     pub stale_epoch: u64,
-    /// New epochs that started before messages this member had delivered.
+    /// Forks met: a new primary whose log does not hold messages this
+    /// member delivered, or lacks commands of this member it had seen
+    /// sequenced.
     pub forks: u64,
+    /// Resends asked for by the primary's nacks.
+    pub nacked: u64,
+    pub renumbered: u64,
+    pub strangers: u64,
+    pub conflicts: u64,
+    pub welcomes: u64,
+    /// The commit position (messages below it may be delivered).
+    pub commit: u64,
 }

@@ -1,93 +1,111 @@
-//! Joining the bus: hello until a welcome (of several, the highest
-//! epoch's).
+//! Joining the bus: hello to every node of the sequencer group until the
+//! primary's welcome (of several, the highest term's).
 
 use std::net::SocketAddr;
 
 use super::config::MemberConfig;
 use crate::seq::core::{Nanos, Sink, MILLI};
-use crate::seq::wire::{self, Bus, BusKind};
+use crate::seq::wire::{self, Bus, BusKind, HelloBody, TAKEN, UNICAST};
 
 /// Hellos go out again this often until a welcome comes.
 const HELLO_EVERY: Nanos = 20 * MILLI;
-/// With alternates, how long a welcome waits for a higher epoch's.
-const PREFER_WAIT: Nanos = 5 * MILLI;
+/// In a group, how long a welcome waits for a higher term's.
+const PREFER_WAIT: Nanos = 2 * MILLI;
 
 /// What the welcome said, and who said it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Welcome {
     pub session: u64,
+    pub term: u32,
+    /// The primary's log end.
     pub next: u64,
+    pub commit: u64,
+    /// This member's last sequenced `member_seq`.
     pub last: u64,
+    /// The epoch of the entry before the member's starting point.
     pub epoch: u32,
+    pub max_datagram: usize,
     pub from: SocketAddr,
+    /// The member id is bound to another member.
+    pub taken: bool,
+    /// This member's highest `member_seq` delivered before this term (set
+    /// by the receive side: a fork check for the publishing side).
+    pub delivered: u64,
 }
 
 /// A member saying hello until welcomed.
 pub struct Join {
     hello: Vec<u8>,
-    targets: Vec<SocketAddr>,
+    group: Vec<SocketAddr>,
     said: Option<Nanos>,
     best: Option<Welcome>,
-    wait_for_higher: bool,
+    best_at: Nanos,
 }
 
 impl Join {
     pub fn new(cfg: &MemberConfig, unicast: bool) -> Join {
         let mut hello = Vec::new();
-        wire::hello(&mut hello, cfg.member_id, unicast);
-        let mut targets = vec![cfg.sequencer];
-        targets.extend(cfg.alternates.iter().copied());
+        let h = HelloBody {
+            flags: if unicast { UNICAST } else { 0 },
+            incarnation: cfg.incarnation,
+            epoch: u32::MAX,
+            next: cfg.from.unwrap_or(u64::MAX),
+        };
+        wire::hello(&mut hello, cfg.member_id, 0, &h);
         Join {
             hello,
-            wait_for_higher: !cfg.alternates.is_empty(),
-            targets,
+            group: cfg.group(),
             said: None,
             best: None,
+            best_at: 0,
         }
     }
 
     /// A datagram while joining: remembers the best welcome.
-    pub fn on_datagram(&mut self, d: &[u8], from: Option<SocketAddr>) {
-        let (Ok(w), Some(from)) = (Bus::parse(d), from) else {
+    pub fn on_datagram(&mut self, now: Nanos, d: &[u8], from: Option<SocketAddr>) {
+        let (Ok(b), Some(from)) = (Bus::parse(d), from) else {
             return;
         };
-        if w.kind == BusKind::Welcome && self.best.as_ref().is_none_or(|x| w.epoch > x.epoch) {
+        if !self.group.contains(&from) {
+            return;
+        }
+        let Some(w) = b.welcome() else { return };
+        if b.kind == BusKind::Welcome && self.best.is_none_or(|x| b.h.term > x.term) {
             self.best = Some(Welcome {
-                session: w.session,
-                next: w.seq,
-                last: w.welcome_last(),
+                session: b.h.session,
+                term: b.h.term,
+                next: b.h.seq,
+                commit: b.h.commit,
+                last: w.last,
                 epoch: w.epoch,
+                max_datagram: w.max_datagram as usize,
                 from,
+                taken: b.flags & TAKEN != 0,
+                delivered: 0,
             });
+            self.best_at = now;
         }
     }
 
-    /// Says hello when due; returns the welcome once it is the one to take
-    /// (alternates answer too, a deposed primary still may: a welcome waits
-    /// a little for a higher epoch's).
+    /// Says hello when due; returns the welcome to take once it is (in a
+    /// group a welcome waits a little for a higher term's: a primary that
+    /// was paused may still answer).
     pub fn tick(&mut self, now: Nanos, sink: &mut dyn Sink) -> Result<Welcome, Nanos> {
-        if self.best.is_some() {
-            let waited = self
-                .said
-                .is_some_and(|s| now.saturating_sub(s) >= PREFER_WAIT);
-            if !self.wait_for_higher || waited {
-                return Ok(self.best.take().expect("best"));
+        if let Some(b) = self.best {
+            if self.group.len() == 1 || now.saturating_sub(self.best_at) >= PREFER_WAIT {
+                return Ok(b);
             }
+            return Err(self.best_at + PREFER_WAIT);
         }
         if self
             .said
             .is_none_or(|s| now.saturating_sub(s) >= HELLO_EVERY)
         {
-            for to in &self.targets {
+            for to in &self.group {
                 sink.send(std::slice::from_ref(to), &self.hello);
             }
             self.said = Some(now);
         }
-        let said = self.said.unwrap_or(now);
-        Err(if self.best.is_some() {
-            said + PREFER_WAIT
-        } else {
-            said + HELLO_EVERY
-        })
+        Err(self.said.unwrap_or(now) + HELLO_EVERY)
     }
 }

@@ -1,8 +1,9 @@
 //! A member of the bus as a state machine: [`Tx`] (publishing, resends)
-//! and [`Rx`] (ordering, gap fill, reassembly, epochs), created from the
-//! [`Welcome`] a [`Join`] waits for. The shell (`seq::member`) keeps them
-//! under two locks so that any thread publishes while one drives the
-//! receive side; the simulator drives both from one thread.
+//! and [`Rx`] (ordering, commit, gap fill, reassembly, terms and forks),
+//! created from the [`Welcome`] a [`Join`] waits for. The shell
+//! (`seq::member`) keeps them under two locks so that any thread publishes
+//! while one drives the receive side; the simulator drives both from one
+//! thread. [`Member`] is the glue both use between the two halves.
 
 pub mod config;
 pub mod join;
@@ -14,17 +15,24 @@ pub use join::{Join, Welcome};
 pub use rx::Rx;
 pub use tx::Tx;
 
-use crate::seq::wire::{self, Msg};
+use crate::seq::core::{Nanos, Sink};
+use crate::seq::wire;
 use crate::seq::SeqError;
 
-/// Where the receive side hands what is now in order.
-pub enum Deliver<'a> {
-    /// Whole messages (fragments reassembled, control entries skipped):
-    /// `(seq, member_id, data)`.
-    Messages(&'a mut dyn FnMut(u64, u32, &[u8])),
-    /// Every log entry as it is, control entries and fragments too (a
-    /// standby copying the log).
-    Entries(&'a mut dyn FnMut(u64, &Msg<'_>)),
+/// What a member reports to its owner.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum MemberEvent {
+    /// A primary of `term` whose log does not hold what this member
+    /// delivered up to `next` (the last of it in `epoch`): what the member
+    /// delivered from there on is not the bus's order any more.
+    Fork { next: u64, epoch: u32, term: u32 },
+    /// A new primary lacked `lost` of this member's commands it had seen
+    /// delivered; the pending ones were renumbered.
+    Renumbered { lost: u64 },
+    /// The member id is bound to another member: publishes are refused.
+    Taken,
+    /// A new primary, of `term`.
+    Term { term: u32 },
 }
 
 /// The largest fragment of a member with these options.
@@ -41,17 +49,68 @@ pub fn fragment_size(cfg: &MemberConfig) -> Result<usize, SeqError> {
     Ok(frag)
 }
 
-/// Both halves of a member, welcomed.
+/// Both halves of a member, welcomed (`Err(Taken)` if the member id is
+/// another member's).
 pub fn from_welcome(
     cfg: &MemberConfig,
     w: &Welcome,
     unicast: bool,
-    now: super::Nanos,
+    now: Nanos,
 ) -> Result<(Tx, Rx), SeqError> {
+    if w.taken {
+        return Err(SeqError::Taken);
+    }
     let frag = fragment_size(cfg)?;
-    let tx = Tx::new(cfg, frag, w.session, w.from, w.last);
-    let rx = Rx::new(
-        cfg, w.session, w.epoch, w.from, w.next, w.last, unicast, now,
-    );
+    let tx = Tx::new(cfg, frag, w);
+    let rx = Rx::new(cfg, w, unicast, now);
     Ok((tx, rx))
+}
+
+/// What passes from the receive side to the publishing side after a poll
+/// (the shell takes the two locks in turn; the simulator holds both).
+pub struct Handover {
+    pub own: u64,
+    pub taken: bool,
+    pub switch_to: Option<std::net::SocketAddr>,
+    pub welcome: Option<Welcome>,
+    pub nacks: Vec<u64>,
+}
+
+impl Handover {
+    /// Collected from `rx` after a poll.
+    pub fn take(rx: &mut Rx, switch_to: Option<std::net::SocketAddr>) -> Handover {
+        Handover {
+            own: rx.own_seen(),
+            taken: rx.is_taken(),
+            switch_to,
+            welcome: rx.take_welcome(),
+            nacks: rx.take_nacks().collect(),
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.switch_to.is_none() && self.welcome.is_none() && self.nacks.is_empty()
+    }
+
+    /// Applied to `tx`; returns events for the owner.
+    pub fn apply(self, tx: &mut Tx, now: Nanos, sink: &mut dyn Sink) -> Option<MemberEvent> {
+        tx.ack(self.own);
+        if self.taken {
+            tx.set_taken();
+        }
+        if let Some(to) = self.switch_to {
+            tx.retarget(to);
+        }
+        let mut ev = None;
+        if let Some(w) = self.welcome {
+            let lost = tx.reconcile(now, &w, w.delivered, sink);
+            if lost > 0 {
+                ev = Some(MemberEvent::Renumbered { lost });
+            }
+        }
+        for n in self.nacks {
+            tx.on_nack(now, n, sink);
+        }
+        ev
+    }
 }

@@ -1,246 +1,115 @@
-//! The receive side of a member: ordering, gap requests, reassembly,
-//! epochs, hellos after a silence.
+//! The receive side of a member: follows the primary of the highest term,
+//! holds what is not committed, delivers in order exactly once, fills gaps,
+//! reassembles fragments, and checks every new primary's log against what
+//! it delivered (a fork is reported, never silent).
+//!
+//! The rules (docs/ARCHITECTURE.md, "Failover"):
+//! * bus datagrams come from the group's nodes only; a lower term's are
+//!   dropped; a higher term's sender is the new primary: what was held
+//!   (not delivered) is dropped, the member says hello to it and delivers
+//!   nothing of the new term before its welcome;
+//! * every hello says where the member is (its next sequence number and
+//!   the epoch of the entry before); the welcome says where that epoch ends
+//!   in the primary's log: if before the member's next, or in another
+//!   epoch, the primary's log does not hold what the member delivered: a
+//!   fork, counted and reported ([`MemberEvent::Fork`]);
+//! * a message is delivered only below the commit position of the term's
+//!   primary.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::net::SocketAddr;
 use std::sync::Arc;
 
 use crossbeam_utils::CachePadded;
 
 use super::config::{MemberConfig, RxCounters};
-use super::Deliver;
-use crate::seq::core::{nanos, Nanos, Rng, Sink};
-use crate::seq::wire::{self, Bus, BusKind, Msg, CONT, CONTROL, MORE};
+use super::join::Welcome;
+use super::MemberEvent;
+use crate::seq::core::fill::Fill;
+use crate::seq::core::{nanos, Nanos, Rng, Sink, MILLI};
+use crate::seq::wire::{
+    self, Bus, BusKind, HelloBody, Msg, CONT, CONTROL, KEEPALIVE, MORE, TAKEN, UNICAST,
+};
 
-/// A message held while a gap before it is filled.
-struct Held {
-    member_id: u32,
-    member_seq: u64,
-    flags: u8,
-    data: Vec<u8>,
+/// Entries in order, not yet delivered (waiting for the commit position),
+/// back to back in one buffer: no allocation per message.
+#[derive(Default)]
+struct Ring {
+    buf: Vec<u8>,
+    head: usize,
+    spans: VecDeque<(usize, usize)>,
 }
 
-/// The ordering state of a member.
-pub struct Rx {
+impl Ring {
+    fn len(&self) -> u64 {
+        self.spans.len() as u64
+    }
+
+    fn push(&mut self, m: &Msg<'_>) {
+        let at = self.buf.len();
+        m.write(&mut self.buf);
+        self.spans.push_back((at, self.buf.len() - at));
+    }
+
+    fn push_raw(&mut self, e: &[u8]) {
+        let at = self.buf.len();
+        self.buf.extend_from_slice(e);
+        self.spans.push_back((at, e.len()));
+    }
+
+    fn front(&self) -> Option<&[u8]> {
+        self.spans.front().map(|&(a, l)| &self.buf[a..a + l])
+    }
+
+    fn pop(&mut self) {
+        if let Some((a, l)) = self.spans.pop_front() {
+            self.head = a + l;
+        }
+        if self.spans.is_empty() {
+            self.buf.clear();
+            self.head = 0;
+        } else if self.head > (1 << 20) && self.head > self.buf.len() / 2 {
+            self.buf.drain(..self.head);
+            for s in self.spans.iter_mut() {
+                s.0 -= self.head;
+            }
+            self.head = 0;
+        }
+    }
+
+    fn clear(&mut self) {
+        self.buf.clear();
+        self.spans.clear();
+        self.head = 0;
+    }
+}
+
+/// What has been delivered: the stream's position and reassembly.
+struct Stream {
     member_id: u32,
-    session: u64,
-    unicast: bool,
-    max_buffer: u64,
     max_message_size: usize,
-    replay_chunk: u64,
-    retransmit_after: Nanos,
-    hello_after: Nanos,
-    loss: f64,
-    alternates: Vec<SocketAddr>,
-    /// Where requests go (the primary).
-    leader: SocketAddr,
     next: u64,
-    /// Every sequence number below this one exists.
-    known: u64,
-    held: BTreeMap<u64, Held>,
+    /// The epoch of entry `next - 1`.
+    last_epoch: u32,
+    delivered_any: bool,
+    /// This member's highest `member_seq` delivered (committed).
+    own: u64,
     partial: HashMap<u32, Vec<u8>>,
-    /// An outstanding replay request: up to which sequence number, when.
-    requested: Option<(u64, Nanos)>,
-    heard: bool,
-    last_heard: Nanos,
-    own_seen: u64,
-    rng: Rng,
-    scratch: Vec<u8>,
-    epoch: u32,
-    /// A new primary's address, for the shell to retarget to.
-    switch_to: Option<SocketAddr>,
-    /// When the last datagram came (a standby watches it).
-    last_datagram: Nanos,
     c: Arc<CachePadded<RxCounters>>,
 }
 
-impl Rx {
-    /// After a welcome from `leader`: `next_seq` is the sequencer's next
-    /// sequence number, `last` this member's last sequenced `member_seq`.
-    #[allow(clippy::too_many_arguments)]
-    pub fn new(
-        cfg: &MemberConfig,
-        session: u64,
-        epoch: u32,
-        leader: SocketAddr,
-        next_seq: u64,
-        last: u64,
-        unicast: bool,
-        now: Nanos,
-    ) -> Rx {
-        let next = cfg
-            .from
-            .map_or(next_seq, |f| if cfg.raw { f } else { f.max(1) });
-        let c = Arc::new(CachePadded::new(RxCounters::default()));
-        c.hellos.bump(1);
-        c.next_seq.set(next);
-        c.epoch.set(epoch as u64);
-        Rx {
-            member_id: cfg.member_id,
-            session,
-            unicast,
-            max_buffer: cfg.max_buffer,
-            max_message_size: cfg.max_message_size,
-            replay_chunk: cfg.replay_chunk,
-            retransmit_after: nanos(cfg.retransmit_after),
-            hello_after: nanos(cfg.hello_after),
-            loss: cfg.loss,
-            alternates: cfg.alternates.clone(),
-            leader,
-            next,
-            known: next_seq,
-            held: BTreeMap::new(),
-            partial: HashMap::new(),
-            requested: None,
-            heard: true,
-            last_heard: now,
-            own_seen: last,
-            rng: Rng::new(0x2545_f491_4f6c_dd1d ^ (cfg.member_id as u64) << 7),
-            scratch: Vec::with_capacity(64),
-            epoch,
-            switch_to: None,
-            last_datagram: now,
-            c,
-        }
-    }
-
-    pub fn counters(&self) -> &Arc<CachePadded<RxCounters>> {
-        &self.c
-    }
-
-    /// The highest `member_seq` of this member seen sequenced.
-    pub fn own_seen(&self) -> u64 {
-        self.own_seen
-    }
-
-    pub fn epoch(&self) -> u32 {
-        self.epoch
-    }
-
-    pub fn next_seq(&self) -> u64 {
-        self.next
-    }
-
-    /// How long since the last datagram from the sequencer.
-    pub fn silence(&self, now: Nanos) -> Nanos {
-        now.saturating_sub(self.last_datagram)
-    }
-
-    /// One bus datagram from `from`.
-    pub fn on_datagram(&mut self, d: &[u8], from: Option<SocketAddr>, deliver: &mut Deliver<'_>) {
-        if self.loss > 0.0 && self.rng.chance(self.loss) {
-            self.c.injected_losses.bump(1);
-            return;
-        }
-        let bus = match Bus::parse(d) {
-            Ok(b) => b,
-            Err(_) => {
-                self.c.malformed.bump(1);
-                return;
-            }
-        };
-        if bus.session != self.session {
-            self.c.wrong_session.bump(1);
-            return;
-        }
-        // Epochs (docs/ARCHITECTURE.md, "Failover"): a lower one is a
-        // deposed sequencer, ignored; a higher one is a new primary, whose
-        // address the member sends to from now on.
-        if bus.epoch < self.epoch {
-            self.c.stale_epoch.bump(1);
-            return;
-        }
-        if bus.epoch > self.epoch {
-            self.epoch = bus.epoch;
-            self.c.epoch.set(bus.epoch as u64);
-            if let Some(from) = from {
-                self.leader = from;
-                self.switch_to = Some(from);
-            }
-            // The new primary's log ends before messages this member
-            // already delivered: they were never copied to it (a fork).
-            if bus.kind != BusKind::Data && bus.seq < self.next {
-                self.c.forks.bump(1);
-            }
-        }
-        self.c.datagrams.bump(1);
-        match bus.kind {
-            BusKind::Heartbeat | BusKind::Welcome => {
-                if bus.seq > self.known {
-                    self.known = bus.seq;
-                }
-            }
-            BusKind::Data => {
-                let end = bus.seq + bus.count as u64;
-                if end > self.known {
-                    self.known = end;
-                }
-                for (seq, m) in bus.messages() {
-                    if seq < self.next {
-                        self.c.duplicates.bump(1);
-                    } else if seq == self.next {
-                        self.apply(seq, m, deliver);
-                        self.drain(deliver);
-                    } else if seq - self.next < self.max_buffer {
-                        if let std::collections::btree_map::Entry::Vacant(v) = self.held.entry(seq)
-                        {
-                            v.insert(Held {
-                                member_id: m.member_id,
-                                member_seq: m.member_seq,
-                                flags: m.flags,
-                                data: m.data.to_vec(),
-                            });
-                            if self.held.len() == 1 {
-                                self.c.gaps.bump(1);
-                            }
-                        } else {
-                            self.c.duplicates.bump(1);
-                        }
-                    } else {
-                        self.c.dropped_ahead.bump(1);
-                    }
-                }
-            }
-        }
-        self.c.next_seq.set(self.next);
-    }
-
-    /// After the datagrams of one poll (at least one): asks for a gap at
-    /// once; returns a new primary to retarget to, if any.
-    pub fn end_batch(&mut self, now: Nanos, sink: &mut dyn Sink) -> Option<SocketAddr> {
-        self.heard = true;
-        self.last_datagram = now;
-        if self.next < self.known {
-            self.want(now, sink);
-        }
-        self.switch_to.take()
-    }
-
-    /// Delivers the held messages that are now in order.
-    fn drain(&mut self, deliver: &mut Deliver<'_>) {
-        while let Some(h) = self.held.remove(&self.next) {
-            let m = Msg {
-                member_id: h.member_id,
-                member_seq: h.member_seq,
-                flags: h.flags,
-                data: &h.data,
-            };
-            let seq = self.next;
-            self.apply(seq, m, deliver);
-        }
-    }
-
-    /// Takes message `seq` (the next one): delivers it, or a reassembled
+impl Stream {
+    /// Takes entry `seq` (the next one): delivers it, or a reassembled
     /// message whose last fragment it is.
-    fn apply(&mut self, seq: u64, m: Msg<'_>, deliver: &mut Deliver<'_>) {
+    fn apply(&mut self, seq: u64, m: &Msg<'_>, deliver: &mut dyn FnMut(u64, u32, &[u8])) {
         self.next = seq + 1;
-        if m.member_id == self.member_id && m.member_seq > self.own_seen {
-            self.own_seen = m.member_seq;
+        self.delivered_any = true;
+        if let Some(e) = m.epoch() {
+            self.last_epoch = e;
         }
-        let deliver = match deliver {
-            Deliver::Entries(f) => return f(seq, &m),
-            Deliver::Messages(f) => f,
-        };
+        if m.member_id == self.member_id && m.member_seq > self.own {
+            self.own = m.member_seq;
+        }
         if m.flags & CONTROL != 0 || m.member_id == 0 {
             return;
         }
@@ -270,52 +139,415 @@ impl Rx {
             deliver(seq, m.member_id, &v);
         }
     }
+}
 
-    /// Asks for the first missing range if no request for it is out (or
-    /// the last one is older than `retransmit_after`).
-    fn want(&mut self, now: Nanos, sink: &mut dyn Sink) {
-        if self.next >= self.known {
-            self.requested = None;
-            return;
+/// The ordering state of a member.
+pub struct Rx {
+    session: u64,
+    unicast: bool,
+    incarnation: u64,
+    group: Vec<SocketAddr>,
+    max_buffer: u64,
+    replay_chunk: u64,
+    retransmit_after: Nanos,
+    hello_after: Nanos,
+    keepalive: Nanos,
+    loss: f64,
+    term: u32,
+    /// The primary of `term`.
+    leader: SocketAddr,
+    welcomed: bool,
+    st: Stream,
+    /// Below this, entries are committed.
+    commit: u64,
+    /// The primary's log end as last heard.
+    known: u64,
+    ring: Ring,
+    /// Entries beyond a gap.
+    ooo: BTreeMap<u64, Vec<u8>>,
+    fill: Fill,
+    rng: Rng,
+    scratch: Vec<u8>,
+    heard_at: Nanos,
+    /// The last hello to the primary, and to every node.
+    hello_at: Option<Nanos>,
+    hello_all_at: Option<Nanos>,
+    /// A hello to the primary is due (a new term, or its end).
+    hello_now: bool,
+    keepalive_at: Nanos,
+    switch_to: Option<SocketAddr>,
+    /// A welcome of the current term, for the publishing side.
+    welcome: Option<Welcome>,
+    /// This member's own highest `member_seq` delivered when the term began.
+    own_at_term: u64,
+    nacks: Vec<u64>,
+    /// A primary said the member id is another member's.
+    taken: bool,
+    events: Vec<MemberEvent>,
+    c: Arc<CachePadded<RxCounters>>,
+}
+
+impl Rx {
+    /// After the welcome `w`.
+    pub fn new(cfg: &MemberConfig, w: &Welcome, unicast: bool, now: Nanos) -> Rx {
+        let next = cfg.from.map_or(w.next, |f| f.max(1));
+        let c = Arc::new(CachePadded::new(RxCounters::default()));
+        c.hellos.bump(1);
+        c.welcomes.bump(1);
+        c.next_seq.set(next);
+        c.epoch.set(w.term as u64);
+        Rx {
+            session: w.session,
+            unicast,
+            incarnation: cfg.incarnation,
+            group: cfg.group(),
+            max_buffer: cfg.max_buffer,
+            replay_chunk: cfg.replay_chunk,
+            retransmit_after: nanos(cfg.retransmit_after),
+            hello_after: nanos(cfg.hello_after),
+            keepalive: nanos(cfg.keepalive).max(MILLI),
+            loss: cfg.loss,
+            term: w.term,
+            leader: w.from,
+            welcomed: true,
+            st: Stream {
+                member_id: cfg.member_id,
+                max_message_size: cfg.max_message_size,
+                next,
+                last_epoch: w.epoch,
+                delivered_any: false,
+                own: w.last,
+                partial: HashMap::new(),
+                c: c.clone(),
+            },
+            commit: w.commit,
+            known: w.next,
+            ring: Ring::default(),
+            ooo: BTreeMap::new(),
+            fill: Fill::default(),
+            rng: Rng::new(cfg.incarnation ^ 0x2545_f491_4f6c_dd1d ^ (cfg.member_id as u64) << 7),
+            scratch: Vec::with_capacity(64),
+            heard_at: now,
+            hello_at: Some(now),
+            hello_all_at: Some(now),
+            hello_now: false,
+            keepalive_at: now,
+            switch_to: None,
+            welcome: None,
+            own_at_term: 0,
+            nacks: Vec::new(),
+            taken: false,
+            events: Vec::new(),
+            c,
         }
-        if let Some((upto, at)) = self.requested {
-            if self.next < upto && now.saturating_sub(at) < self.retransmit_after {
-                return;
-            }
-        }
-        let mut to = self.known.min(self.next + self.replay_chunk);
-        if let Some((&first, _)) = self.held.first_key_value() {
-            to = to.min(first.max(self.next + 1));
-        }
-        let mut r = std::mem::take(&mut self.scratch);
-        wire::replay(&mut r, self.member_id, self.session, self.next, to);
-        sink.send(&[self.leader], &r);
-        self.scratch = r;
-        self.requested = Some((to, now));
-        self.c.replay_requests.bump(1);
     }
 
-    /// Timed work when a poll found nothing: gap requests, hellos after a
-    /// silence. Returns when to tick again at the latest.
-    pub fn tick(&mut self, now: Nanos, sink: &mut dyn Sink) -> Nanos {
-        let mut due = now + self.hello_after;
-        if self.next < self.known {
-            self.want(now, sink);
-            due = due.min(now + self.retransmit_after);
+    pub fn counters(&self) -> &Arc<CachePadded<RxCounters>> {
+        &self.c
+    }
+
+    /// This member's highest `member_seq` delivered.
+    pub fn own_seen(&self) -> u64 {
+        self.st.own
+    }
+
+    pub fn epoch(&self) -> u32 {
+        self.term
+    }
+
+    pub fn next_seq(&self) -> u64 {
+        self.st.next
+    }
+
+    pub fn commit(&self) -> u64 {
+        self.commit
+    }
+
+    /// The welcome of a new term, once (for the publishing side).
+    pub fn take_welcome(&mut self) -> Option<Welcome> {
+        self.welcome.take()
+    }
+
+    /// Nacked `member_seq`s since the last call.
+    pub fn take_nacks(&mut self) -> impl Iterator<Item = u64> + '_ {
+        self.nacks.drain(..)
+    }
+
+    /// Whether a primary said the member id is another member's.
+    pub fn is_taken(&self) -> bool {
+        self.taken
+    }
+
+    pub fn take_events(&mut self) -> Vec<MemberEvent> {
+        std::mem::take(&mut self.events)
+    }
+
+    fn have(&self) -> u64 {
+        self.st.next + self.ring.len()
+    }
+
+    /// One bus datagram from `from`.
+    pub fn on_datagram(
+        &mut self,
+        now: Nanos,
+        d: &[u8],
+        from: Option<SocketAddr>,
+        deliver: &mut dyn FnMut(u64, u32, &[u8]),
+    ) {
+        if self.loss > 0.0 && self.rng.chance(self.loss) {
+            self.c.injected_losses.bump(1);
+            return;
         }
-        if self.heard {
-            self.heard = false;
-            self.last_heard = now;
-        } else if now.saturating_sub(self.last_heard) >= self.hello_after {
-            self.last_heard = now;
-            let mut h = std::mem::take(&mut self.scratch);
-            wire::hello(&mut h, self.member_id, self.unicast);
-            sink.send(&[self.leader], &h);
-            for a in &self.alternates {
-                sink.send(std::slice::from_ref(a), &h);
+        let Some(from) = from.filter(|f| self.group.contains(f)) else {
+            self.c.strangers.bump(1);
+            return;
+        };
+        let b = match Bus::parse(d) {
+            Ok(b) => b,
+            Err(_) => {
+                self.c.malformed.bump(1);
+                return;
             }
-            self.scratch = h;
-            self.c.hellos.bump(1);
+        };
+        if b.h.session != self.session {
+            self.c.wrong_session.bump(1);
+            return;
+        }
+        if b.h.term < self.term {
+            self.c.stale_epoch.bump(1);
+            return;
+        }
+        if b.h.term > self.term {
+            self.new_term(b.h.term, from);
+        } else if from != self.leader {
+            self.c.conflicts.bump(1);
+            return;
+        }
+        self.c.datagrams.bump(1);
+        self.heard_at = now;
+        match b.kind {
+            BusKind::Heartbeat => self.known = self.known.max(b.h.seq),
+            BusKind::Data => self.data(&b, deliver),
+            BusKind::Welcome => self.welcomed(&b),
+            BusKind::Nack => self.nacks.extend(b.nacked()),
+            BusKind::End => {
+                // The primary stopped: look for the next one at once.
+                self.heard_at = 0;
+                self.hello_all_at = None;
+            }
+        }
+        if self.welcomed && b.h.commit > self.commit {
+            self.commit = b.h.commit;
+            self.c.commit.set(self.commit);
+        }
+        self.deliver(deliver);
+        self.c.next_seq.set(self.st.next);
+    }
+
+    /// A higher term: its sender is the primary now; nothing held is kept.
+    fn new_term(&mut self, term: u32, from: SocketAddr) {
+        self.term = term;
+        self.c.epoch.set(term as u64);
+        if from != self.leader {
+            self.switch_to = Some(from);
+        }
+        self.leader = from;
+        self.welcomed = false;
+        self.ring.clear();
+        self.ooo.clear();
+        self.commit = self.st.next;
+        self.known = self.st.next;
+        self.fill.reset();
+        self.hello_now = true;
+        self.own_at_term = self.st.own;
+        self.events.push(MemberEvent::Term { term });
+    }
+
+    fn data(&mut self, b: &Bus<'_>, deliver: &mut dyn FnMut(u64, u32, &[u8])) {
+        self.known = self.known.max(b.end());
+        for (seq, m) in b.messages() {
+            let have = self.have();
+            if seq < have {
+                self.c.duplicates.bump(1);
+            } else if seq == have {
+                // In order: delivered straight from the datagram when
+                // committed and nothing waits before it; held otherwise.
+                let commit = self.commit.max(if self.welcomed { b.h.commit } else { 0 });
+                if self.ring.len() == 0 && self.welcomed && seq < commit {
+                    self.st.apply(seq, &m, deliver);
+                } else {
+                    self.ring.push(&m);
+                }
+                self.unblock();
+            } else if seq - self.st.next < self.max_buffer {
+                if let std::collections::btree_map::Entry::Vacant(v) = self.ooo.entry(seq) {
+                    let mut e = Vec::with_capacity(m.size());
+                    m.write(&mut e);
+                    v.insert(e);
+                    if self.ooo.len() == 1 {
+                        self.c.gaps.bump(1);
+                    }
+                } else {
+                    self.c.duplicates.bump(1);
+                }
+            } else {
+                self.c.dropped_ahead.bump(1);
+            }
+        }
+    }
+
+    /// Moves what is held beyond a gap into the ring once the gap is filled.
+    fn unblock(&mut self) {
+        while let Some(e) = self.ooo.remove(&self.have()) {
+            self.ring.push_raw(&e);
+        }
+        let have = self.have();
+        while self.ooo.first_key_value().is_some_and(|(s, _)| *s < have) {
+            self.ooo.pop_first();
+        }
+    }
+
+    /// Delivers what is held, in order, below the commit position.
+    fn deliver(&mut self, deliver: &mut dyn FnMut(u64, u32, &[u8])) {
+        if !self.welcomed {
+            return;
+        }
+        while self.st.next < self.commit {
+            let Some(e) = self.ring.front() else { break };
+            let seq = self.st.next;
+            match Msg::from_entry(e) {
+                Ok(m) => self.st.apply(seq, &m, deliver),
+                Err(_) => self.st.next = seq + 1,
+            }
+            self.ring.pop();
+        }
+    }
+
+    /// The welcome of the current term's primary.
+    fn welcomed(&mut self, b: &Bus<'_>) {
+        let Some(w) = b.welcome() else { return };
+        self.c.welcomes.bump(1);
+        if b.flags & TAKEN != 0 {
+            if !self.taken {
+                self.taken = true;
+                self.events.push(MemberEvent::Taken);
+            }
+            return;
+        }
+        // Checked at the first welcome of a term only: until then nothing is
+        // delivered, so the welcome answers exactly what the hello asked
+        // (a later one, a keepalive's, may answer an older position).
+        if !self.welcomed
+            && self.st.delivered_any
+            && (w.epoch != self.st.last_epoch || w.epoch_end < self.st.next)
+        {
+            // The primary's log does not hold what this member delivered.
+            self.c.forks.bump(1);
+            self.events.push(MemberEvent::Fork {
+                next: self.st.next,
+                epoch: self.st.last_epoch,
+                term: self.term,
+            });
+            self.st.last_epoch = w.epoch;
+        }
+        if !self.welcomed {
+            self.welcome = Some(Welcome {
+                session: b.h.session,
+                term: b.h.term,
+                next: b.h.seq,
+                commit: b.h.commit,
+                last: w.last,
+                epoch: w.epoch,
+                max_datagram: w.max_datagram as usize,
+                from: self.leader,
+                taken: false,
+                delivered: self.own_at_term,
+            });
+        }
+        self.welcomed = true;
+        self.known = self.known.max(b.h.seq);
+    }
+
+    fn hello(&mut self, flags: u8, to_all: bool, sink: &mut dyn Sink) {
+        let h = HelloBody {
+            flags: flags | if self.unicast { UNICAST } else { 0 },
+            incarnation: self.incarnation,
+            epoch: if self.st.delivered_any {
+                self.st.last_epoch
+            } else {
+                u32::MAX
+            },
+            next: self.st.next,
+        };
+        let mut d = std::mem::take(&mut self.scratch);
+        wire::hello(&mut d, self.st.member_id, self.session, &h);
+        if to_all {
+            for a in &self.group {
+                sink.send(std::slice::from_ref(a), &d);
+            }
+        } else {
+            sink.send(&[self.leader], &d);
+        }
+        self.scratch = d;
+        self.c.hellos.bump(1);
+    }
+
+    /// After the datagrams of one poll (at least one): a hello to a new
+    /// primary, a gap request at once; returns a new primary to retarget
+    /// commands to, if any.
+    pub fn end_batch(&mut self, now: Nanos, sink: &mut dyn Sink) -> Option<SocketAddr> {
+        if std::mem::take(&mut self.hello_now) {
+            self.hello(0, false, sink);
+            self.hello_at = Some(now);
+        }
+        self.fill_gap(now, sink);
+        self.switch_to.take()
+    }
+
+    fn fill_gap(&mut self, now: Nanos, sink: &mut dyn Sink) {
+        let have = self.have();
+        let gap_end = self.ooo.first_key_value().map_or(self.known, |(s, _)| *s);
+        let (chunk, base) = (self.replay_chunk, self.retransmit_after);
+        if let Some((a, z)) = self
+            .fill
+            .want(now, have, gap_end, chunk, base, &mut self.rng)
+        {
+            let mut r = std::mem::take(&mut self.scratch);
+            wire::replay(&mut r, self.st.member_id, self.session, a, z);
+            sink.send(&[self.leader], &r);
+            self.scratch = r;
+            self.c.replay_requests.bump(1);
+        }
+    }
+
+    /// Timed work when a poll found nothing: gap requests, hellos (to the
+    /// primary until welcomed, to every node after a silence), keepalives.
+    /// Returns when to tick again at the latest.
+    pub fn tick(&mut self, now: Nanos, sink: &mut dyn Sink) -> Nanos {
+        self.fill_gap(now, sink);
+        let since = |t: Option<Nanos>| t.map_or(Nanos::MAX, |h| now.saturating_sub(h));
+        let (since_hello, since_all) = (since(self.hello_at), since(self.hello_all_at));
+        if now.saturating_sub(self.heard_at) >= self.hello_after && since_all >= self.hello_after {
+            // Silence: whichever node is the primary now answers.
+            self.hello(0, true, sink);
+            self.hello_all_at = Some(now);
+            self.hello_at = Some(now);
+        } else if !self.welcomed && since_hello >= 4 * self.retransmit_after.max(MILLI) {
+            self.hello(0, false, sink);
+            self.hello_at = Some(now);
+        } else if self.welcomed && now.saturating_sub(self.keepalive_at) >= self.keepalive {
+            self.keepalive_at = now;
+            self.hello(KEEPALIVE, false, sink);
+        }
+        let mut due = (self.heard_at + self.hello_after)
+            .max(self.hello_all_at.map_or(0, |h| h + self.hello_after))
+            .min(self.keepalive_at + self.keepalive)
+            .max(now + MILLI / 10);
+        if !self.welcomed {
+            due = due.min(now + 4 * self.retransmit_after.max(MILLI));
+        }
+        if self.have() < self.known || !self.ooo.is_empty() {
+            due = due.min(self.fill.due(self.retransmit_after).max(now + 1));
         }
         due
     }

@@ -1,5 +1,7 @@
 //! The publishing side of a member: commands sent and not yet seen
-//! sequenced, resent when overdue.
+//! delivered, resent when the primary nacks one or when overdue, and
+//! renumbered if a new primary's log lacks commands this member saw
+//! delivered (a fork).
 
 use std::collections::VecDeque;
 use std::net::SocketAddr;
@@ -8,19 +10,26 @@ use std::sync::Arc;
 use crossbeam_utils::CachePadded;
 
 use super::config::{MemberConfig, PublishError, TxCounters};
+use super::join::Welcome;
 use crate::seq::core::{nanos, Nanos, Sink};
 use crate::seq::wire::{self, CmdKind, CONT, MORE};
 
-/// Commands resent at once when the oldest is overdue.
+/// Commands resent at once to a new primary.
 const RESEND_WINDOW: usize = 32;
+/// Commands looked at per tick for a resend.
+const RESEND_SCAN: usize = 64;
+/// A nacked command is not resent again within this.
+const NACK_GUARD: Nanos = 200_000;
 
 struct Pending {
+    first_seq: u64,
     last_seq: u64,
     sent: Nanos,
+    attempts: u32,
     dgram: Vec<u8>,
 }
 
-/// Commands published and not yet seen sequenced.
+/// Commands published and not yet seen delivered.
 pub struct Tx {
     member_id: u32,
     session: u64,
@@ -35,28 +44,42 @@ pub struct Tx {
     pending: VecDeque<Pending>,
     pool: Vec<Vec<u8>>,
     closed: bool,
+    taken: bool,
+    /// A new primary has not welcomed this member yet: commands wait (its
+    /// welcome may renumber them).
+    held: bool,
     c: Arc<CachePadded<TxCounters>>,
 }
 
 impl Tx {
-    /// After a welcome from `target` in `session`; `last` is this member's
-    /// last sequenced `member_seq`.
-    pub fn new(cfg: &MemberConfig, frag: usize, session: u64, target: SocketAddr, last: u64) -> Tx {
+    /// After the welcome `w`.
+    pub fn new(cfg: &MemberConfig, frag: usize, w: &Welcome) -> Tx {
         Tx {
             member_id: cfg.member_id,
-            session,
-            frag,
-            max_datagram: cfg.max_datagram,
+            session: w.session,
+            frag: frag.min(Self::frag_for(w.max_datagram)),
+            max_datagram: cfg
+                .max_datagram
+                .min(w.max_datagram.max(wire::CMD_HEADER + 32)),
             max_message_size: cfg.max_message_size,
             max_pending: cfg.max_pending,
             resend_after: nanos(cfg.resend_after),
-            target,
-            next_member_seq: last + 1,
+            target: w.from,
+            next_member_seq: w.last + 1,
             pending: VecDeque::new(),
             pool: Vec::new(),
             closed: false,
+            taken: w.taken,
+            held: false,
             c: Arc::new(CachePadded::new(TxCounters::default())),
         }
+    }
+
+    /// The largest fragment a primary with this `max_datagram` takes.
+    fn frag_for(max_datagram: usize) -> usize {
+        max_datagram
+            .saturating_sub(wire::BUS_HEADER + wire::MSG_HEADER)
+            .clamp(1, u16::MAX as usize)
     }
 
     pub fn counters(&self) -> &Arc<CachePadded<TxCounters>> {
@@ -69,6 +92,19 @@ impl Tx {
 
     pub fn is_closed(&self) -> bool {
         self.closed
+    }
+
+    pub fn is_taken(&self) -> bool {
+        self.taken
+    }
+
+    /// The member id is another member's: publishes are refused.
+    pub fn set_taken(&mut self) {
+        self.taken = true;
+    }
+
+    pub fn fragment_size(&self) -> usize {
+        self.frag
     }
 
     /// Publishes messages, as many per command datagram as fit; returns
@@ -90,39 +126,45 @@ impl Tx {
         if self.closed {
             return Err(PublishError::Closed);
         }
+        if self.taken {
+            return Err(PublishError::Taken);
+        }
         if self.pending.len() >= self.max_pending {
             return Err(PublishError::Busy);
         }
         let mut d = self.pool.pop().unwrap_or_default();
         let mut count = 0u16;
+        let mut first = self.next_member_seq;
         let mut published = 0u64;
         for m in it {
             published += 1;
             if m.is_empty() {
-                self.add_cmd(&mut d, &mut count, now, 0, &[], sink);
+                self.add_cmd(&mut d, &mut count, &mut first, now, 0, &[], sink);
             }
             let mut chunks = m.chunks(self.frag).peekable();
-            let mut first = true;
+            let mut start = true;
             while let Some(c) = chunks.next() {
-                let mut flags = if first { 0 } else { CONT };
+                let mut flags = if start { 0 } else { CONT };
                 if chunks.peek().is_some() {
                     flags |= MORE;
                 }
-                first = false;
-                self.add_cmd(&mut d, &mut count, now, flags, c, sink);
+                start = false;
+                self.add_cmd(&mut d, &mut count, &mut first, now, flags, c, sink);
             }
         }
-        self.send_cmd(d, count, now, sink);
+        self.send_cmd(d, count, first, now, sink);
         self.c.published.bump(published);
         Ok(self.next_member_seq - 1)
     }
 
     /// Adds one message to the command being built, sending it first if
     /// it would not fit.
+    #[allow(clippy::too_many_arguments)]
     fn add_cmd(
         &mut self,
         d: &mut Vec<u8>,
         count: &mut u16,
+        first: &mut u64,
         now: Nanos,
         flags: u8,
         c: &[u8],
@@ -132,11 +174,12 @@ impl Tx {
             && (d.len() + wire::CMD_MSG_HEADER + c.len() > self.max_datagram || *count == u16::MAX)
         {
             let full = std::mem::replace(d, self.pool.pop().unwrap_or_default());
-            self.send_cmd(full, *count, now, sink);
+            self.send_cmd(full, *count, *first, now, sink);
             *count = 0;
         }
         if *count == 0 {
             wire::cmd_header(d, CmdKind::Publish, self.member_id, self.session);
+            *first = self.next_member_seq;
         }
         let seq = self.next_member_seq;
         self.next_member_seq += 1;
@@ -144,49 +187,116 @@ impl Tx {
         *count += 1;
     }
 
-    fn send_cmd(&mut self, mut d: Vec<u8>, count: u16, now: Nanos, sink: &mut dyn Sink) {
+    fn send_cmd(
+        &mut self,
+        mut d: Vec<u8>,
+        count: u16,
+        first: u64,
+        now: Nanos,
+        sink: &mut dyn Sink,
+    ) {
         if count == 0 {
             self.pool.push(d);
             return;
         }
         wire::set_cmd_count(&mut d, count);
-        // Commands leave in member_seq order, the only order the sequencer
-        // takes them in.
-        sink.send(&[self.target], &d);
+        // Commands leave in member_seq order, the order the primary takes
+        // them in (after its welcome, for a new primary).
+        if !self.held {
+            sink.send(&[self.target], &d);
+        }
         self.c.commands.bump(1);
         self.pending.push_back(Pending {
+            first_seq: first,
             last_seq: self.next_member_seq - 1,
             sent: now,
+            attempts: 0,
             dgram: d,
         });
         self.c.pending.set(self.pending.len() as u64);
     }
 
-    /// Sends to `to` from now on (a new primary), and resends at once the
-    /// commands the old one may not have sequenced. False if unchanged.
-    pub fn retarget(&mut self, now: Nanos, to: SocketAddr, sink: &mut dyn Sink) -> bool {
-        if self.target == to {
-            return false;
-        }
+    fn resend(&mut self, i: usize, now: Nanos, sink: &mut dyn Sink) {
+        let p = &mut self.pending[i];
+        sink.send(&[self.target], &p.dgram);
+        p.sent = now;
+        p.attempts += 1;
+        self.c.resent.bump(1);
+    }
+
+    /// A new primary, at `to`: commands wait for its welcome
+    /// ([`Tx::reconcile`]).
+    pub fn retarget(&mut self, to: SocketAddr) {
         self.target = to;
-        self.resend_oldest(now, sink);
-        true
+        self.held = true;
     }
 
-    /// Resends the oldest pending commands (a window: the sequencer takes a
-    /// member's commands in `member_seq` order, so everything after a lost
-    /// one was dropped too and goes out as these are sequenced).
-    fn resend_oldest(&mut self, now: Nanos, sink: &mut dyn Sink) {
-        let mut n = 0;
-        for p in self.pending.iter_mut().take(RESEND_WINDOW) {
-            sink.send(&[self.target], &p.dgram);
-            p.sent = now;
-            n += 1;
+    /// The welcome of a new primary, whose log holds this member's
+    /// commands up to `w.last`; `delivered` is this member's highest
+    /// `member_seq` it had delivered before the new term. If the primary's
+    /// log lacks some of those, they were lost in a fork: the pending
+    /// commands are renumbered after its last, so that they can be
+    /// sequenced. Then the pending commands go to it. Returns how many
+    /// numbers were lost.
+    pub fn reconcile(
+        &mut self,
+        now: Nanos,
+        w: &Welcome,
+        delivered: u64,
+        sink: &mut dyn Sink,
+    ) -> u64 {
+        self.frag = self.frag.min(Self::frag_for(w.max_datagram));
+        self.taken = w.taken;
+        self.target = w.from;
+        self.held = false;
+        for p in self.pending.iter_mut() {
+            p.attempts = 0;
         }
-        self.c.resent.bump(n);
+        let lost = delivered.saturating_sub(w.last);
+        if lost == 0 {
+            for i in 0..self.pending.len().min(RESEND_WINDOW) {
+                self.resend(i, now, sink);
+            }
+            return 0;
+        }
+        let mut seq = w.last + 1;
+        for p in self.pending.iter_mut() {
+            let Some(last) = wire::renumber(&mut p.dgram, seq) else {
+                continue;
+            };
+            p.first_seq = seq;
+            p.last_seq = last;
+            seq = last + 1;
+        }
+        self.next_member_seq = seq;
+        self.c.renumbered.bump(self.pending.len() as u64);
+        for i in 0..self.pending.len().min(RESEND_WINDOW) {
+            self.resend(i, now, sink);
+        }
+        lost
     }
 
-    /// Forgets the commands sequenced up to `member_seq`.
+    /// The primary says `member_seq` is missing: its command goes again
+    /// (unless just sent).
+    pub fn on_nack(&mut self, now: Nanos, member_seq: u64, sink: &mut dyn Sink) {
+        if self.held {
+            return;
+        }
+        let Some(i) = self
+            .pending
+            .iter()
+            .take(RESEND_SCAN * 16)
+            .position(|p| p.first_seq <= member_seq && member_seq <= p.last_seq)
+        else {
+            return;
+        };
+        if now.saturating_sub(self.pending[i].sent) >= NACK_GUARD {
+            self.c.nacked.bump(1);
+            self.resend(i, now, sink);
+        }
+    }
+
+    /// Forgets the commands delivered up to `member_seq`.
     pub fn ack(&mut self, member_seq: u64) {
         while self
             .pending
@@ -201,29 +311,38 @@ impl Tx {
         self.c.pending.set(self.pending.len() as u64);
     }
 
-    /// Resends when the oldest command is overdue; returns when to look
-    /// again at the latest (`None`: nothing pending).
-    pub fn tick(&mut self, now: Nanos, sink: &mut dyn Sink) -> Option<Nanos> {
-        let sent = self.pending.front()?.sent;
-        if now.saturating_sub(sent) >= self.resend_after {
-            self.resend_oldest(now, sink);
-            return Some(now + self.resend_after);
-        }
-        Some(sent + self.resend_after)
+    fn overdue(&self, p: &Pending) -> Nanos {
+        p.sent + self.resend_after.saturating_mul(1 << p.attempts.min(3))
     }
 
-    /// No more publishes; a unicast member tells the sequencer to stop
-    /// sending to it. False if already closed.
-    pub fn close(&mut self, unicast: bool, sink: &mut dyn Sink) -> bool {
+    /// Resends the overdue commands (each waits `resend_after`, then twice,
+    /// four and eight times as long); returns when to look again at the
+    /// latest (`None`: nothing pending).
+    pub fn tick(&mut self, now: Nanos, sink: &mut dyn Sink) -> Option<Nanos> {
+        if self.held {
+            return None;
+        }
+        let mut due = None::<Nanos>;
+        for i in 0..self.pending.len().min(RESEND_SCAN) {
+            if self.overdue(&self.pending[i]) <= now {
+                self.resend(i, now, sink);
+            }
+            let d = self.overdue(&self.pending[i]);
+            due = Some(due.map_or(d, |x| x.min(d)));
+        }
+        due
+    }
+
+    /// No more publishes; the member id is free again (a unicast member is
+    /// also dropped from the fan-out). False if already closed.
+    pub fn close(&mut self, sink: &mut dyn Sink) -> bool {
         if self.closed {
             return false;
         }
         self.closed = true;
-        if unicast {
-            let mut b = Vec::with_capacity(wire::CMD_HEADER);
-            wire::cmd_header(&mut b, CmdKind::Bye, self.member_id, self.session);
-            sink.send(&[self.target], &b);
-        }
+        let mut b = Vec::with_capacity(wire::CMD_HEADER);
+        wire::cmd_header(&mut b, CmdKind::Bye, self.member_id, self.session);
+        sink.send(&[self.target], &b);
         true
     }
 

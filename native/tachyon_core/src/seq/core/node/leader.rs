@@ -1,0 +1,617 @@
+//! The primary (Raft's leader): sequences members' commands into its log
+//! and onto the bus, counts the followers' acknowledgements into the
+//! commit position (Raft §5.3, §5.4.2: only an entry of its own term is
+//! committed by counting, which commits everything before it), steps down
+//! when it has not heard a majority for an election timeout (the thesis's
+//! check-quorum), answers hellos and hands replays to its replayer.
+//!
+//! Commands: a member's messages are taken in `member_seq` order (Raft
+//! thesis §6.3: a client's serial numbers); one ahead of a gap is held (up
+//! to `window` per member) and the member is told which one is missing (a
+//! nack), so a lost command costs one resend, not a go-back-N.
+
+use std::collections::{BTreeMap, HashMap};
+use std::net::SocketAddr;
+
+use super::{Binding, Node, Role, TwoNodes, TICK_CAP};
+use crate::seq::core::{Env, Log, Nanos, NodeEvent, Replay};
+use crate::seq::wire::{self, BusKind, Cmd, CmdKind, Msg, Published, WelcomeBody, CONTROL, TAKEN};
+
+/// Bytes of commands held per member at most.
+const WINDOW_BYTES: usize = 1 << 20;
+
+/// A member's commands held until an earlier one arrives.
+#[derive(Debug)]
+pub struct Window {
+    held: BTreeMap<u64, (u8, Vec<u8>)>,
+    bytes: usize,
+    nacked: Option<(u64, Nanos)>,
+    /// Where the member's commands come from (its nacks go there).
+    addr: SocketAddr,
+}
+
+impl Window {
+    fn new(addr: SocketAddr) -> Window {
+        Window {
+            held: BTreeMap::new(),
+            bytes: 0,
+            nacked: None,
+            addr,
+        }
+    }
+}
+
+/// A hole is nacked again after this long (the resent command was lost).
+const RENACK_AFTER: Nanos = 2_000_000;
+
+pub(super) struct Lead {
+    /// The index of this term's epoch record.
+    pub term_start: u64,
+    /// Each node's log end known to match this one (this node's: its end).
+    pub matched: Vec<u64>,
+    /// Running time since each node was last heard.
+    pub peer_silent: Vec<Nanos>,
+    /// Nodes the witness reported down (a group of two).
+    pub down: Vec<bool>,
+    out: Vec<u8>,
+    out_count: u16,
+    last_send: Nanos,
+    due: Nanos,
+    sent_in_batch: bool,
+    /// The commit position the bus was last told.
+    commit_sent: u64,
+    pub windows: BTreeMap<u32, Window>,
+    replays: HashMap<SocketAddr, (u64, Nanos)>,
+}
+
+impl Lead {
+    pub fn new(n: usize, max_datagram: usize) -> Lead {
+        Lead {
+            term_start: 0,
+            matched: vec![0; n],
+            peer_silent: vec![0; n],
+            down: vec![false; n],
+            out: Vec::with_capacity(max_datagram),
+            out_count: 0,
+            last_send: 0,
+            due: 0,
+            sent_in_batch: false,
+            commit_sent: 0,
+            windows: BTreeMap::new(),
+            replays: HashMap::new(),
+        }
+    }
+
+    pub fn peer_down(&mut self, n: u8) {
+        if let Some(d) = self.down.get_mut(n as usize) {
+            *d = true;
+        }
+    }
+}
+
+impl<L: Log> Node<L> {
+    /// Raft: a candidate with a majority is the leader of its term; it
+    /// appends its term's first entry (the epoch record) at once.
+    pub(super) fn become_leader(&mut self, now: Nanos, env: &mut dyn Env) {
+        let n = self.cfg.group.len();
+        self.role = Role::Leader;
+        self.leader = Some(self.cfg.id);
+        self.fl.reset();
+        self.ld = Lead::new(n, self.cfg.max_datagram);
+        let peer = 1 - (self.cfg.id as usize).min(1);
+        if n == 2 && self.el.witness_until > now && self.el.granted & (1 << peer) == 0 {
+            // Elected with the witness's vote: the peer is down.
+            self.ld.down[peer] = true;
+        }
+        self.ld.last_send = now;
+        self.ld.due = self.cfg.heartbeat_after;
+        if self.ls.next == 0 {
+            // A new group's first primary writes the session record.
+            self.emit(0, self.cfg.new_session, CONTROL, &[], env);
+        }
+        self.ld.term_start = self.ls.next;
+        let term = self.term as u64;
+        if !self.emit(0, term, CONTROL | wire::EPOCH, &[], env) {
+            // Cannot even write the epoch record: not a primary.
+            self.become_follower(None, env);
+            return;
+        }
+        self.el.reset();
+        self.c.terms_led.bump(1);
+        self.leader_flush(now, env);
+        self.heartbeat(now, env);
+        env.event(NodeEvent::Leader {
+            term: self.term,
+            start: self.ld.term_start,
+        });
+        self.mirror();
+    }
+
+    /// Whether a majority (this node included) was heard within the
+    /// election timeout.
+    pub(super) fn quorum_fresh(&self) -> bool {
+        let t = self.cfg.election_timeout;
+        let me = self.cfg.id as usize;
+        let fresh = (0..self.cfg.group.len())
+            .filter(|&i| i == me || self.ld.peer_silent[i] < t)
+            .count();
+        fresh >= self.majority()
+    }
+
+    /// A group of two whose peer is taken for dead: the primary commits
+    /// alone.
+    fn solo(&self, peer: usize) -> bool {
+        match self.cfg.two_nodes {
+            TwoNodes::Safe => self.ld.down[peer],
+            TwoNodes::Available => self.ld.peer_silent[peer] >= self.cfg.election_timeout,
+        }
+    }
+
+    /// The end a majority's logs match, if it commits anything new.
+    fn advance_commit(&mut self) {
+        let end = self.ls.next;
+        let me = self.cfg.id as usize;
+        self.ld.matched[me] = end;
+        let n = self.cfg.group.len();
+        let q = match n {
+            1 => end,
+            2 => {
+                let p = 1 - me;
+                if self.solo(p) {
+                    end
+                } else {
+                    end.min(self.ld.matched[p])
+                }
+            }
+            _ => {
+                let mut m = self.ld.matched.clone();
+                m.sort_unstable_by(|a, b| b.cmp(a));
+                m[self.majority() - 1]
+            }
+        };
+        // Raft §5.4.2: only an entry of this term commits by counting.
+        if q > self.ld.term_start && q > self.commit {
+            self.commit = q;
+            self.ls.committed(q);
+        }
+    }
+
+    /// Appends one entry and adds it to the data datagram being built.
+    fn emit(
+        &mut self,
+        member_id: u32,
+        member_seq: u64,
+        flags: u8,
+        data: &[u8],
+        env: &mut dyn Env,
+    ) -> bool {
+        let size = wire::MSG_HEADER + data.len();
+        if wire::BUS_HEADER + size > self.cfg.max_datagram {
+            self.c.oversized.bump(1);
+            return false;
+        }
+        let full = !self.cfg.batching
+            || self.ld.out_count == u16::MAX
+            || self.ld.out.len() + size > self.cfg.max_datagram;
+        if full {
+            self.flush_data(env);
+        }
+        if self.ld.out_count == 0 {
+            let h = self.bus_header(self.ls.next);
+            wire::bus_header(&mut self.ld.out, BusKind::Data, &h, 0);
+        }
+        // The bus message is the log entry: written once into the datagram
+        // being built, appended to the log from there.
+        let at = self.ld.out.len();
+        wire::write_msg(&mut self.ld.out, member_id, member_seq, flags, data);
+        match self.log.append(&self.ld.out[at..]) {
+            Ok(i) if i == self.ls.next => {
+                let m = Msg {
+                    member_id,
+                    member_seq,
+                    flags,
+                    data,
+                };
+                self.ls.applied(i, &m);
+                self.ld.out_count += 1;
+                if member_id != 0 {
+                    self.c.messages.bump(1);
+                }
+                true
+            }
+            _ => {
+                // Not stamped: the member resends it later.
+                self.ld.out.truncate(at);
+                self.c.store_errors.bump(1);
+                false
+            }
+        }
+    }
+
+    /// Sends the data datagram being built, with the commit position now.
+    fn flush_data(&mut self, env: &mut dyn Env) {
+        if self.ld.out_count == 0 {
+            return;
+        }
+        self.advance_commit();
+        wire::set_count(&mut self.ld.out, self.ld.out_count);
+        wire::set_commit(&mut self.ld.out, self.commit);
+        self.ld.out_count = 0;
+        env.send(&self.targets, &self.ld.out);
+        self.c.datagrams.bump(1);
+        self.ld.sent_in_batch = true;
+        self.ld.commit_sent = self.commit;
+    }
+
+    pub(super) fn leader_flush(&mut self, _now: Nanos, env: &mut dyn Env) {
+        self.flush_data(env);
+    }
+
+    fn heartbeat(&mut self, now: Nanos, env: &mut dyn Env) {
+        self.advance_commit();
+        let h = self.bus_header(self.ls.next);
+        wire::bus_header(&mut self.scratch, BusKind::Heartbeat, &h, 0);
+        env.send(&self.targets, &self.scratch);
+        self.c.heartbeats.bump(1);
+        self.ld.last_send = now;
+        self.ld.commit_sent = self.commit;
+    }
+
+    pub(super) fn leader_end_batch(&mut self, now: Nanos, env: &mut dyn Env) {
+        self.flush_data(env);
+        self.advance_commit();
+        if self.commit > self.ld.commit_sent {
+            // Acknowledgements moved the commit position: tell the bus now.
+            self.heartbeat(now, env);
+        }
+        if std::mem::take(&mut self.ld.sent_in_batch) {
+            self.ld.due = self.cfg.heartbeat_after;
+            self.ld.last_send = now;
+        }
+    }
+
+    pub(super) fn age_peers(&mut self, dt: Nanos) {
+        let me = self.cfg.id as usize;
+        for (i, s) in self.ld.peer_silent.iter_mut().enumerate() {
+            if i != me {
+                *s = s.saturating_add(dt);
+            }
+        }
+    }
+
+    pub(super) fn leader_tick(&mut self, now: Nanos, env: &mut dyn Env) -> Nanos {
+        if self.cfg.group.len() > 2 && !self.quorum_fresh() {
+            // Check-quorum: cut off from a majority, this primary can
+            // commit nothing; it stops sequencing so members look elsewhere.
+            self.c.stepped_down.bump(1);
+            env.event(NodeEvent::SteppedDown { term: self.term });
+            self.become_follower(None, env);
+            self.silent = 0;
+            return now + TICK_CAP;
+        }
+        self.renack(now, env);
+        self.advance_commit();
+        if self.commit > self.ld.commit_sent || now.saturating_sub(self.ld.last_send) >= self.ld.due
+        {
+            self.heartbeat(now, env);
+            self.ld.due = self.ld.due.saturating_mul(10).min(self.cfg.heartbeat);
+        }
+        let mut due = (self.ld.last_send + self.ld.due).min(now + TICK_CAP);
+        if self.ld.windows.values().any(|w| !w.held.is_empty()) {
+            due = due.min(now + RENACK_AFTER);
+        }
+        due
+    }
+
+    /// Holes nacked a while ago and still open: nacked again.
+    fn renack(&mut self, now: Nanos, env: &mut dyn Env) {
+        let due: Vec<(u32, SocketAddr, u64)> = self
+            .ld
+            .windows
+            .iter()
+            .filter(|(_, w)| !w.held.is_empty())
+            .filter(|(_, w)| {
+                w.nacked
+                    .is_none_or(|(_, at)| now.saturating_sub(at) >= RENACK_AFTER)
+            })
+            .map(|(id, w)| (*id, w.addr, self.ls.last_of(*id) + 1))
+            .collect();
+        for (id, addr, seq) in due {
+            if let Some(w) = self.ld.windows.get_mut(&id) {
+                w.nacked = None;
+            }
+            self.nack(now, id, addr, seq, env);
+        }
+    }
+
+    pub(super) fn on_ack(&mut self, from: u8, end: u64) {
+        if self.role != Role::Leader {
+            return;
+        }
+        let i = from as usize;
+        self.c.acks.bump(1);
+        self.ld.matched[i] = self.ld.matched[i].max(end.min(self.ls.next));
+        self.ld.peer_silent[i] = 0;
+        self.ld.down[i] = false;
+    }
+
+    /// A follower asks where its last epoch ends in this log.
+    pub(super) fn on_sync(&mut self, from: u8, p: &wire::Peer, env: &mut dyn Env) {
+        if self.role != Role::Leader {
+            return;
+        }
+        self.c.syncs.bump(1);
+        self.ld.peer_silent[from as usize] = 0;
+        let (e, end) = self.ls.epoch_end(p.a as u32);
+        let (term, next) = (self.term, self.ls.next);
+        self.send_peer(
+            from,
+            wire::PeerKind::SyncReply,
+            term,
+            0,
+            (e as u64, end),
+            next,
+            env,
+        );
+    }
+
+    /// A command from a member (any role: hellos are recorded by every
+    /// node, the rest is for the primary).
+    pub(super) fn on_command(
+        &mut self,
+        now: Nanos,
+        from: SocketAddr,
+        cmd: &Cmd<'_>,
+        env: &mut dyn Env,
+    ) {
+        match cmd.kind {
+            CmdKind::Hello => self.on_hello(now, from, cmd, env),
+            CmdKind::Bye => {
+                if self
+                    .bindings
+                    .get(&cmd.member_id)
+                    .is_some_and(|b| b.addr == from)
+                {
+                    self.bindings.remove(&cmd.member_id);
+                    self.ld.windows.remove(&cmd.member_id);
+                    self.retarget();
+                }
+            }
+            _ if self.role != Role::Leader => self.c.not_primary.bump(1),
+            CmdKind::Replay => {
+                let node = self.cfg.group.contains(&from);
+                if cmd.session != self.ls.session && !(node && cmd.session == 0) {
+                    self.c.wrong_session.bump(1);
+                    return;
+                }
+                let (a, z) = cmd.range();
+                self.replay(now, from, a, z, env);
+            }
+            CmdKind::Publish => {
+                if cmd.session != self.ls.session {
+                    self.c.wrong_session.bump(1);
+                    return;
+                }
+                if self.bind(now, cmd.member_id, from, 0, false).is_err() {
+                    self.c.taken.bump(cmd.count as u64);
+                    self.welcome(from, cmd.member_id, None, TAKEN, env);
+                    return;
+                }
+                for p in cmd.published() {
+                    self.accept(now, cmd.member_id, from, &p, env);
+                }
+            }
+        }
+    }
+
+    /// Binds `id` to the member at `from`; `Err` if another member holds it
+    /// (heard within the lease).
+    fn bind(
+        &mut self,
+        now: Nanos,
+        id: u32,
+        from: SocketAddr,
+        incarnation: u64,
+        unicast: bool,
+    ) -> Result<(), ()> {
+        let lease = self.cfg.binding_lease;
+        let changed;
+        match self.bindings.get_mut(&id) {
+            Some(b) if b.addr == from || (incarnation != 0 && b.incarnation == incarnation) => {
+                if incarnation != 0 {
+                    b.incarnation = incarnation;
+                }
+                changed = b.addr != from || (unicast && !b.unicast);
+                b.addr = from;
+                b.heard = now;
+                b.unicast |= unicast;
+            }
+            Some(b) if now.saturating_sub(b.heard) < lease => return Err(()),
+            _ => {
+                if self.bindings.len() >= 4 * super::MAX_MEMBERS {
+                    self.bindings
+                        .retain(|_, b| now.saturating_sub(b.heard) < lease);
+                }
+                self.bindings.insert(
+                    id,
+                    Binding {
+                        addr: from,
+                        incarnation,
+                        heard: now,
+                        unicast,
+                    },
+                );
+                changed = unicast;
+            }
+        }
+        if changed {
+            self.retarget();
+        }
+        Ok(())
+    }
+
+    fn on_hello(&mut self, now: Nanos, from: SocketAddr, cmd: &Cmd<'_>, env: &mut dyn Env) {
+        let Some(h) = cmd.hello() else { return };
+        let unicast = h.flags & wire::UNICAST != 0;
+        let taken = self
+            .bind(now, cmd.member_id, from, h.incarnation, unicast)
+            .is_err();
+        if taken {
+            self.c.taken.bump(1);
+        }
+        if self.role == Role::Leader {
+            let flags = if taken { TAKEN } else { 0 };
+            self.welcome(from, cmd.member_id, Some(&h), flags, env);
+        }
+    }
+
+    fn welcome(
+        &mut self,
+        to: SocketAddr,
+        id: u32,
+        h: Option<&wire::HelloBody>,
+        flags: u8,
+        env: &mut dyn Env,
+    ) {
+        let (epoch, epoch_end) = match h {
+            Some(h) if h.epoch == u32::MAX => {
+                // A member joining asks which epoch its starting point is in.
+                let at = h.next.min(self.ls.next).saturating_sub(1);
+                self.ls.epoch_end(self.ls.term_at(at))
+            }
+            Some(h) => self.ls.epoch_end(h.epoch),
+            None => (0, 0),
+        };
+        let w = WelcomeBody {
+            last: self.ls.last_of(id),
+            epoch_end,
+            epoch,
+            max_datagram: self.cfg.max_datagram.min(u16::MAX as usize) as u16,
+        };
+        let hd = self.bus_header(self.ls.next);
+        wire::welcome(&mut self.scratch, &hd, flags, &w);
+        env.send(&[to], &self.scratch);
+    }
+
+    /// A member's message: sequenced if it is the member's next, held if
+    /// an earlier one is missing (and the member told), dropped if it was
+    /// sequenced already.
+    fn accept(
+        &mut self,
+        now: Nanos,
+        id: u32,
+        from: SocketAddr,
+        p: &Published<'_>,
+        env: &mut dyn Env,
+    ) {
+        let last = self.ls.last_of(id);
+        if p.member_seq <= last {
+            self.c.duplicates.bump(1);
+            return;
+        }
+        if self.ls.next.saturating_sub(self.commit) >= self.cfg.max_uncommitted {
+            self.c.backpressure.bump(1);
+            return;
+        }
+        if p.member_seq == last + 1 {
+            if self.emit(id, p.member_seq, p.flags, p.data, env) {
+                self.drain_window(now, id, from, env);
+            }
+            return;
+        }
+        let max = self.cfg.window;
+        let w = self
+            .ld
+            .windows
+            .entry(id)
+            .or_insert_with(|| Window::new(from));
+        w.addr = from;
+        if p.member_seq - last <= max as u64 && w.bytes + p.data.len() <= WINDOW_BYTES {
+            if !w.held.contains_key(&p.member_seq) {
+                w.bytes += p.data.len();
+                w.held.insert(p.member_seq, (p.flags, p.data.to_vec()));
+                self.c.held.bump(1);
+            } else {
+                self.c.duplicates.bump(1);
+            }
+        } else {
+            self.c.out_of_order.bump(1);
+        }
+        self.nack(now, id, from, last + 1, env);
+    }
+
+    /// Sequences what the member's window holds in order after its last.
+    fn drain_window(&mut self, now: Nanos, id: u32, from: SocketAddr, env: &mut dyn Env) {
+        loop {
+            let last = self.ls.last_of(id);
+            let Some(w) = self.ld.windows.get_mut(&id) else {
+                return;
+            };
+            while w.held.first_key_value().is_some_and(|(s, _)| *s <= last) {
+                let (_, (_, d)) = w.held.pop_first().expect("first");
+                w.bytes -= d.len();
+            }
+            let Some((flags, d)) = w.held.remove(&(last + 1)) else {
+                if w.held.is_empty() {
+                    self.ld.windows.remove(&id);
+                } else {
+                    self.nack(now, id, from, last + 1, env);
+                }
+                return;
+            };
+            w.bytes -= d.len();
+            if !self.emit(id, last + 1, flags, &d, env) {
+                return;
+            }
+        }
+    }
+
+    /// Tells a member that its command `member_seq` is missing (at most once
+    /// a millisecond for the same one).
+    fn nack(&mut self, now: Nanos, id: u32, to: SocketAddr, member_seq: u64, env: &mut dyn Env) {
+        let w = self.ld.windows.entry(id).or_insert_with(|| Window::new(to));
+        if w.nacked
+            .is_some_and(|(s, at)| s == member_seq && now.saturating_sub(at) < 1_000_000)
+        {
+            return;
+        }
+        w.nacked = Some((member_seq, now));
+        self.c.nacks.bump(1);
+        let h = self.bus_header(self.ls.next);
+        wire::nack(&mut self.scratch, &h, member_seq);
+        env.send(&[to], &self.scratch);
+    }
+
+    /// A replay request: handed to the replayer (the same request from
+    /// the same place within half a retransmit delay is one).
+    fn replay(&mut self, now: Nanos, from: SocketAddr, a: u64, z: u64, env: &mut dyn Env) {
+        self.c.replay_requests.bump(1);
+        let z = z
+            .min(self.ls.next)
+            .min(a.saturating_add(self.cfg.replay_max));
+        if a >= z {
+            return;
+        }
+        let guard = self.cfg.retransmit_after / 2;
+        if self
+            .ld
+            .replays
+            .get(&from)
+            .is_some_and(|&(f, at)| f == a && now.saturating_sub(at) < guard)
+        {
+            return;
+        }
+        if self.ld.replays.len() >= 4096 {
+            self.ld.replays.clear();
+        }
+        self.ld.replays.insert(from, (a, now));
+        self.c.replays.bump(1);
+        env.replay(Replay {
+            to_addr: from,
+            from: a,
+            to: z,
+            header: self.bus_header(a),
+            max_datagram: self.cfg.max_datagram,
+        });
+    }
+}

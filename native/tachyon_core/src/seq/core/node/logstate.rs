@@ -1,0 +1,274 @@
+//! What a node derives from its log: the session (entry 0), the epochs
+//! (Raft's terms: an epoch record opens each; the entries after it, up to
+//! the next, are of its term), and every member's last sequenced
+//! `member_seq`. Appends update it; a truncation undoes what it removed
+//! (an undo log of the entries not known committed, or a rescan).
+
+use std::collections::{HashMap, VecDeque};
+
+use crate::seq::core::{Log, LogError};
+use crate::seq::wire::{Msg, CONTROL};
+
+/// Entries kept undoable at most (beyond, a truncation rescans the log).
+const UNDO_MAX: usize = 1 << 20;
+
+#[derive(Debug, Default)]
+pub struct LogState {
+    /// 0: an empty log (no session yet).
+    pub session: u64,
+    /// (epoch, index of its first entry), ascending. A log whose entry 1
+    /// is an epoch record counts entry 0 (the session record) in that
+    /// epoch; a log of before epochs starts in epoch 0.
+    epochs: Vec<(u32, u64)>,
+    last: HashMap<u32, u64>,
+    /// (index, member, its previous last) for the entries that may still
+    /// be truncated.
+    undo: VecDeque<(u64, u32, u64)>,
+    /// The entries below this one are never truncated (known committed).
+    floor: u64,
+    undo_lost: bool,
+    pub next: u64,
+}
+
+impl LogState {
+    /// Reads the whole log.
+    pub fn recover<L: Log>(log: &L) -> Result<LogState, LogError> {
+        let mut s = LogState::default();
+        let end = log.next_index();
+        let mut at = 0;
+        let mut bad = false;
+        while at < end {
+            let n = log.read_range(at, 4096, &mut |i, e| match Msg::from_entry(e) {
+                Ok(m) => s.applied(i, &m),
+                Err(_) => bad = true,
+            })?;
+            if n == 0 {
+                break;
+            }
+            at += n as u64;
+        }
+        if bad {
+            return Err(LogError::NotFound);
+        }
+        s.undo.clear();
+        s.floor = s.next;
+        Ok(s)
+    }
+
+    /// Entry `i` (the next one) was appended.
+    pub fn applied(&mut self, i: u64, m: &Msg<'_>) {
+        debug_assert_eq!(i, self.next);
+        if i == 0 {
+            if m.member_id == 0 && m.flags & CONTROL != 0 {
+                self.session = m.member_seq;
+            }
+            self.epochs = vec![(0, 0)];
+        } else if let Some(e) = m.epoch() {
+            if i == 1 && self.epochs == [(0, 0)] {
+                // The session record belongs to the first epoch.
+                self.epochs = vec![(e, 0)];
+            } else {
+                self.epochs.push((e, i));
+            }
+        } else if m.member_id != 0 {
+            let prev = self.last.insert(m.member_id, m.member_seq).unwrap_or(0);
+            if !self.undo_lost {
+                if self.undo.len() < UNDO_MAX {
+                    self.undo.push_back((i, m.member_id, prev));
+                } else {
+                    self.undo_lost = true;
+                }
+            }
+        }
+        self.next = i + 1;
+    }
+
+    /// The entries below `commit` are committed: never truncated.
+    pub fn committed(&mut self, commit: u64) {
+        self.floor = self.floor.max(commit);
+        while self.undo.front().is_some_and(|u| u.0 < self.floor) {
+            self.undo.pop_front();
+        }
+        if self.undo.is_empty() {
+            self.undo_lost = false;
+        }
+    }
+
+    /// Removes the entries from `from` on, from the log and from this.
+    pub fn truncate<L: Log>(&mut self, log: &mut L, from: u64) -> Result<(), LogError> {
+        if from >= self.next {
+            return Ok(());
+        }
+        log.truncate(from)?;
+        if self.undo_lost || from < self.floor {
+            *self = LogState::recover(log)?;
+            return Ok(());
+        }
+        while let Some(&(i, member, prev)) = self.undo.back() {
+            if i < from {
+                break;
+            }
+            self.undo.pop_back();
+            if prev == 0 {
+                self.last.remove(&member);
+            } else {
+                self.last.insert(member, prev);
+            }
+        }
+        while self.epochs.len() > 1 && self.epochs.last().is_some_and(|e| e.1 >= from) {
+            self.epochs.pop();
+        }
+        if from <= 1 {
+            // Back to at most the session record (or nothing).
+            self.epochs = if from == 0 { Vec::new() } else { vec![(0, 0)] };
+            if from == 0 {
+                self.session = 0;
+            }
+        }
+        self.next = from;
+        Ok(())
+    }
+
+    pub fn last_of(&self, member: u32) -> u64 {
+        self.last.get(&member).copied().unwrap_or(0)
+    }
+
+    pub fn members(&self) -> usize {
+        self.last.len()
+    }
+
+    /// The epoch of entry `i` (of the last entry for `i` at or past the
+    /// end).
+    pub fn term_at(&self, i: u64) -> u32 {
+        match self.epochs.iter().rposition(|e| e.1 <= i) {
+            Some(k) => self.epochs[k].0,
+            None => 0,
+        }
+    }
+
+    /// The epoch of the last entry (0 for an empty log).
+    pub fn last_term(&self) -> u32 {
+        if self.next == 0 {
+            0
+        } else {
+            self.term_at(self.next - 1)
+        }
+    }
+
+    /// The largest epoch of this log not above `epoch`, and where it ends
+    /// (the start of the next epoch, or the log end); `(0, 0)` if none.
+    pub fn epoch_end(&self, epoch: u32) -> (u32, u64) {
+        match self.epochs.iter().rposition(|e| e.0 <= epoch) {
+            Some(k) => {
+                let end = self.epochs.get(k + 1).map_or(self.next, |e| e.1);
+                (self.epochs[k].0, end)
+            }
+            None => (0, 0),
+        }
+    }
+
+    /// Where this log stops matching a log whose largest epoch not above
+    /// ours is `epoch`, ending there at `end` (Kafka's leader-epoch
+    /// truncation, Raft's log matching through the epoch records): the end
+    /// of this log's largest epoch not above `epoch`, at most `end`. After
+    /// truncating there, the two logs hold the same entries if this log's
+    /// last epoch is then `epoch` (or it is empty); if not, ask again with
+    /// the new last epoch.
+    pub fn matching_end(&self, epoch: u32, end: u64) -> u64 {
+        let own = self
+            .epochs
+            .iter()
+            .find(|e| e.0 > epoch)
+            .map_or(self.next, |e| e.1);
+        own.min(end)
+    }
+
+    /// The index of the epoch record of `epoch` (its first entry).
+    pub fn epoch_start(&self, epoch: u32) -> Option<u64> {
+        self.epochs.iter().find(|e| e.0 == epoch).map(|e| e.1)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::seq::core::MemLog;
+    use crate::seq::wire;
+
+    fn log_of(entries: &[(u32, u64, u8)]) -> MemLog {
+        let mut log = MemLog::new();
+        for &(id, seq, flags) in entries {
+            let mut e = Vec::new();
+            wire::write_msg(&mut e, id, seq, flags, b"x");
+            log.append(&e).unwrap();
+        }
+        log
+    }
+
+    const EP: u8 = wire::CONTROL | wire::EPOCH;
+
+    #[test]
+    fn epochs_members_and_truncation() {
+        // session, epoch 1, m1:1, m2:1, epoch 3, m1:2, m1:3
+        let mut log = log_of(&[
+            (0, 77, CONTROL),
+            (0, 1, EP),
+            (1, 1, 0),
+            (2, 1, 0),
+            (0, 3, EP),
+            (1, 2, 0),
+            (1, 3, 0),
+        ]);
+        let mut s = LogState::recover(&log).unwrap();
+        assert_eq!((s.session, s.next, s.last_term()), (77, 7, 3));
+        assert_eq!(
+            (s.term_at(0), s.term_at(3), s.term_at(4), s.term_at(9)),
+            (1, 1, 3, 3)
+        );
+        assert_eq!(s.epoch_end(1), (1, 4));
+        assert_eq!(s.epoch_end(2), (1, 4));
+        assert_eq!(s.epoch_end(3), (3, 7));
+        assert_eq!(s.epoch_end(0), (0, 0));
+        assert_eq!(s.last_of(1), 3);
+        // Recovered entries are committed: a truncation below rescans.
+        s.truncate(&mut log, 6).unwrap();
+        assert_eq!((s.next, s.last_of(1), log.len()), (6, 2, 6));
+        // Undo through appends not yet committed.
+        let mut e = Vec::new();
+        for (i, seq) in [(6, 3), (7, 4)] {
+            wire::write_msg(&mut e, 1, seq, 0, b"y");
+            log.append(&e).unwrap();
+            s.applied(i, &Msg::from_entry(&e).unwrap());
+            e.clear();
+        }
+        wire::epoch_record(&mut e, 5);
+        log.append(&e).unwrap();
+        s.applied(8, &Msg::from_entry(&e).unwrap());
+        assert_eq!((s.last_term(), s.last_of(1)), (5, 4));
+        s.truncate(&mut log, 7).unwrap();
+        assert_eq!((s.last_term(), s.last_of(1), s.next), (3, 3, 7));
+        s.truncate(&mut log, 4).unwrap();
+        assert_eq!((s.last_term(), s.last_of(1), s.last_of(2)), (1, 1, 1));
+        s.truncate(&mut log, 0).unwrap();
+        assert_eq!((s.session, s.next, s.last_term()), (0, 0, 0));
+    }
+
+    #[test]
+    fn matching_ends() {
+        // Ours: epochs 1@0, 2@5, 4@9, end 12.
+        let s = LogState {
+            epochs: vec![(1, 0), (2, 5), (4, 9)],
+            next: 12,
+            ..LogState::default()
+        };
+        // Theirs: epoch 2 ends at 7 (then their epoch 3).
+        assert_eq!(s.matching_end(2, 7), 7);
+        // Theirs: epoch 2 went on longer than ours.
+        assert_eq!(s.matching_end(2, 20), 9);
+        // An epoch we never had: up to our first later one.
+        assert_eq!(s.matching_end(3, 11), 9);
+        assert_eq!(s.matching_end(0, 0), 0);
+        // Nothing of theirs at or below epoch 0: everything goes.
+        assert_eq!(s.matching_end(0, 0), 0);
+    }
+}

@@ -1,0 +1,639 @@
+//! A node of a sequencer group, after Raft (Ongaro and Ousterhout, "In
+//! Search of an Understandable Consensus Algorithm", and Ongaro's thesis
+//! for pre-vote and leader stickiness), rule by rule; docs/ARCHITECTURE.md,
+//! "Failover", maps each rule to the code.
+//!
+//! * Terms are the bus's epochs: every datagram carries one, an epoch
+//!   record opens each term in the log (Raft's no-op entry of a new
+//!   leader), and the term of an entry is that of the last epoch record at
+//!   or before it.
+//! * The primary (Raft's leader) sequences: the bus's data datagrams are
+//!   its AppendEntries, sent to members and followers at once; followers
+//!   append and acknowledge; an entry is committed once a majority holds it
+//!   ([`election`], [`leader`]); every bus datagram carries the commit
+//!   position and members deliver only below it.
+//! * A follower starting to follow a primary (or after a restart) syncs
+//!   its log through the epochs (Raft's consistency check, done once per
+//!   term) and truncates a tail the primary's log does not hold
+//!   ([`follower`]).
+//! * Elections: pre-vote, then vote; a vote once per term, persisted before
+//!   it is answered, only for a log at least as up to date; a node that
+//!   heard a primary within the minimum election timeout grants neither.
+//! * Time is counted only while the node runs: a tick long after the last
+//!   one (a paused process, a thread waiting for a CPU, a clock jump) adds
+//!   at most [`TICK_CAP`] to any timer.
+
+mod election;
+mod follower;
+mod leader;
+pub mod logstate;
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use crossbeam_utils::CachePadded;
+
+use super::{Env, Log, LogError, Nanos, NodeEvent, Rng, MILLI};
+use crate::counter::Counter;
+use crate::seq::wire::{
+    self, Bus, Cmd, Peer, PeerHeader, PeerKind, BUS_MAGIC, CMD_MAGIC, PEER_MAGIC,
+};
+use crate::seq::BusMode;
+use logstate::LogState;
+
+pub use leader::Window;
+
+/// The most a tick adds to any timer, however long since the last one.
+pub const TICK_CAP: Nanos = 5 * MILLI;
+
+/// Most members in the unicast fan-out.
+pub const MAX_MEMBERS: usize = 4096;
+
+/// What a two-node group does when it cannot tell a dead peer from a cut
+/// link.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TwoNodes {
+    /// The primary commits only with the standby's acknowledgement, and the
+    /// standby takes over only with a third vote: its witness (the
+    /// primary's BEAM node reported down, [`Node::witness_down`]). A
+    /// partition stops the bus instead of forking it.
+    Safe,
+    /// A silent peer is taken for dead after the election timeout: the
+    /// standby takes over if the primary does not answer a pre-vote, the
+    /// primary commits alone. A partition can fork the bus (members report
+    /// it).
+    Available,
+}
+
+/// A node's options.
+#[derive(Debug, Clone)]
+pub struct NodeConfig {
+    /// This node's id: its index in `group`.
+    pub id: u8,
+    /// Every node's command address, by id (the same list on every node).
+    pub group: Vec<SocketAddr>,
+    pub bus: BusMode,
+    /// Largest bus datagram.
+    pub max_datagram: usize,
+    /// Several messages per bus datagram when several are waiting.
+    pub batching: bool,
+    /// The longest gap between two datagrams of an idle primary.
+    pub heartbeat: Nanos,
+    /// The first heartbeat after data (then ten times longer each time, up
+    /// to `heartbeat`).
+    pub heartbeat_after: Nanos,
+    /// The minimum election timeout; each wait is drawn in `[t, 2t)`.
+    pub election_timeout: Nanos,
+    pub two_nodes: TwoNodes,
+    /// Entries appended and not committed at most: beyond, commands wait
+    /// (members resend them).
+    pub max_uncommitted: u64,
+    /// Commands held per member when an earlier one is missing.
+    pub window: usize,
+    /// Most entries one replay request is answered with.
+    pub replay_max: u64,
+    /// A follower's gap fill: entries per request, first repeat after.
+    pub replay_chunk: u64,
+    pub retransmit_after: Nanos,
+    /// A member id is bound to its member while heard within this.
+    pub binding_lease: Nanos,
+    /// Start an election at once (the preferred primary).
+    pub eager: bool,
+    /// The session of a new log (the first primary of a group writes it).
+    pub new_session: u64,
+    pub seed: u64,
+}
+
+impl NodeConfig {
+    /// A node of a group of one at `addr`.
+    pub fn single(addr: SocketAddr) -> NodeConfig {
+        NodeConfig::new(0, vec![addr])
+    }
+
+    pub fn new(id: u8, group: Vec<SocketAddr>) -> NodeConfig {
+        NodeConfig {
+            id,
+            group,
+            bus: BusMode::Unicast,
+            max_datagram: 1472,
+            batching: true,
+            heartbeat: 10 * MILLI,
+            heartbeat_after: 10_000,
+            election_timeout: 50 * MILLI,
+            two_nodes: TwoNodes::Safe,
+            max_uncommitted: 1 << 16,
+            window: 1024,
+            replay_max: 1024,
+            replay_chunk: 1024,
+            retransmit_after: MILLI,
+            binding_lease: 3_000 * MILLI,
+            eager: true,
+            new_session: 1,
+            seed: 1,
+        }
+    }
+
+    pub fn check(&self) -> bool {
+        !self.group.is_empty()
+            && self.group.len() <= 64
+            && (self.id as usize) < self.group.len()
+            && self.max_datagram > wire::BUS_HEADER + wire::MSG_HEADER
+            && self.max_datagram <= crate::udp::MAX_UDP_PAYLOAD
+            && self.election_timeout > 0
+            && self.heartbeat > 0
+            && self.new_session != 0
+    }
+}
+
+/// A node's counters (one writer: the thread driving the node).
+#[derive(Debug, Default)]
+pub struct NodeCounters {
+    pub messages: Counter,
+    pub datagrams: Counter,
+    pub heartbeats: Counter,
+    pub duplicates: Counter,
+    /// Commands held until an earlier one of their member arrives.
+    pub held: Counter,
+    /// Commands dropped: too far ahead of their member's next.
+    pub out_of_order: Counter,
+    pub nacks: Counter,
+    pub replays: Counter,
+    pub malformed: Counter,
+    /// Bus or peer datagrams not from a node of the group.
+    pub strangers: Counter,
+    pub wrong_session: Counter,
+    pub oversized: Counter,
+    pub send_errors: Counter,
+    pub store_errors: Counter,
+    pub members: Counter,
+    /// Commands dropped: `max_uncommitted` entries not committed yet.
+    pub backpressure: Counter,
+    /// Commands to a node that is not the primary, dropped.
+    pub not_primary: Counter,
+    /// Hellos and commands refused: the member id is bound to another.
+    pub taken: Counter,
+    pub elections: Counter,
+    pub terms_led: Counter,
+    pub stepped_down: Counter,
+    pub truncated: Counter,
+    pub copied: Counter,
+    pub acks: Counter,
+    pub syncs: Counter,
+    pub stale: Counter,
+    pub replay_requests: Counter,
+    /// Mirrors of the node's state, for stats without a lock.
+    pub term: Counter,
+    /// 0 follower, 1 pre-candidate, 2 candidate, 3 primary.
+    pub role: Counter,
+    pub next_seq: Counter,
+    pub commit: Counter,
+    pub leader: Counter,
+}
+
+/// Raft's roles.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Role {
+    Follower,
+    PreCandidate,
+    Candidate,
+    Leader,
+}
+
+impl Role {
+    pub fn name(self) -> &'static str {
+        match self {
+            Role::Follower => "follower",
+            Role::PreCandidate => "pre_candidate",
+            Role::Candidate => "candidate",
+            Role::Leader => "primary",
+        }
+    }
+}
+
+/// A member as the nodes know it (soft state: a new primary learns it
+/// from the member's next hello or command).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Binding {
+    addr: SocketAddr,
+    incarnation: u64,
+    heard: Nanos,
+    unicast: bool,
+}
+
+/// A sequencer node.
+pub struct Node<L: Log> {
+    cfg: NodeConfig,
+    log: L,
+    ls: LogState,
+    term: u32,
+    vote: Option<u8>,
+    role: Role,
+    leader: Option<u8>,
+    /// Every entry below this one is committed.
+    commit: u64,
+    rng: Rng,
+    last_tick: Option<Nanos>,
+    /// Running time since a primary was last heard (followers) or since the
+    /// election began (candidates).
+    silent: Nanos,
+    /// This wait's election timeout.
+    timeout: Nanos,
+    /// Running time since a datagram of a primary (not reset by elections).
+    since_leader: Nanos,
+    el: election::Election,
+    ld: leader::Lead,
+    fl: follower::Follow,
+    bindings: HashMap<u32, Binding>,
+    /// Where the bus goes: the multicast group, or the followers and the
+    /// unicast members.
+    targets: Vec<SocketAddr>,
+    /// Unicast members among `targets` (the fan-out; the stats' `members`).
+    unicast_members: usize,
+    scratch: Vec<u8>,
+    c: Arc<CachePadded<NodeCounters>>,
+}
+
+impl<L: Log> Node<L> {
+    /// A node on `log` (recovered: its epochs, members and vote), a
+    /// follower until it is elected.
+    pub fn new(cfg: NodeConfig, log: L, now: Nanos) -> Result<Node<L>, LogError> {
+        if !cfg.check() {
+            return Err(LogError::NotFound);
+        }
+        let ls = LogState::recover(&log)?;
+        let (saved, vote) = log.load_vote();
+        let term = saved.max(ls.last_term());
+        let vote = if term == saved { vote } else { None };
+        let n = cfg.group.len();
+        let mut node = Node {
+            rng: Rng::new(cfg.seed ^ (cfg.id as u64) << 56),
+            ld: leader::Lead::new(n, cfg.max_datagram),
+            fl: follower::Follow::default(),
+            el: election::Election::default(),
+            log,
+            ls,
+            term,
+            vote,
+            role: Role::Follower,
+            leader: None,
+            commit: 0,
+            last_tick: None,
+            silent: 0,
+            timeout: 0,
+            since_leader: Nanos::MAX / 2,
+            bindings: HashMap::new(),
+            targets: Vec::new(),
+            unicast_members: 0,
+            scratch: Vec::with_capacity(64),
+            c: Arc::new(CachePadded::new(NodeCounters::default())),
+            cfg,
+        };
+        node.new_timeout();
+        if node.cfg.eager {
+            node.silent = node.timeout;
+        }
+        node.retarget();
+        node.mirror();
+        let _ = now;
+        Ok(node)
+    }
+
+    pub fn counters(&self) -> &Arc<CachePadded<NodeCounters>> {
+        &self.c
+    }
+
+    pub fn id(&self) -> u8 {
+        self.cfg.id
+    }
+
+    pub fn role(&self) -> Role {
+        self.role
+    }
+
+    pub fn term(&self) -> u32 {
+        self.term
+    }
+
+    pub fn is_leader(&self) -> bool {
+        self.role == Role::Leader
+    }
+
+    /// The primary this node follows (or itself).
+    pub fn leader(&self) -> Option<u8> {
+        self.leader
+    }
+
+    pub fn commit(&self) -> u64 {
+        self.commit
+    }
+
+    pub fn session(&self) -> u64 {
+        self.ls.session
+    }
+
+    pub fn next_seq(&self) -> u64 {
+        self.ls.next
+    }
+
+    pub fn last_of(&self, member: u32) -> u64 {
+        self.ls.last_of(member)
+    }
+
+    pub fn members(&self) -> usize {
+        self.ls.members()
+    }
+
+    pub fn log(&self) -> &L {
+        &self.log
+    }
+
+    pub fn into_log(self) -> L {
+        self.log
+    }
+
+    pub fn config(&self) -> &NodeConfig {
+        &self.cfg
+    }
+
+    fn majority(&self) -> usize {
+        self.cfg.group.len() / 2 + 1
+    }
+
+    fn new_timeout(&mut self) {
+        let t = self.cfg.election_timeout;
+        self.timeout = t + self.rng.range(0, t);
+    }
+
+    /// Adds the running time since the last call (at most [`TICK_CAP`]) to
+    /// the timers: the primary's silence of each peer, or this node's
+    /// silence of a primary.
+    fn observe(&mut self, now: Nanos) {
+        let dt = match self.last_tick {
+            Some(t) => now.saturating_sub(t).min(TICK_CAP),
+            None => 0,
+        };
+        if self.last_tick.is_none_or(|t| now > t) {
+            self.last_tick = Some(now);
+        }
+        if self.role == Role::Leader {
+            self.age_peers(dt);
+        } else {
+            self.silent = self.silent.saturating_add(dt);
+            self.since_leader = self.since_leader.saturating_add(dt);
+        }
+    }
+
+    fn mirror(&self) {
+        let c = &self.c;
+        c.term.set(self.term as u64);
+        c.role.set(match self.role {
+            Role::Follower => 0,
+            Role::PreCandidate => 1,
+            Role::Candidate => 2,
+            Role::Leader => 3,
+        });
+        c.next_seq.set(self.ls.next);
+        c.commit.set(self.commit);
+        c.leader.set(self.leader.map_or(u64::MAX, |l| l as u64));
+        c.members.set(self.unicast_members as u64);
+    }
+
+    /// Rebuilds where the bus goes.
+    fn retarget(&mut self) {
+        self.targets.clear();
+        self.unicast_members = 0;
+        match self.cfg.bus {
+            BusMode::Multicast { group, .. } => self.targets.push(group),
+            BusMode::Unicast => {
+                for (i, a) in self.cfg.group.iter().enumerate() {
+                    if i != self.cfg.id as usize {
+                        self.targets.push(*a);
+                    }
+                }
+                let mut m: Vec<_> = self
+                    .bindings
+                    .values()
+                    .filter(|b| b.unicast)
+                    .map(|b| b.addr)
+                    .collect();
+                m.sort();
+                m.dedup();
+                m.truncate(MAX_MEMBERS);
+                self.unicast_members = m.len();
+                self.targets.extend(m);
+            }
+        }
+    }
+
+    fn session_ok(&self, s: u64) -> bool {
+        s == 0 || self.ls.session == 0 || s == self.ls.session
+    }
+
+    /// One datagram from `from`.
+    pub fn on_datagram(&mut self, now: Nanos, from: SocketAddr, d: &[u8], env: &mut dyn Env) {
+        match wire::magic(d) {
+            CMD_MAGIC => match Cmd::parse(d) {
+                Ok(cmd) => self.on_command(now, from, &cmd, env),
+                Err(_) => self.c.malformed.bump(1),
+            },
+            BUS_MAGIC => match Bus::parse(d) {
+                Ok(b) => {
+                    if !self.sent_by_node(from, b.h.node) {
+                        self.c.strangers.bump(1);
+                    } else if !self.session_ok(b.h.session) {
+                        self.c.wrong_session.bump(1);
+                    } else {
+                        self.on_bus(now, &b, env);
+                    }
+                }
+                Err(_) => self.c.malformed.bump(1),
+            },
+            PEER_MAGIC => match Peer::parse(d) {
+                Ok(p) => {
+                    if !self.sent_by_node(from, p.h.node) || p.h.node == self.cfg.id {
+                        self.c.strangers.bump(1);
+                    } else if !self.session_ok(p.h.session) {
+                        self.c.wrong_session.bump(1);
+                    } else {
+                        self.on_peer(now, &p, env);
+                    }
+                }
+                Err(_) => self.c.malformed.bump(1),
+            },
+            _ => self.c.malformed.bump(1),
+        }
+    }
+
+    /// Whether `from` is node `node` of the group.
+    fn sent_by_node(&self, from: SocketAddr, node: u8) -> bool {
+        self.cfg.group.get(node as usize) == Some(&from)
+    }
+
+    /// After the datagrams of one receive batch.
+    pub fn end_batch(&mut self, now: Nanos, env: &mut dyn Env) {
+        self.observe(now);
+        match self.role {
+            Role::Leader => self.leader_end_batch(now, env),
+            Role::Follower => self.follower_end_batch(now, env),
+            _ => {}
+        }
+        self.mirror();
+    }
+
+    /// Timed work; returns when to tick again at the latest.
+    pub fn tick(&mut self, now: Nanos, env: &mut dyn Env) -> Nanos {
+        self.observe(now);
+        let due = match self.role {
+            Role::Leader => self.leader_tick(now, env),
+            _ => self.election_tick(now, env),
+        };
+        self.mirror();
+        due.max(now + 1)
+    }
+
+    /// The primary's BEAM node (or this follower's peer's) is down, as its
+    /// monitor says: in a group of two with [`TwoNodes::Safe`], the third
+    /// vote a takeover needs; in any group, a reason to hold an election
+    /// now rather than after the timeout.
+    pub fn witness_down(&mut self, now: Nanos, node: Option<u8>) {
+        match self.role {
+            Role::Leader => {
+                if let Some(n) = node {
+                    self.ld.peer_down(n);
+                }
+            }
+            _ => {
+                // In sync: the primary heard within the election timeout,
+                // and every entry it said was committed held here.
+                self.el.in_sync = self.fl.synced
+                    && self.since_leader < 2 * self.cfg.election_timeout
+                    && self.ls.next >= self.fl.commit_heard();
+                self.el.witness_until = now + 4 * self.cfg.election_timeout;
+                self.silent = self.silent.max(self.timeout);
+            }
+        }
+    }
+
+    /// A graceful stop: a primary tells the bus and the group that its term
+    /// ends here (a follower then holds an election at once).
+    pub fn stop(&mut self, now: Nanos, env: &mut dyn Env) {
+        if self.role == Role::Leader {
+            self.leader_flush(now, env);
+            let h = self.bus_header(self.ls.next);
+            wire::bus_header(&mut self.scratch, wire::BusKind::End, &h, 0);
+            env.send(&self.targets, &self.scratch);
+            self.role = Role::Follower;
+            self.leader = None;
+            self.mirror();
+        }
+    }
+
+    fn bus_header(&self, seq: u64) -> wire::BusHeader {
+        wire::BusHeader {
+            term: self.term,
+            session: self.ls.session,
+            seq,
+            commit: self.commit,
+            node: self.cfg.id,
+        }
+    }
+
+    /// Sends a peer datagram of `term` to node `to`.
+    #[allow(clippy::too_many_arguments)]
+    fn send_peer(
+        &mut self,
+        to: u8,
+        kind: PeerKind,
+        term: u32,
+        flags: u8,
+        ab: (u64, u64),
+        c: u64,
+        env: &mut dyn Env,
+    ) {
+        let Some(addr) = self.cfg.group.get(to as usize).copied() else {
+            return;
+        };
+        let (a, b) = ab;
+        let p = Peer {
+            h: PeerHeader {
+                kind,
+                term,
+                session: self.ls.session,
+                node: self.cfg.id,
+                flags,
+            },
+            a,
+            b,
+            c,
+        };
+        p.write(&mut self.scratch);
+        env.send(&[addr], &self.scratch);
+    }
+
+    /// Records the term and vote before anything depends on them.
+    fn persist(&mut self) -> bool {
+        match self.log.save_vote(self.term, self.vote) {
+            Ok(()) => true,
+            Err(_) => {
+                self.c.store_errors.bump(1);
+                false
+            }
+        }
+    }
+
+    /// Raft: a message of a higher term makes any node a follower of it.
+    fn adopt_term(&mut self, term: u32, leader: Option<u8>, env: &mut dyn Env) {
+        self.term = term;
+        self.vote = None;
+        self.persist();
+        self.become_follower(leader, env);
+    }
+
+    fn become_follower(&mut self, leader: Option<u8>, env: &mut dyn Env) {
+        let was = self.role;
+        self.role = Role::Follower;
+        self.leader = leader;
+        self.fl.reset();
+        self.el.reset();
+        if was == Role::Leader {
+            self.ld.windows.clear();
+        }
+        self.new_timeout();
+        if leader.is_some() {
+            self.silent = 0;
+        }
+        env.event(NodeEvent::Follower {
+            term: self.term,
+            leader,
+        });
+        self.mirror();
+    }
+
+    fn on_peer(&mut self, now: Nanos, p: &Peer, env: &mut dyn Env) {
+        let from = p.h.node;
+        match p.h.kind {
+            PeerKind::PreVote => self.on_prevote(from, p, env),
+            PeerKind::Vote => self.on_vote(now, from, p, env),
+            PeerKind::PreVoteReply | PeerKind::VoteReply => self.on_vote_reply(now, from, p, env),
+            _ => {
+                if p.h.term > self.term {
+                    // An acknowledgement or sync of a later term: a stale
+                    // notice to a deposed primary (or a missed election).
+                    self.adopt_term(p.h.term, None, env);
+                    return;
+                }
+                if p.h.term < self.term {
+                    self.c.stale.bump(1);
+                    return;
+                }
+                match p.h.kind {
+                    PeerKind::Ack => self.on_ack(from, p.b),
+                    PeerKind::Sync => self.on_sync(from, p, env),
+                    PeerKind::SyncReply => self.on_sync_reply(now, from, p, env),
+                    _ => {}
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,95 @@
+//! A bounded run of the simulator in `cargo test` (every group size and
+//! two-node mode, all faults, and loss), and its determinism. More seeds:
+//! `TACHYON_SIM_SEEDS=500 cargo test --release sim::`, or the
+//! `tachyon_sim` bin.
+
+use super::*;
+use crate::seq::core::node::TwoNodes;
+
+fn seeds() -> u64 {
+    std::env::var("TACHYON_SIM_SEEDS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(30)
+}
+
+/// Runs `seeds()` seeds from `from`; fails with every violating seed.
+fn battery(group: Group, from: u64, loss: f64) {
+    let mut bad = Vec::new();
+    let (mut checks, mut faults) = (0u64, 0u64);
+    for seed in from..from + seeds() {
+        let mut cfg = SimConfig::new(seed);
+        cfg.base_loss = loss;
+        let r = run(&cfg, &group);
+        checks += r.checks;
+        faults += r.faults.values().sum::<u64>();
+        if !r.ok() {
+            bad.push((seed, r.violations.first().map(|v| format!("{v:?}"))));
+        }
+    }
+    assert!(
+        checks > 0 && faults > 0,
+        "the runs checked and injected nothing"
+    );
+    assert!(
+        bad.is_empty(),
+        "{} nodes: violations (replay: tachyon_sim --seed S --nodes N): {bad:?}",
+        group.nodes
+    );
+}
+
+fn two(mode: TwoNodes) -> Group {
+    let mut g = Group::new(2);
+    g.two_nodes = mode;
+    g
+}
+
+#[test]
+fn a_lone_sequencer_survives_every_fault() {
+    battery(Group::new(1), 1, 0.0);
+}
+
+#[test]
+fn two_nodes_safe_never_fork_or_wedge() {
+    battery(two(TwoNodes::Safe), 1_000, 0.0);
+}
+
+#[test]
+fn two_nodes_available_report_every_fork() {
+    battery(two(TwoNodes::Available), 2_000, 0.0);
+}
+
+#[test]
+fn three_nodes_survive_every_fault() {
+    battery(Group::new(3), 3_000, 0.0);
+}
+
+#[test]
+fn five_nodes_survive_every_fault() {
+    battery(Group::new(5), 4_000, 0.0);
+}
+
+#[test]
+fn three_nodes_under_three_percent_loss() {
+    battery(Group::new(3), 5_000, 0.03);
+}
+
+#[test]
+fn one_seed_replays_bit_for_bit() {
+    let cfg = SimConfig::new(77);
+    let (a, b) = (run(&cfg, &Group::new(3)), run(&cfg, &Group::new(3)));
+    assert!(a.steps > 10_000 && a.delivered > 0, "{} steps", a.steps);
+    let key = |r: &Report| {
+        (
+            r.steps,
+            r.sim_time,
+            r.checks,
+            r.delivered,
+            r.accepted,
+            r.takeovers,
+            r.faults.clone(),
+            (r.net.sent, r.net.delivered, r.net.lost, r.net.duplicated),
+        )
+    };
+    assert_eq!(key(&a), key(&b));
+}
