@@ -31,7 +31,27 @@ defmodule Tachyon.Bus do
       {:ok, seq} = Tachyon.Sequencer.start_link(path: dir, wait: :park)
       {:ok, bus} = Tachyon.Bus.open(sequencer: Tachyon.Sequencer.address(seq), member_id: 7, mode: :poll)
       {:ok, 1} = Tachyon.Bus.publish(bus, ["he", "llo"])
-      {:ok, [{1, 7, "hello"}]} = Tachyon.Bus.recv(bus, 5000)
+      {:ok, [{_seq, 7, "hello"}]} = Tachyon.Bus.recv(bus, 5000)
+
+  A member delivers a message only once the sequencer group has committed
+  it (a majority of its nodes hold it): what one member delivered, every
+  member delivers, across any failover of a majority group.
+
+  ## Events
+
+  Besides the messages, the owner receives `{:tachyon_bus_event, bus,
+  kind, fields}` when:
+
+    * `:epoch` - a new primary (of epoch `fields.epoch`) welcomed the member.
+    * `:renumbered` - the new primary lacked `fields.lost` of this member's
+      commands: they were published again (in order, once each).
+    * `:fork` - a primary of `fields.epoch` does not hold what this member
+      delivered from `fields.next_seq` on (possible only with
+      `two_nodes: :available`, after a partition): what it delivered from
+      there is not the bus's order any more. The member follows the new
+      primary; the application decides what to do.
+    * `:member_id_taken` - another member holds this `member_id`;
+      publishes return `{:error, :member_id_taken}`.
 
   ## Options
 
@@ -155,7 +175,8 @@ defmodule Tachyon.Bus do
 
       {:ok, member_seq} = Tachyon.Bus.publish(bus, "order 42")
   """
-  @spec publish(bus(), iodata()) :: {:ok, pos_integer()} | {:error, :too_large | :busy | :closed}
+  @spec publish(bus(), iodata()) ::
+          {:ok, pos_integer()} | {:error, :too_large | :busy | :closed | :member_id_taken}
   def publish(bus, data) when is_binary(data), do: Native.bus_publish(bus, data)
   def publish(bus, data), do: Native.bus_publish(bus, IO.iodata_to_binary(data))
 
@@ -169,7 +190,7 @@ defmodule Tachyon.Bus do
       {:ok, _} = Tachyon.Bus.publish_many(bus, ["a", "b", "c"])
   """
   @spec publish_many(bus(), [binary()]) ::
-          {:ok, pos_integer()} | {:error, :too_large | :busy | :closed}
+          {:ok, pos_integer()} | {:error, :too_large | :busy | :closed | :member_id_taken}
   def publish_many(bus, list) when is_list(list) and list != [],
     do: Native.bus_publish_many(bus, list)
 

@@ -79,6 +79,8 @@ defmodule Tachyon.Native do
   def seq_stop(_ref), do: err()
   def seq_stats(_ref), do: err()
   def seq_takeover(_ref), do: err()
+  def seq_witness_down(_ref, _id), do: err()
+  def seq_report_to(_ref, _pid), do: err()
   def bus_open(_opts, _owner), do: err()
   def bus_publish(_bus, _data), do: err()
   def bus_publish_many(_bus, _list), do: err()

@@ -6,14 +6,15 @@ defmodule Tachyon.Sequencer do
   bus, where every member receives every message in the same order,
   including its own.
 
-  One Rust thread does all of it (`recvmmsg` of commands, duplicate check
-  by `(member_id, member_seq)`, append to a `Tachyon.Store`, send on the
-  bus, replays from the log for members that lost datagrams or rewind).
-  The sequence number of a message is its index in that store; index 0
-  holds the session record, so messages start at 1. A new log is a new
-  session; a restarted sequencer on the same log keeps the session, its
-  numbering and every member's last `member_seq` (a command resent across
-  the restart is sequenced once).
+  One Rust thread runs the node (`recvmmsg` of commands, duplicate check by
+  `(member_id, member_seq)`, append to a `Tachyon.Store`, send on the bus);
+  a second answers replays from the log for members that lost datagrams or
+  rewind. The sequence number of a message is its index in the log: index
+  0 holds the session record and every primary's term opens with an epoch
+  record, so numbers increase by one per message but skip those (a new
+  bus's first message is 2). A restarted node on the same log keeps the
+  session, the numbering and every member's last `member_seq` (a command
+  resent across the restart is sequenced once).
 
   The bus is a unicast fan-out to the members that said hello (the
   default: works on any network), or an IPv4 multicast group
@@ -28,7 +29,7 @@ defmodule Tachyon.Sequencer do
       {:ok, bus} = Tachyon.Bus.open(sequencer: addr, member_id: 1)
       {:ok, 1} = Tachyon.Bus.publish(bus, "hello")
       receive do
-        {:tachyon_bus, ^bus, 1, 1, "hello"} -> :ok
+        {:tachyon_bus, ^bus, _seq, 1, "hello"} -> :ok
       after
         5000 -> raise "no message"
       end
@@ -39,20 +40,58 @@ defmodule Tachyon.Sequencer do
   or from the application environment: `config :tachyon, sequencers: [[name: :seq, ...]]`;
   or as an OS process of its own: `mix tachyon.sequencer --port 7000 --path DIR`.
 
+  ## Failover
+
+  Start three (or five) nodes, on three hosts, each with its own log and
+  the same `:group`; members list every node (`Tachyon.Bus`'s
+  `:sequencer`):
+
+      group = [{{10, 0, 0, 1}, 7000}, {{10, 0, 0, 2}, 7000}, {{10, 0, 0, 3}, 7000}]
+      # on host i:
+      Tachyon.Sequencer.start_link(path: "/var/lib/app/seq", ip: elem(Enum.at(group, i), 0),
+                                   port: 7000, group: group)
+
+  The nodes run Raft (docs/ARCHITECTURE.md, "Failover"): one is elected
+  primary by a majority; it sequences, copies each entry to the others and
+  sends a message to the bus, but members deliver it only once a majority
+  holds it (the commit index every bus datagram carries). When the primary
+  dies, is paused or is cut off, the others elect a new one within about
+  two election timeouts, and it holds every message any member delivered:
+  failover cannot fork the bus. A deposed primary that resumes learns the
+  new term from the first datagram it hears and stops. Members resend
+  what the new primary lacks; nothing published and acknowledged by a
+  majority is lost. While no majority can talk, the bus stops (publishes
+  return `{:ok, _}` and wait in the member to be resent, up to its
+  `:busy` bound).
+
+  Two nodes (`:two_nodes`) cannot have a majority after one fails; choose:
+  `:safe` (default) never forks: the primary commits only what the standby
+  holds, and the standby takes over only with a witness's vote, the
+  `:nodedown` of the primary's BEAM node (`:watch_nodes`) or
+  `take_over/1`; `:available` takes silence for death and keeps going, at
+  the price of possible forks, which members report (`Tachyon.Bus`,
+  "Events").
+
   ## Options
 
   #{Tachyon.Options.docs(Tachyon.Sequencer.Options.sequencer_schema())}
 
   ## Stats and telemetry
 
-  `stats/1` returns the thread's counters: `:messages`, `:datagrams`
-  (bus data datagrams), `:heartbeats`, `:duplicates` (commands already
-  sequenced), `:out_of_order` (commands ahead of a member's next
-  `member_seq`, dropped until resent in order), `:replays`, `:replayed`,
-  `:malformed`, `:wrong_session`, `:oversized`, `:send_errors`,
-  `:store_errors`, `:members` (unicast fan-out) and `:next_seq`. The same
+  `stats/1` returns the node's counters: `:role` (`:primary`, `:follower`,
+  `:pre_candidate`, `:candidate`), `:epoch` (the term), `:leader` (the
+  primary's index in the group, or nil), `:commit`, `:next_seq`,
+  `:messages`, `:datagrams` (bus data datagrams), `:heartbeats`,
+  `:duplicates` (commands already sequenced), `:held` (commands ahead of a
+  member's next `member_seq`, held until the gap is filled), `:nacks`,
+  `:out_of_order`, `:replays`, `:replayed`, `:replays_dropped`,
+  `:malformed`, `:strangers`, `:wrong_session`, `:oversized`,
+  `:send_errors`, `:store_errors`, `:members` (unicast fan-out),
+  `:backpressure`, `:not_primary`, `:taken`, `:elections`, `:terms_led`,
+  `:stepped_down`, `:truncated`, `:copied`, `:acks`, `:session`. The same
   map is the measurement of `[:tachyon, :sequencer, :stats]` every
-  `:stats_interval` (see `Tachyon.Telemetry`).
+  `:stats_interval`; role changes, campaigns, votes and truncations are
+  events of their own (see `Tachyon.Telemetry`).
   """
   alias Tachyon.{Named, Native}
   alias Tachyon.Sequencer.Options
@@ -73,28 +112,33 @@ defmodule Tachyon.Sequencer do
   """
   @spec start_link(keyword()) :: GenServer.on_start()
   def start_link(opts) do
+    if is_list(opts) and
+         Enum.any?([:role, :primary, :takeover_after, :primary_node], &Keyword.has_key?(opts, &1)) do
+      raise ArgumentError,
+            "Tachyon.Sequencer has no :role, :primary, :takeover_after or :primary_node any more: " <>
+              "start every node with the same :group (a list of every node's {ip, port}), " <>
+              "and :watch_nodes for the BEAM nodes to monitor (see \"Failover\")"
+    end
+
     opts =
       opts
       |> Tachyon.Options.validate!(Options.sequencer_schema(), "Tachyon.Sequencer")
       |> Map.new()
 
     {name, interval} = {opts.name, opts.stats_interval}
-
-    if opts.role == :standby and (opts.primary == nil or opts.port == 0) do
-      raise ArgumentError,
-            "a Tachyon.Sequencer standby needs :primary and a non-zero :port (the one it takes over on)"
-    end
+    check_group!(opts)
 
     if is_atom(name) and name != nil and Process.whereis(name) == nil,
       do: Named.close_orphan(__MODULE__, name, &Native.seq_stop(&1.ref))
 
     nif =
       opts
-      |> Map.drop([:name, :stats_interval, :heartbeat, :heartbeat_after, :primary_node])
+      |> Map.drop([:name, :stats_interval, :heartbeat, :heartbeat_after, :watch_nodes])
       |> Map.merge(%{
-        takeover_after_us: opts.takeover_after * 1000,
+        election_timeout_us: opts.election_timeout * 1000,
         heartbeat_us: opts.heartbeat * 1000,
         heartbeat_after_us: opts.heartbeat_after,
+        report_id: System.unique_integer([:positive]),
         path: Path.expand(opts.path)
       })
 
@@ -105,11 +149,11 @@ defmodule Tachyon.Sequencer do
         gen_opts = if name, do: [name: name], else: []
 
         info =
-          Map.merge(
-            %{address: {opts.ip, opts.port}, session: nil, epoch: nil, recovered_members: 0},
-            info
-          )
-          |> Map.put(:role, opts.role)
+          Map.merge(%{session: nil, recovered_members: 0}, info)
+          |> Map.merge(%{role: :follower, leader: nil, group: opts.group})
+
+        # A group of one elects itself at once: ready to sequence on return.
+        info = if opts.group == [], do: await_self(ref, info, 5000), else: info
 
         spec = %{
           module: __MODULE__,
@@ -122,9 +166,8 @@ defmodule Tachyon.Sequencer do
           stop: &Native.seq_stop/1,
           meta: &meta/1,
           start: %{next_seq: info.next_seq},
-          init: &watch_primary_node(&1, opts.primary_node),
-          info_hook: &on_info/2,
-          tick: &check_takeover/1
+          init: &init_node(&1, opts.watch_nodes),
+          info_hook: &on_info/2
         }
 
         case Tachyon.ThreadServer.start_link(spec, gen_opts) do
@@ -138,6 +181,41 @@ defmodule Tachyon.Sequencer do
 
       {:error, _} = error ->
         error
+    end
+  end
+
+  defp await_self(ref, info, ms_left) do
+    case Native.seq_stats(ref) do
+      {:ok, %{role: :primary} = st} ->
+        %{info | session: st.session, next_seq: st.next_seq, epoch: st.epoch}
+        |> Map.merge(%{role: :primary, leader: 0})
+
+      _ when ms_left > 0 ->
+        Process.sleep(1)
+        await_self(ref, info, ms_left - 1)
+
+      _ ->
+        info
+    end
+  end
+
+  defp check_group!(%{group: []}), do: :ok
+
+  defp check_group!(%{group: group, ip: ip, port: port}) do
+    cond do
+      port == 0 ->
+        raise ArgumentError, "a Tachyon.Sequencer in a :group needs a non-zero :port"
+
+      {ip, port} not in group ->
+        raise ArgumentError,
+              "the :group of a Tachyon.Sequencer must hold its own address #{inspect({ip, port})}, " <>
+                "got: #{inspect(group)}"
+
+      length(Enum.uniq(group)) != length(group) ->
+        raise ArgumentError, "the :group of a Tachyon.Sequencer lists an address twice"
+
+      true ->
+        :ok
     end
   end
 
@@ -165,14 +243,15 @@ defmodule Tachyon.Sequencer do
   def stop(server, timeout \\ 5000), do: GenServer.stop(server, :normal, timeout)
 
   @doc """
-  What the sequencer started with: `:address`, `:session`, `:next_seq` (at
-  start), `:recovered_members`, `:path`, `:core`, `:pinned`, `:wait`.
+  What the node started with: `:address`, `:session`, `:next_seq` (at
+  start), `:recovered_members`, `:path`, `:core`, `:pinned`, `:wait`,
+  `:node_id`, `:group`; and its latest `:role`, `:epoch` and `:leader`.
 
   ## Example
 
       dir = Path.join(System.tmp_dir!(), "seq-#{System.unique_integer([:positive])}")
       {:ok, seq} = Tachyon.Sequencer.start_link(path: dir, wait: :park)
-      %{next_seq: 1} = Tachyon.Sequencer.info(seq)
+      %{next_seq: 2, role: :primary} = Tachyon.Sequencer.info(seq)
   """
   @spec info(server()) :: map()
   def info(server), do: GenServer.call(server, :info)
@@ -197,7 +276,7 @@ defmodule Tachyon.Sequencer do
 
       dir = Path.join(System.tmp_dir!(), "seq-#{System.unique_integer([:positive])}")
       {:ok, seq} = Tachyon.Sequencer.start_link(path: dir, wait: :park)
-      {:ok, %{messages: 0, next_seq: 1}} = Tachyon.Sequencer.stats(seq)
+      {:ok, %{messages: 0}} = Tachyon.Sequencer.stats(seq)
   """
   @spec stats(server()) :: {:ok, map()} | {:error, :noproc | :closed}
   def stats(server) do
@@ -206,43 +285,92 @@ defmodule Tachyon.Sequencer do
     :exit, {:noproc, _} -> {:error, :noproc}
   end
 
-  # A standby monitors its primary's node: a :nodedown is a takeover now,
-  # without waiting for `:takeover_after` of silence.
-  defp watch_primary_node(state, nil), do: state
+  @doc """
+  Holds an election now (the primary is known to be gone); in a group of
+  two, also the witness's vote for this node. A node that is not up to
+  date is not elected; a healthy primary keeps its place (pre-vote).
 
-  defp watch_primary_node(state, node) do
-    Node.monitor(node, true)
-    Map.put(state, :primary_node, node)
+  ## Example
+
+      dir = Path.join(System.tmp_dir!(), "seq-#{System.unique_integer([:positive])}")
+      {:ok, seq} = Tachyon.Sequencer.start_link(path: dir, wait: :park)
+      :ok = Tachyon.Sequencer.take_over(seq)
+  """
+  @spec take_over(server()) :: :ok
+  def take_over(server) do
+    Native.seq_takeover(GenServer.call(server, :ref))
   end
 
-  defp on_info({:nodedown, node}, %{primary_node: node} = state) do
-    Native.seq_takeover(state.ref)
+  @doc """
+  Waits until this node is the primary (`{:ok, epoch}`) or `timeout` ms
+  pass (`{:error, :timeout}`).
+
+  ## Example
+
+      dir = Path.join(System.tmp_dir!(), "seq-#{System.unique_integer([:positive])}")
+      {:ok, seq} = Tachyon.Sequencer.start_link(path: dir, wait: :park)
+      {:ok, _epoch} = Tachyon.Sequencer.await_primary(seq, 5000)
+  """
+  @spec await_primary(server(), non_neg_integer()) :: {:ok, pos_integer()} | {:error, :timeout}
+  def await_primary(server, timeout) do
+    deadline = System.monotonic_time(:millisecond) + timeout
+    await_primary_until(server, deadline)
+  end
+
+  defp await_primary_until(server, deadline) do
+    case stats(server) do
+      {:ok, %{role: :primary, epoch: e}} ->
+        {:ok, e}
+
+      _ ->
+        if System.monotonic_time(:millisecond) >= deadline do
+          {:error, :timeout}
+        else
+          Process.sleep(2)
+          await_primary_until(server, deadline)
+        end
+    end
+  end
+
+  # The node's events come to this process; the BEAM nodes of the group
+  # (by index) are monitored: a :nodedown is the witness's word.
+  defp init_node(state, watch) do
+    Native.seq_report_to(state.ref, self())
+
+    nodes =
+      for {node, i} <- Enum.with_index(watch), node != nil, node != Node.self(), into: %{} do
+        Node.monitor(node, true)
+        {node, i}
+      end
+
+    Map.put(state, :watch, nodes)
+  end
+
+  defp on_info({:nodedown, node}, %{watch: watch} = state) when is_map_key(watch, node) do
+    Native.seq_witness_down(state.ref, Map.fetch!(watch, node))
+    state
+  end
+
+  # `[:tachyon, :sequencer, :role | :campaign | :voted | :truncated]`.
+  defp on_info({:tachyon_report, :sequencer, _id, kind, fields}, state) do
+    state =
+      case {kind, fields} do
+        {:role, %{role: :stepped_down}} ->
+          put_in(state.info.role, :follower)
+
+        {:role, %{role: role, epoch: e} = f} ->
+          leader = if role == :primary, do: state.info.node_id, else: Map.get(f, :leader)
+          %{state | info: %{state.info | role: role, epoch: e, leader: leader}}
+
+        _ ->
+          state
+      end
+
+    Tachyon.Telemetry.execute([:tachyon, :sequencer, kind], fields, meta(state))
     state
   end
 
   defp on_info(_msg, state), do: state
-
-  # `[:tachyon, :sequencer, :takeover]` once, when a standby became primary.
-  defp check_takeover(%{info: %{role: :standby}} = state) do
-    case Native.seq_stats(state.ref) do
-      {:ok, %{role: :primary} = st} ->
-        info = %{state.info | role: :primary, address: st.address, epoch: st.epoch}
-        state = %{state | info: info}
-
-        Tachyon.Telemetry.execute(
-          [:tachyon, :sequencer, :takeover],
-          %{takeover_ns: st.takeover_ns, next_seq: st.next_seq, epoch: st.epoch},
-          meta(state)
-        )
-
-        state
-
-      _ ->
-        state
-    end
-  end
-
-  defp check_takeover(state), do: state
 
   defp meta(state) do
     %{

@@ -47,6 +47,7 @@ defmodule Tachyon.ThreadServer do
   end
 
   def handle_call(:stats, _from, state), do: {:reply, state.stats.(state.ref), state}
+  def handle_call(:ref, _from, state), do: {:reply, state.ref, state}
 
   @impl true
   def handle_info(:stats, state) do

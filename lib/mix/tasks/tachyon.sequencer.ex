@@ -11,11 +11,15 @@ defmodule Mix.Tasks.Tachyon.Sequencer do
   `--path DIR` (required), `--bus unicast | multicast:GROUP:PORT`,
   `--interface ADDR` (multicast), `--wait busy_spin|yield|backoff|park`,
   `--core N`, `--max-datagram BYTES`, `--no-batching`, `--heartbeat MS`,
-  `--heartbeat-after US`, `--role primary|standby`, `--primary IP:PORT`
-  (standby), `--takeover-after MS`. A standby prints `tachyon.sequencer took
-  over IP:PORT epoch E next_seq N takeover_us T` when it takes over.
-  It prints `tachyon.sequencer ready ip:port session S next_seq N` once
-  it listens.
+  `--heartbeat-after US`, `--group IP:PORT,IP:PORT,...` (every node's
+  address, this one's included, the same list on every node),
+  `--election-timeout MS`, `--two-nodes safe|available`, `--no-eager`.
+
+  It prints `tachyon.sequencer ready IP:PORT session S next_seq N node I`
+  once it listens, then `tachyon.sequencer role ROLE epoch E leader L
+  next_seq N commit C at_us T` at every change of role or epoch (`T`: the
+  host's clock, `System.os_time(:microsecond)`, comparable between OS
+  processes of one host).
   """
   use Mix.Task
 
@@ -31,9 +35,10 @@ defmodule Mix.Tasks.Tachyon.Sequencer do
     batching: :boolean,
     heartbeat: :integer,
     heartbeat_after: :integer,
-    role: :string,
-    primary: :string,
-    takeover_after: :integer
+    group: :string,
+    election_timeout: :integer,
+    two_nodes: :string,
+    eager: :boolean
   ]
 
   @impl true
@@ -52,50 +57,46 @@ defmodule Mix.Tasks.Tachyon.Sequencer do
       |> put(:batching, opts[:batching])
       |> put(:heartbeat, opts[:heartbeat])
       |> put(:heartbeat_after, opts[:heartbeat_after])
-      |> put(:role, opts[:role] && String.to_atom(opts[:role]))
-      |> put(:primary, opts[:primary] && address(opts[:primary]))
-      |> put(:takeover_after, opts[:takeover_after])
+      |> put(:group, opts[:group] && Enum.map(String.split(opts[:group], ","), &address/1))
+      |> put(:election_timeout, opts[:election_timeout])
+      |> put(:two_nodes, opts[:two_nodes] && String.to_atom(opts[:two_nodes]))
+      |> put(:eager, opts[:eager])
       |> put(:bus, bus(opts[:bus], opts[:interface]))
 
     {:ok, seq} = Tachyon.Sequencer.start_link(seq_opts)
-    %{address: {ip, port}, session: s, next_seq: n, role: role} = Tachyon.Sequencer.info(seq)
+    # (A group of one is primary, its session known, when start_link returns.)
+    %{address: {ip, port}, session: s, next_seq: n} = info = Tachyon.Sequencer.info(seq)
 
     IO.puts(
-      "tachyon.sequencer ready #{:inet.ntoa(ip)}:#{port} session #{s || 0} next_seq #{n} role #{role}"
+      "tachyon.sequencer ready #{:inet.ntoa(ip)}:#{port} session #{s || 0} next_seq #{n} node #{info.node_id}"
     )
 
-    if role == :standby, do: report_takeover(seq, false)
-    Process.sleep(:infinity)
+    report_roles(seq, nil)
   end
 
-  # A standby prints one line when it follows its primary, one when it
-  # takes over.
-  defp report_takeover(seq, following?) do
-    Process.sleep(5)
+  # One line per change of role or epoch (polled: the line is for tests and
+  # benchmarks that watch the OS process; in-VM users get telemetry).
+  defp report_roles(seq, last) do
+    now =
+      case Tachyon.Sequencer.stats(seq) do
+        {:ok, st} ->
+          now = {st.role, st.epoch}
 
-    following? =
-      following? or
-        case Tachyon.Sequencer.stats(seq) do
-          {:ok, %{following: true, next_seq: n}} ->
-            IO.puts("tachyon.sequencer following next_seq #{n}")
-            true
+          if now != last do
+            IO.puts(
+              "tachyon.sequencer role #{st.role} epoch #{st.epoch} leader #{st.leader || -1} " <>
+                "next_seq #{st.next_seq} commit #{st.commit} at_us #{System.os_time(:microsecond)}"
+            )
+          end
 
-          _ ->
-            false
-        end
+          now
 
-    case Tachyon.Sequencer.info(seq) do
-      %{role: :primary, address: {ip, port}, epoch: e} ->
-        {:ok, st} = Tachyon.Sequencer.stats(seq)
+        _ ->
+          last
+      end
 
-        IO.puts(
-          "tachyon.sequencer took over #{:inet.ntoa(ip)}:#{port} epoch #{e} next_seq #{st.next_seq} " <>
-            "takeover_us #{div(st.takeover_ns, 1000)}"
-        )
-
-      _ ->
-        report_takeover(seq, following?)
-    end
+    Process.sleep(1)
+    report_roles(seq, now)
   end
 
   defp address(s) do

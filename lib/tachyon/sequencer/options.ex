@@ -72,35 +72,52 @@ defmodule Tachyon.Sequencer.Options do
         doc: "`SO_SNDBUF` in bytes."
       ],
       reuseaddr: [type: :boolean, default: false, doc: "set `SO_REUSEADDR`."],
-      role: [
-        type: {:in, [:primary, :standby]},
-        default: :primary,
+      group: [
+        type: {:custom, &__MODULE__.group/1, "a list of {ip, port}, one per node"},
+        default: [],
         doc: """
-        `:standby`: follow the `:primary` (copy its log entry by entry) and
-        take over, with the next epoch, on `:port`, when it falls silent for
-        `:takeover_after` ms or its `:primary_node` goes down (see "Failover").
+        every node's command address, this node's (`{:ip, :port}`) included,
+        in the same order on every node (a node's id is its index). `[]`: a
+        group of one. Three or five nodes: a majority group, which fails
+        over without forking (see "Failover"); two: a primary and a
+        standby (see `:two_nodes`).
         """
       ],
-      primary: [
-        type: {:or, [nil, {:custom, &__MODULE__.address/1, "{ip, port}"}]},
-        default: nil,
-        doc: "standby: the primary's command address."
-      ],
-      takeover_after: [
+      election_timeout: [
         type: {:integer, 1, 3_600_000},
         default: 50,
-        doc: "standby: milliseconds of silence from the primary before taking over."
+        doc: """
+        milliseconds without hearing the primary before a node asks for
+        votes (each wait drawn in `[t, 2t)`); also how long a primary that
+        cannot reach a majority keeps sequencing.
+        """
       ],
-      primary_node: [
-        type: {:or, [nil, :atom]},
-        default: nil,
-        doc:
-          "standby: a BEAM node to monitor; its `:nodedown` makes the standby take over at once."
+      two_nodes: [
+        type: {:in, [:safe, :available]},
+        default: :safe,
+        doc: """
+        a group of two: `:safe` (the primary commits only what the standby
+        holds; the standby takes over only when `:watch_nodes` reports the
+        primary's BEAM node down: a partition stops the bus, it never forks
+        it) or `:available` (a silent peer is taken for dead after
+        `:election_timeout`: the bus goes on through a partition and can
+        fork; members report a fork as an event).
+        """
       ],
-      follower_id: [
-        type: {:integer, 1, 4_294_967_295},
-        default: 4_294_967_295,
-        doc: "standby: the member id it follows the bus with (it never publishes)."
+      eager: [
+        type: :boolean,
+        default: true,
+        doc: "ask for votes at start (else wait one election timeout for a primary to be heard)."
+      ],
+      watch_nodes: [
+        type: {:custom, &__MODULE__.nodes/1, "a list of BEAM node names (or nil)"},
+        default: [],
+        doc: """
+        BEAM nodes to monitor, by group index (`nil` or the node's own name
+        for none): a `:nodedown` of node `i`'s BEAM node is the witness's
+        word that node `i` is down (in a group of two: the standby may take
+        over, the primary commits alone).
+        """
       ],
       name: [
         type: {:custom, &U.gen_name/1, "nil, an atom, {:global, term} or {:via, module, term}"},
@@ -122,10 +139,9 @@ defmodule Tachyon.Sequencer.Options do
         type: {:custom, &__MODULE__.addresses/1, "{ip, port} or a non-empty list of them"},
         required: true,
         doc: """
-        the sequencer's command address `{ip, port}`, or a list: the primary
-        first, then standbys the member says hello to when the primary falls
-        silent (how a unicast member finds a new primary; on a multicast bus
-        the new primary's datagrams are enough).
+        the sequencer's command address `{ip, port}`, or the group's: every
+        node's, in the group's order (the member says hello to all of them
+        when the primary falls silent, and accepts the bus only from them).
         """
       ],
       member_id: [
@@ -253,6 +269,26 @@ defmodule Tachyon.Sequencer.Options do
   end
 
   def bus(_), do: :error
+
+  @doc false
+  def group(list) when is_list(list) do
+    list = Enum.map(list, &address/1)
+
+    cond do
+      not Enum.all?(list, &match?({:ok, _}, &1)) -> :error
+      length(list) > 64 -> :error
+      true -> {:ok, Enum.map(list, &elem(&1, 1))}
+    end
+  end
+
+  def group(_), do: :error
+
+  @doc false
+  def nodes(list) when is_list(list) do
+    if Enum.all?(list, &is_atom/1), do: {:ok, list}, else: :error
+  end
+
+  def nodes(_), do: :error
 
   @doc false
   def address({ip, port}) when is_integer(port) and port in 1..65_535 do

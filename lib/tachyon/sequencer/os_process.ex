@@ -14,23 +14,62 @@ defmodule Tachyon.Sequencer.OSProcess do
   end
 
   @doc """
-  A primary on loopback (any port) and a standby following it on a free
-  port, each in its own OS process; returns `{primary, standby}` once the
-  standby follows. `extra`: more arguments for the standby.
+  A group of `length(dirs)` nodes on loopback (free ports), each in its own
+  OS process with its own log; returns `{nodes, group}` once one of them is
+  primary (`nodes`: the `start/3` maps, each with `:id`). `extra`: more
+  arguments for every node. Returns `{primary, others, group}`.
   """
-  def start_pair(pdir, sdir, extra \\ []) do
-    {:ok, p} = start(["--path", pdir, "--port", "0", "--wait", "backoff"])
-    {_, pport} = p.address
-    sport = free_port()
+  def start_group(dirs, extra \\ []) do
+    group = for _ <- dirs, do: {{127, 0, 0, 1}, free_port()}
+    arg = Enum.map_join(group, ",", fn {_, port} -> "127.0.0.1:#{port}" end)
 
-    {:ok, s} =
-      start(
-        ["--path", sdir, "--port", "#{sport}", "--role", "standby"] ++
-          ["--primary", "127.0.0.1:#{pport}", "--wait", "backoff"] ++ extra
-      )
+    nodes =
+      for {{dir, {_, port}}, i} <- Enum.with_index(Enum.zip(dirs, group)) do
+        args =
+          ["--path", dir, "--port", "#{port}", "--group", arg, "--wait", "backoff"] ++
+            if(i == 0, do: [], else: ["--no-eager"]) ++ extra
 
-    {:ok, _} = await_line(s, "tachyon.sequencer following", 20_000)
-    {p, Map.put(s, :address, {{127, 0, 0, 1}, sport})}
+        {:ok, p} = start(args)
+        Map.put(p, :id, i)
+      end
+
+    {:ok, %{node: primary}} = await_role(nodes, "primary", 20_000)
+    {primary, List.delete(nodes, primary), group}
+  end
+
+  @doc """
+  Waits for a `tachyon.sequencer role ROLE ...` line from any of `nodes`:
+  `{:ok, %{node: node, epoch: e, next_seq: n, commit: c, at_us: t}}`.
+  """
+  def await_role(nodes, role, timeout) do
+    ports = Map.new(nodes, &{&1.port, &1})
+    deadline = System.monotonic_time(:millisecond) + timeout
+    await_role_until(ports, "tachyon.sequencer role #{role} ", deadline)
+  end
+
+  defp await_role_until(ports, prefix, deadline) do
+    left = max(0, deadline - System.monotonic_time(:millisecond))
+
+    receive do
+      {port, {:data, {:eol, line}}} when is_map_key(ports, port) ->
+        if String.starts_with?(line, prefix) do
+          ["epoch", e, "leader", _, "next_seq", n, "commit", c, "at_us", t] =
+            line |> String.replace_prefix(prefix, "") |> String.split(" ")
+
+          {:ok,
+           %{
+             node: Map.fetch!(ports, port),
+             epoch: String.to_integer(e),
+             next_seq: String.to_integer(n),
+             commit: String.to_integer(c),
+             at_us: String.to_integer(t)
+           }}
+        else
+          await_role_until(ports, prefix, deadline)
+        end
+    after
+      left -> {:error, :timeout}
+    end
   end
 
   @doc "A UDP port free on loopback now."
@@ -81,7 +120,7 @@ defmodule Tachyon.Sequencer.OSProcess do
 
     receive do
       {port, {:data, {:eol, "tachyon.sequencer ready " <> rest}}} when port == p.port ->
-        [hostport, "session", s, "next_seq", n | _role] = String.split(rest, " ")
+        [hostport, "session", s, "next_seq", n | _node] = String.split(rest, " ")
         [host, portno] = String.split(hostport, ":")
         {:ok, ip} = :inet.parse_address(String.to_charlist(host))
 
@@ -114,6 +153,12 @@ defmodule Tachyon.Sequencer.OSProcess do
     after
       timeout -> {:error, :timeout}
     end
+  end
+
+  @doc "Sends signal `sig` (\"STOP\", \"CONT\", ...) to the process."
+  def signal(%{os_pid: os_pid}, sig) do
+    {_, 0} = System.cmd("kill", ["-#{sig}", Integer.to_string(os_pid)], stderr_to_stdout: true)
+    :ok
   end
 
   @doc "kill -9, and waits for the exit."

@@ -577,12 +577,14 @@ fn bus_recv<'a>(
         }
         Ok(if items.is_empty() { 0 } else { n })
     });
-    send_events(
-        |e| res.to_term(e),
-        &res.member,
-        &res.owner,
-        &mut ProcessSender::new(),
-    );
+    // On a scheduler thread: sent from the calling process's env.
+    let events = res.member.take_events();
+    if !events.is_empty() {
+        let pid = res.owner.pid();
+        for e in &events {
+            let _ = env.send(&pid, bus_event(env, res.to_term(env), e));
+        }
+    }
     polled.into_term(env, || {
         let mut bin = NewBinary::new(env, bytes.len());
         bin.as_mut_slice().copy_from_slice(&bytes);

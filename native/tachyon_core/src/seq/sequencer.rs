@@ -577,6 +577,7 @@ fn run(
         let now = clock::now();
         let due = node.tick(now, &mut env);
         env.sink.flush();
+        sh.session.set(node.session());
         let now = clock::now();
         if due > now {
             waiter.idle_at_most(Some(Duration::from_nanos(due - now)), || false);
