@@ -14,7 +14,8 @@ defmodule Tachyon.Application do
   def start(_type, _args) do
     # Every part's child id is {Module, name}: no ids needed here.
     children =
-      Enum.map(Application.get_env(:tachyon, :stores, []), &{Tachyon.Store, &1}) ++
+      [Tachyon.Bus.Events] ++
+        Enum.map(Application.get_env(:tachyon, :stores, []), &{Tachyon.Store, &1}) ++
         Enum.map(Application.get_env(:tachyon, :async_stores, []), &{Tachyon.AsyncStore, &1}) ++
         Enum.map(Application.get_env(:tachyon, :sequencers, []), &{Tachyon.Sequencer, &1})
 

@@ -110,6 +110,7 @@ defmodule Tachyon.Bus do
         hello_after_us: o.hello_after * 1000,
         connect_timeout_us: o.connect_timeout * 1000,
         max_queue: if(o.max_queue == :infinity, do: nil, else: o.max_queue),
+        events: Process.whereis(Tachyon.Bus.Events),
         loss: o.loss / 1
       })
 
@@ -236,8 +237,12 @@ defmodule Tachyon.Bus do
   `:resent`, `:delivered`, `:datagrams`, `:duplicates`, `:gaps`,
   `:replay_requests`, `:malformed`, `:wrong_session`, `:dropped_ahead`,
   `:injected_losses`, `:oversized`, `:hellos`, `:next_seq`, `:pending`,
-  `:send_errors`, `:epoch`, `:stale_epoch`, `:forks`, and `:acked` and
-  `:in_flight` for `:max_queue`) or `{:error, :closed}`.
+  `:send_errors`, `:epoch`, `:stale_epoch`, `:forks`, `:nacked` (commands
+  the primary asked for again), `:renumbered` (commands published again
+  after a new primary lacked them), `:strangers` (datagrams from outside
+  the group), `:conflicts`, `:welcomes`, `:commit` (the commit index last
+  heard), and `:acked` and `:in_flight` for `:max_queue`) or
+  `{:error, :closed}`.
 
   ## Example
 

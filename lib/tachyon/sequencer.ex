@@ -338,10 +338,15 @@ defmodule Tachyon.Sequencer do
     Native.seq_report_to(state.ref, self())
 
     nodes =
-      for {node, i} <- Enum.with_index(watch), node != nil, node != Node.self(), into: %{} do
-        Node.monitor(node, true)
-        {node, i}
-      end
+      for {node, i} <- Enum.with_index(watch),
+          node != nil,
+          node != Node.self(),
+          into: %{},
+          do: {node, i}
+
+    # Every :nodedown, not one per monitor (a node that comes back and goes
+    # down again is reported again; one never connected is not "down").
+    if nodes != %{}, do: :net_kernel.monitor_nodes(true)
 
     Map.put(state, :watch, nodes)
   end

@@ -79,22 +79,41 @@ defmodule Tachyon.Telemetry do
 
   ## Sequencer and bus events
 
-    * `[:tachyon, :sequencer, :start]` - a `Tachyon.Sequencer` started (log
-      recovered, port bound, thread running).
+    * `[:tachyon, :sequencer, :start]` - a `Tachyon.Sequencer` node started
+      (log recovered, port bound, thread running).
       * Measurements: `:next_seq`.
       * Metadata: `:name`, `:address`, `:session`, `:path`.
 
     * `[:tachyon, :sequencer, :stats]` - periodic, every `:stats_interval`
-      ms (default 1000), from the sequencer's process.
-      * Measurements: the thread's counters since start: `:messages`,
-        `:datagrams`, `:heartbeats`, `:duplicates` (dropped),
-        `:out_of_order`, `:replays`, `:replayed`, `:malformed`,
-        `:wrong_session`, `:oversized`, `:send_errors`, `:store_errors`,
-        `:members`, `:next_seq`.
+      ms (default 1000), from the node's process.
+      * Measurements: the node's counters since start (see
+        `Tachyon.Sequencer`, "Stats and telemetry"), `:role` and `:leader`
+        included.
       * Metadata: as for `:start`.
 
-    * `[:tachyon, :sequencer, :stop]` - the sequencer stopped; the final
+    * `[:tachyon, :sequencer, :stop]` - the node stopped; the final
       counters (as for `:stats`).
+
+    * `[:tachyon, :sequencer, :role]` - the node's role changed (from the
+      node's thread, on the report channel, as it happens).
+      * Measurements: `:role` (`:primary`, `:follower` or `:stepped_down`:
+        a primary that learnt of a higher term or lost its majority),
+        `:epoch`, and `:start` (primary: the sequence number of its
+        term's epoch record) or `:leader` (follower: the primary's index,
+        or nil).
+      * Metadata: as for `:start`.
+
+    * `[:tachyon, :sequencer, :campaign]` - the node asks for votes.
+      * Measurements: `:epoch`, `:pre_vote` (true: a pre-vote, which
+        changes no term).
+
+    * `[:tachyon, :sequencer, :voted]` - the node voted (persisted before
+      the reply).
+      * Measurements: `:epoch`, `:candidate` (its index).
+
+    * `[:tachyon, :sequencer, :truncated]` - the node removed a suffix of
+      its log that the primary does not hold (never a committed entry).
+      * Measurements: `:from`, `:removed`.
 
     * `[:tachyon, :bus, :stats]` - periodic, from a member started with
       `Tachyon.Bus.start_link/1` (every `:stats_interval` ms, default 1000).
@@ -103,8 +122,16 @@ defmodule Tachyon.Telemetry do
         `:duplicates`, `:gaps`, `:replay_requests` (gap fills and rewind
         chunks), `:malformed`, `:wrong_session`, `:dropped_ahead`,
         `:injected_losses`, `:oversized`, `:hellos`, `:next_seq`,
-        `:pending`, `:send_errors`.
+        `:pending`, `:send_errors`, `:epoch`, `:commit`, `:forks`, ...
+        (see `Tachyon.Bus.stats/1`).
       * Metadata: `:member_id`.
+
+    * `[:tachyon, :bus, :epoch | :fork | :renumbered | :member_id_taken]`
+      - a member's event (see `Tachyon.Bus`, "Events"), from any member
+      opened while the `:tachyon` application runs.
+      * Measurements: the event's fields (`:epoch`; `:next_seq`,
+        `:last_epoch`, `:epoch`; `:lost`), and `:member_id`.
+      * Metadata: `:bus`, `:member_id`.
 
   ## Echo and UDP events
 

@@ -291,6 +291,8 @@ fn seq_stats<'a>(env: Env<'a>, res: &SeqResource) -> NifResult<Term<'a>> {
 pub struct BusResource {
     member: Arc<Member>,
     owner: Owner,
+    /// Also gets the member's events (`Tachyon.Bus.Events`: telemetry).
+    relay: Option<LocalPid>,
     /// `:messages` mode: the thread that drives the member.
     worker: Mutex<Option<Worker>>,
     /// `:poll` mode.
@@ -351,6 +353,12 @@ fn bus_stats_map<'a>(env: Env<'a>, s: &MemberStats) -> NifResult<Term<'a>> {
             ("epoch", s.epoch.encode(env)),
             ("stale_epoch", s.stale_epoch.encode(env)),
             ("forks", s.forks.encode(env)),
+            ("nacked", s.nacked.encode(env)),
+            ("renumbered", s.renumbered.encode(env)),
+            ("strangers", s.strangers.encode(env)),
+            ("conflicts", s.conflicts.encode(env)),
+            ("welcomes", s.welcomes.encode(env)),
+            ("commit", s.commit.encode(env)),
         ],
     )
 }
@@ -363,8 +371,9 @@ fn bus_msg<'a>(env: Env<'a>, bus: Term<'a>, seq: u64, id: u32, data: &[u8]) -> T
     (seq_atoms::tachyon_bus(), bus, seq, id, bin).encode(env)
 }
 
-/// A member's event as `{:tachyon_bus_event, bus, kind, fields}`.
-fn bus_event<'a>(env: Env<'a>, bus: Term<'a>, e: &MemberEvent) -> Term<'a> {
+/// A member's event as `{:tachyon_bus_event, bus, kind, fields}` (the
+/// fields with `:member_id`).
+fn bus_event<'a>(env: Env<'a>, bus: Term<'a>, id: u32, e: &MemberEvent) -> Term<'a> {
     let (kind, fields): (&str, Vec<(&str, Term<'a>)>) = match *e {
         MemberEvent::Fork { next, epoch, term } => (
             "fork",
@@ -378,25 +387,34 @@ fn bus_event<'a>(env: Env<'a>, bus: Term<'a>, e: &MemberEvent) -> Term<'a> {
         MemberEvent::Taken => ("member_id_taken", vec![]),
         MemberEvent::Term { term } => ("epoch", vec![("epoch", term.encode(env))]),
     };
+    let mut fields = fields;
+    fields.push(("member_id", id.encode(env)));
     let fields = map(env, &fields).unwrap_or_else(|_| atoms::nil().encode(env));
     (seq_atoms::tachyon_bus_event(), bus, atom(env, kind), fields).encode(env)
 }
 
-/// Sends the member's events (if any) to its owner.
-fn send_events<B>(bus: B, member: &Member, owner: &Owner, out: &mut ProcessSender)
+/// Where a member's events go: its owner, and the relay if any.
+fn event_pids(res: &BusResource) -> impl Iterator<Item = LocalPid> {
+    std::iter::once(res.owner.pid()).chain(res.relay)
+}
+
+/// Sends the member's events (if any), from a thread of ours.
+fn send_events<B>(bus: B, res: &BusResource, out: &mut ProcessSender)
 where
     B: for<'b> Fn(Env<'b>) -> Term<'b>,
 {
-    let events = member.take_events();
+    let events = res.member.take_events();
     if events.is_empty() {
         return;
     }
-    let pid = owner.pid();
-    for e in &events {
-        out.send(&pid, |env| {
-            let b = bus(env);
-            bus_event(env, b, e)
-        });
+    let id = res.member.member_id();
+    for pid in event_pids(res) {
+        for e in &events {
+            out.send(&pid, |env| {
+                let b = bus(env);
+                bus_event(env, b, id, e)
+            });
+        }
     }
     out.end_batch();
 }
@@ -406,7 +424,7 @@ where
 /// address), member_id, from (nil or a sequence number), mode (`:messages`
 /// or `:poll`), wait, core, spin_us, max_datagram, max_message_size,
 /// resend_after_us, retransmit_after_us, hello_after_us, connect_timeout_us,
-/// loss. Returns `{:ok, bus, info}` or `{:error, reason}`.
+/// loss, events (a pid or nil: gets the events too). Returns `{:ok, bus, info}` or `{:error, reason}`.
 #[rustler::nif(schedule = "DirtyIo")]
 fn bus_open<'a>(env: Env<'a>, opts: Term<'a>, owner: LocalPid) -> NifResult<Term<'a>> {
     let (sip, sport): (Term, u16) = get(env, opts, "sequencer")?;
@@ -444,6 +462,7 @@ fn bus_open<'a>(env: Env<'a>, opts: Term<'a>, owner: LocalPid) -> NifResult<Term
     let res = Handle::new(BusResource {
         member: member.clone(),
         owner: Owner::new(owner),
+        relay: get(env, opts, "events")?,
         worker: Mutex::new(None),
         poll: poll.then(|| Poller::new(wait, spin, (), seq_atoms::tachyon_bus_ready())),
         credits: Credits::new(get(env, opts, "max_queue")?),
@@ -484,7 +503,7 @@ fn bus_open<'a>(env: Env<'a>, opts: Term<'a>, owner: LocalPid) -> NifResult<Term
                 out.end_batch();
                 match got {
                     Ok(n) if n > 0 => {
-                        send_events(|env| handle.encode(env), m, &handle.owner, &mut out);
+                        send_events(|env| handle.encode(env), &handle, &mut out);
                         waiter.reset()
                     }
                     Ok(_) => {
@@ -580,9 +599,11 @@ fn bus_recv<'a>(
     // On a scheduler thread: sent from the calling process's env.
     let events = res.member.take_events();
     if !events.is_empty() {
-        let pid = res.owner.pid();
-        for e in &events {
-            let _ = env.send(&pid, bus_event(env, res.to_term(env), e));
+        let id = res.member.member_id();
+        for pid in event_pids(&res) {
+            for e in &events {
+                let _ = env.send(&pid, bus_event(env, res.to_term(env), id, e));
+            }
         }
     }
     polled.into_term(env, || {

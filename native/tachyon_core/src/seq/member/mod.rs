@@ -138,7 +138,7 @@ impl Member {
         let now = clock::now();
         let mut guard = self.rx.lock();
         let RxAll { batches, rx } = &mut *guard;
-        let own_before = rx.own_seen();
+        let (own_before, heard_before) = (rx.own_seen(), rx.own_heard());
         let total = self
             .socks
             .recv(batches, max, &self.rxc.malformed, &mut |d, from| {
@@ -151,7 +151,7 @@ impl Member {
         let handover = Handover::take(rx, switch);
         let mut events = rx.take_events();
         drop(guard);
-        if handover.own > own_before || !handover.is_empty() {
+        if handover.own > own_before || handover.heard != heard_before || !handover.is_empty() {
             self.hand_over(handover, now, &mut events);
         }
         if !events.is_empty() {

@@ -49,10 +49,13 @@ pub enum Fault {
     Reorder,
     /// A process's clock jumps forward.
     ClockJump,
+    /// In a group of two: the witness says a live node is down (a monitor
+    /// that lost only its own link).
+    FalseWitness,
 }
 
 impl Fault {
-    pub const ALL: [Fault; 7] = [
+    pub const ALL: [Fault; 8] = [
         Fault::Crash,
         Fault::Pause,
         Fault::Stall,
@@ -60,6 +63,7 @@ impl Fault {
         Fault::Lossy,
         Fault::Reorder,
         Fault::ClockJump,
+        Fault::FalseWitness,
     ];
 
     pub fn name(self) -> &'static str {
@@ -71,6 +75,7 @@ impl Fault {
             Fault::Lossy => "lossy_link",
             Fault::Reorder => "reorder_link",
             Fault::ClockJump => "clock_jump",
+            Fault::FalseWitness => "false_witness",
         }
     }
 
@@ -678,6 +683,20 @@ impl Sim<'_> {
                     if let Some(a) = self.procs[1 - i].actor.as_mut() {
                         a.witness(at, i as u8);
                     }
+                }
+            }
+            Fault::FalseWitness => {
+                // Only while the two nodes reach each other: a witness that
+                // lies during a partition is the limit of two nodes (both
+                // sides commit; docs/FAILOVER.md), not a monitor glitch.
+                if n_nodes != 2 || i >= 2 || self.procs[..2].iter().any(|p| p.unhealthy_until > now)
+                {
+                    return;
+                }
+                self.trace(|| format!("false witness: node {i} told node {} is down", 1 - i));
+                let at = self.now + self.procs[i].offset;
+                if let Some(a) = self.procs[i].actor.as_mut() {
+                    a.witness(at, (1 - i) as u8);
                 }
             }
             Fault::Pause | Fault::Stall => {

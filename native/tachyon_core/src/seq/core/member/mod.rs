@@ -70,6 +70,7 @@ pub fn from_welcome(
 /// (the shell takes the two locks in turn; the simulator holds both).
 pub struct Handover {
     pub own: u64,
+    pub heard: u64,
     pub taken: bool,
     pub switch_to: Option<std::net::SocketAddr>,
     pub welcome: Option<Welcome>,
@@ -81,6 +82,7 @@ impl Handover {
     pub fn take(rx: &mut Rx, switch_to: Option<std::net::SocketAddr>) -> Handover {
         Handover {
             own: rx.own_seen(),
+            heard: rx.own_heard(),
             taken: rx.is_taken(),
             switch_to,
             welcome: rx.take_welcome(),
@@ -100,6 +102,8 @@ impl Handover {
         }
         if let Some(to) = self.switch_to {
             tx.retarget(to);
+        } else {
+            tx.heard(self.heard);
         }
         let mut ev = None;
         if let Some(w) = self.welcome {

@@ -180,6 +180,9 @@ pub struct Rx {
     welcome: Option<Welcome>,
     /// This member's own highest `member_seq` delivered when the term began.
     own_at_term: u64,
+    /// This member's highest `member_seq` seen on the bus in this term,
+    /// committed or not: the primary holds every command up to it.
+    heard: u64,
     nacks: Vec<u64>,
     /// A primary said the member id is another member's.
     taken: bool,
@@ -235,6 +238,7 @@ impl Rx {
             switch_to: None,
             welcome: None,
             own_at_term: 0,
+            heard: 0,
             nacks: Vec::new(),
             taken: false,
             events: Vec::new(),
@@ -249,6 +253,12 @@ impl Rx {
     /// This member's highest `member_seq` delivered.
     pub fn own_seen(&self) -> u64 {
         self.st.own
+    }
+
+    /// This member's highest `member_seq` the primary of this term has sent
+    /// on the bus (delivered or not yet).
+    pub fn own_heard(&self) -> u64 {
+        self.heard.max(self.st.own)
     }
 
     pub fn epoch(&self) -> u32 {
@@ -360,12 +370,16 @@ impl Rx {
         self.fill.reset();
         self.hello_now = true;
         self.own_at_term = self.st.own;
+        self.heard = self.st.own;
         self.events.push(MemberEvent::Term { term });
     }
 
     fn data(&mut self, b: &Bus<'_>, deliver: &mut dyn FnMut(u64, u32, &[u8])) {
         self.known = self.known.max(b.end());
         for (seq, m) in b.messages() {
+            if m.member_id == self.st.member_id && m.member_seq > self.heard {
+                self.heard = m.member_seq;
+            }
             let have = self.have();
             if seq < have {
                 self.c.duplicates.bump(1);

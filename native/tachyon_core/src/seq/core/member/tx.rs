@@ -18,6 +18,11 @@ use crate::seq::wire::{self, CmdKind, CONT, MORE};
 const RESEND_WINDOW: usize = 32;
 /// Commands looked at per tick for a resend.
 const RESEND_SCAN: usize = 64;
+/// Commands resent per tick at most: a timeout probes with the oldest the
+/// primary has not sent on the bus (the primary holds what arrives after a
+/// hole and nacks the hole); a burst of resends would only feed a
+/// congested link.
+const RESEND_BURST: usize = 4;
 /// A nacked command is not resent again within this.
 const NACK_GUARD: Nanos = 200_000;
 
@@ -48,6 +53,9 @@ pub struct Tx {
     /// A new primary has not welcomed this member yet: commands wait (its
     /// welcome may renumber them).
     held: bool,
+    /// The primary holds every command up to this `member_seq` (seen on
+    /// the bus in its term): those are not resent on a timer.
+    heard: u64,
     c: Arc<CachePadded<TxCounters>>,
 }
 
@@ -71,6 +79,7 @@ impl Tx {
             closed: false,
             taken: w.taken,
             held: false,
+            heard: 0,
             c: Arc::new(CachePadded::new(TxCounters::default())),
         }
     }
@@ -229,6 +238,15 @@ impl Tx {
     pub fn retarget(&mut self, to: SocketAddr) {
         self.target = to;
         self.held = true;
+        self.heard = 0;
+    }
+
+    /// The primary sent this member's commands up to `member_seq` on the
+    /// bus: it holds them (their datagrams may still be lost on the way to
+    /// this member; the gap fill brings them).
+    /// (Rx's view of the current term, reset with it.)
+    pub fn heard(&mut self, member_seq: u64) {
+        self.heard = member_seq;
     }
 
     /// The welcome of a new primary, whose log holds this member's
@@ -323,11 +341,19 @@ impl Tx {
             return None;
         }
         let mut due = None::<Nanos>;
-        for i in 0..self.pending.len().min(RESEND_SCAN) {
-            if self.overdue(&self.pending[i]) <= now {
+        // The primary holds what it sent on the bus: the scan starts after.
+        let heard = self.heard;
+        let from = self.pending.partition_point(|p| p.last_seq <= heard);
+        let mut burst = 0;
+        for i in from..self.pending.len().min(from + RESEND_SCAN) {
+            if burst < RESEND_BURST && self.overdue(&self.pending[i]) <= now {
                 self.resend(i, now, sink);
+                burst += 1;
             }
-            let d = self.overdue(&self.pending[i]);
+            // Overdue but past the burst: the next tick's.
+            let d = self
+                .overdue(&self.pending[i])
+                .max(now + (self.resend_after / 4).max(100_000));
             due = Some(due.map_or(d, |x| x.min(d)));
         }
         due

@@ -80,7 +80,10 @@ impl<L: Log> Node<L> {
         if self.cfg.group.len() == 2 {
             match self.cfg.two_nodes {
                 TwoNodes::Safe => {
-                    if self.el.witness_until > now && self.el.in_sync {
+                    if self.el.witness_until > now
+                        && self.el.in_sync
+                        && self.since_leader >= self.cfg.election_timeout
+                    {
                         n += 1;
                     }
                 }
@@ -239,6 +242,17 @@ impl<L: Log> Node<L> {
             self.adopt_term(p.h.term, None, env);
             return;
         }
+        if pre
+            && !granted
+            && self.role == Role::PreCandidate
+            && self.cfg.group.len() == 2
+            && self.cfg.two_nodes == TwoNodes::Available
+        {
+            // The peer answered (a refusal carries its own term, not the
+            // proposed one): it is alive; a takeover needs its vote.
+            self.become_follower(None, env);
+            return;
+        }
         let ours = match (self.role, pre) {
             (Role::PreCandidate, true) => p.h.term == self.next_term(),
             (Role::Candidate, false) => p.h.term == self.term,
@@ -258,13 +272,6 @@ impl<L: Log> Node<L> {
             } else {
                 self.become_leader(now, env);
             }
-        } else if pre
-            && self.cfg.group.len() == 2
-            && self.cfg.two_nodes == TwoNodes::Available
-            && !granted
-        {
-            // The peer answered: it is alive; a takeover needs its vote.
-            self.become_follower(None, env);
         }
     }
 }

@@ -99,9 +99,20 @@ impl<L: Log> Node<L> {
         self.fl.reset();
         self.ld = Lead::new(n, self.cfg.max_datagram);
         let peer = 1 - (self.cfg.id as usize).min(1);
-        if n == 2 && self.el.witness_until > now && self.el.granted & (1 << peer) == 0 {
-            // Elected with the witness's vote: the peer is down.
-            self.ld.down[peer] = true;
+        if n == 2 && self.el.granted & (1 << peer) == 0 {
+            match self.cfg.two_nodes {
+                // Elected with the witness's vote: the peer is down.
+                // (Its vote counted only after an election timeout of the
+                // peer's silence.)
+                TwoNodes::Safe if self.el.witness_until > now => {
+                    self.ld.down[peer] = true;
+                    self.ld.peer_silent[peer] = self.cfg.election_timeout;
+                }
+                // Elected by the peer's silence: it has been silent a whole
+                // election already; the primary commits alone at once.
+                TwoNodes::Available => self.ld.peer_silent[peer] = self.cfg.election_timeout,
+                TwoNodes::Safe => {}
+            }
         }
         self.ld.last_send = now;
         self.ld.due = self.cfg.heartbeat_after;
@@ -142,7 +153,11 @@ impl<L: Log> Node<L> {
     /// alone.
     fn solo(&self, peer: usize) -> bool {
         match self.cfg.two_nodes {
-            TwoNodes::Safe => self.ld.down[peer],
+            // The witness's word counts while the peer is silent on the
+            // bus too (a monitor that lost only its own link says nothing).
+            TwoNodes::Safe => {
+                self.ld.down[peer] && self.ld.peer_silent[peer] >= self.cfg.election_timeout
+            }
             TwoNodes::Available => self.ld.peer_silent[peer] >= self.cfg.election_timeout,
         }
     }

@@ -504,11 +504,12 @@ impl<L: Log> Node<L> {
                 }
             }
             _ => {
-                // In sync: the primary heard within the election timeout,
-                // and every entry it said was committed held here.
-                self.el.in_sync = self.fl.synced
-                    && self.since_leader < 2 * self.cfg.election_timeout
-                    && self.ls.next >= self.fl.commit_heard();
+                // In sync: every entry the primary said was committed held
+                // here (in safe mode it commits nothing the standby lacks
+                // unless told the standby is down). The vote counts only
+                // while the primary is silent on the bus too (`tally`): a
+                // monitor's word against a primary still heard is ignored.
+                self.el.in_sync = self.fl.synced && self.ls.next >= self.fl.commit_heard();
                 self.el.witness_until = now + 4 * self.cfg.election_timeout;
                 self.silent = self.silent.max(self.timeout);
             }
