@@ -23,10 +23,19 @@ defmodule Tachyon.Bench.Sequencer do
   #   tachyon.sequencer.throughput.native, .throughput.batched.native
   #                                     the throughput cases with a Rust member loop
   #
-  # Extra options: --cases, --hiccup-ms, --wait (the sequencer's and the
-  # echo's thread, default :backoff on two cores), --heartbeat-after US;
-  # --failover [--kills N] runs Tachyon.Bench.Failover instead (takeover
-  # times over N kill -9s of the primary, and the replicated table's put).
+  #   tachyon.sequencer.groupN.X        with --group N (3 to 7): each case X above but
+  #                                     roundtrip.native .. throughput.batched.native against
+  #                                     a group of N nodes, each an OS process of its own on
+  #                                     loopback (OSProcess.start_group: majority commit before
+  #                                     delivery), right after its single-node case; the table
+  #                                     "group of N against one node" gives the ratios
+  #
+  # Extra options: --cases, --hiccup-ms, --wait (every sequencer node's and
+  # the echo's thread, default :backoff on two cores), --heartbeat-after US,
+  # --group N; --failover [--group N] [--kills N] [--pauses N] runs
+  # Tachyon.Bench.Failover instead (takeover times over kill -9s and
+  # SIGSTOPs of the primary of a group, two-node takeovers, and the
+  # replicated table's put).
 
   alias Tachyon.{Bench, Bus}
   alias Tachyon.Bench.Echo.Peers
@@ -36,6 +45,8 @@ defmodule Tachyon.Bench.Sequencer do
   @defaults [messages: 100_000, warmup: 20_000, size: 256, hiccup_ms: 1000]
   @quick [messages: 5_000, warmup: 1_000, hiccup_ms: 200]
   @all ~w(machine.hiccup tachyon.echo tachyon.sequencer.roundtrip.native tachyon.sequencer.roundtrip tachyon.sequencer.roundtrip.loss beam.dist.roundtrip tachyon.sequencer.throughput tachyon.sequencer.throughput.batched tachyon.sequencer.throughput.native tachyon.sequencer.throughput.batched.native)
+  # The cases that also run against a group (--group N), in this order.
+  @kinds ~w(roundtrip.native roundtrip roundtrip.loss throughput throughput.batched throughput.native throughput.batched.native)
 
   def run(argv) do
     opts =
@@ -47,13 +58,23 @@ defmodule Tachyon.Bench.Sequencer do
           wait: :string,
           heartbeat_after: :integer,
           failover: :boolean,
-          kills: :integer
+          group: :integer,
+          kills: :integer,
+          pauses: :integer,
+          pause_ms: :integer,
+          table_messages: :integer
         ],
         @defaults,
         @quick
       )
 
-    wanted = Bench.cases!(opts, @all)
+    group = opts[:group]
+
+    if group && !opts[:failover] && group not in 3..7,
+      do: Mix.raise("--group N: a majority group of 3 to 7 nodes, got #{group}")
+
+    all = all_cases(group)
+    wanted = Bench.cases!(opts, all)
 
     wait =
       if opts[:wait], do: String.to_atom(opts[:wait]), else: Tachyon.UDP.Options.default_wait()
@@ -64,6 +85,7 @@ defmodule Tachyon.Bench.Sequencer do
       size: opts[:size],
       wait: wait,
       ping_core: nil,
+      topo: :single,
       seq_args:
         if(opts[:heartbeat_after],
           do: ["--heartbeat-after", "#{opts[:heartbeat_after]}"],
@@ -76,25 +98,56 @@ defmodule Tachyon.Bench.Sequencer do
 
     if opts[:failover],
       do: Tachyon.Bench.Failover.run(opts, cfg),
-      else: run_cases(opts, wanted, cfg)
+      else: run_cases(opts, all, wanted, cfg)
   end
 
-  defp run_cases(opts, wanted, cfg) do
+  # Without --group: the cases of today. With --group N: each case of
+  # @kinds followed by its group-of-N twin (beam.dist.roundtrip only when
+  # asked for by --cases).
+  defp all_cases(nil), do: @all
+
+  defp all_cases(n) do
+    paired =
+      Enum.flat_map(@kinds, &["tachyon.sequencer.#{&1}", "tachyon.sequencer.group#{n}.#{&1}"])
+
+    ["machine.hiccup", "tachyon.echo"] ++ paired ++ ["beam.dist.roundtrip"]
+  end
+
+  defp run_cases(opts, all, wanted, cfg) do
+    wanted =
+      if opts[:group] && !opts[:cases],
+        do: List.delete(wanted, "beam.dist.roundtrip"),
+        else: wanted
+
+    where =
+      if opts[:group],
+        do:
+          "one sequencer node, then a group of #{opts[:group]}, each node in its own OS process",
+        else: "sequencer in its own OS process"
+
     IO.puts(
       "Sequencer bench: #{Report.delimit(cfg.n)} messages of #{cfg.size} bytes after #{Report.delimit(cfg.warmup)} warm-up; " <>
-        "sequencer in its own OS process, wait #{cfg.wait}"
+        "#{where}, wait #{cfg.wait}"
     )
 
     cases =
-      Bench.run_cases(@all, wanted, opts, "sequencer", fn name, dir ->
+      Bench.run_cases(all, wanted, opts, "sequencer", fn name, dir ->
         run_case(name, dir, cfg)
       end)
 
     rates = for c <- cases, c[:rate], do: {c.name, c.rate}
     Report.print_table(cases, "tachyon.echo")
     for {name, r} <- rates, do: IO.puts("#{name}: #{Report.delimit(round(r))} msg/s")
-    targets(cases)
-    Report.write_json(opts[:json], "sequencer", cases, %{"warmup" => cfg.warmup})
+    if opts[:group], do: compare_group(cases, opts[:group], cfg.wait)
+    targets(cases, opts[:group])
+
+    Report.write_json(
+      opts[:json],
+      "sequencer",
+      cases,
+      %{"warmup" => cfg.warmup, "wait" => "#{cfg.wait}", "group" => opts[:group] || 1}
+    )
+
     cases
   end
 
@@ -108,23 +161,38 @@ defmodule Tachyon.Bench.Sequencer do
     end)
   end
 
-  defp run_case("tachyon.sequencer.roundtrip" = name, dir, cfg),
-    do: roundtrip(name, dir, cfg, 0.0)
+  defp run_case("beam.dist.roundtrip" = name, dir, cfg), do: dist_case(name, dir, cfg)
 
-  defp run_case("tachyon.sequencer.roundtrip.loss" = name, dir, cfg),
-    do: roundtrip(name, dir, cfg, 0.01)
+  defp run_case("tachyon.sequencer." <> rest = name, dir, cfg) do
+    {topo, kind} =
+      case Regex.run(~r/^group(\d+)\.(.+)$/, rest) do
+        [_, n, kind] -> {{:group, String.to_integer(n)}, kind}
+        nil -> {:single, rest}
+      end
 
-  defp run_case("tachyon.sequencer.throughput" = name, dir, cfg),
+    run_kind(kind, name, dir, %{cfg | topo: topo})
+  end
+
+  defp run_kind("roundtrip", name, dir, cfg), do: roundtrip(name, dir, cfg, 0.0)
+  defp run_kind("roundtrip.loss", name, dir, cfg), do: roundtrip(name, dir, cfg, 0.01)
+
+  defp run_kind("throughput", name, dir, cfg),
     do: throughput(name, dir, cfg, 1, ["--no-batching"])
 
-  defp run_case("tachyon.sequencer.throughput.batched" = name, dir, cfg),
+  defp run_kind("throughput.batched", name, dir, cfg),
     do: throughput(name, dir, cfg, 64, ["--max-datagram", "65000"])
 
-  defp run_case("tachyon.sequencer.roundtrip.native" = name, dir, cfg) do
-    with_sequencer(dir, cfg, [], fn addr ->
+  defp run_kind("throughput.native", name, dir, cfg),
+    do: native_throughput(name, dir, cfg, 1, ["--no-batching"], 1472)
+
+  defp run_kind("throughput.batched.native", name, dir, cfg),
+    do: native_throughput(name, dir, cfg, 64, ["--max-datagram", "65000"], 65_000)
+
+  defp run_kind("roundtrip.native", name, dir, cfg) do
+    with_sequencer(dir, cfg, [], fn seq ->
       {:ok, h} =
         Tachyon.Native.bench_seq_native(%{
-          sequencer: addr,
+          sequencer: seq.primary,
           kind: :roundtrip,
           count: cfg.n,
           warmup: cfg.warmup,
@@ -134,12 +202,12 @@ defmodule Tachyon.Bench.Sequencer do
         })
 
       Bench.from_hist(name, h, cfg.size, %{
-        note: "Rust member loop on a dirty scheduler, busy polling"
+        note: "Rust member loop on a dirty scheduler, busy polling" <> seq.note
       })
     end)
   end
 
-  defp run_case("beam.dist.roundtrip" = name, dir, cfg) do
+  defp dist_case(name, dir, cfg) do
     alias Tachyon.Bench.DistSequencer
     {peer, node} = DistSequencer.start_peer(dir)
 
@@ -166,12 +234,6 @@ defmodule Tachyon.Bench.Sequencer do
     end
   end
 
-  defp run_case("tachyon.sequencer.throughput.native" = name, dir, cfg),
-    do: native_throughput(name, dir, cfg, 1, ["--no-batching"], 1472)
-
-  defp run_case("tachyon.sequencer.throughput.batched.native" = name, dir, cfg),
-    do: native_throughput(name, dir, cfg, 64, ["--max-datagram", "65000"], 65_000)
-
   defp dist_loop(_seq, _msg, 0, _h), do: nil
 
   defp dist_loop(seq, msg, k, h) do
@@ -190,12 +252,12 @@ defmodule Tachyon.Bench.Sequencer do
   end
 
   defp native_throughput(name, dir, cfg, per, extra, max_dg) do
-    with_sequencer(dir, cfg, extra, fn addr ->
+    with_sequencer(dir, cfg, extra, fn seq ->
       n = cfg.n - rem(cfg.n, per)
 
       {:ok, dt} =
         Tachyon.Native.bench_seq_native(%{
-          sequencer: addr,
+          sequencer: seq.primary,
           kind: :throughput,
           count: n,
           per: per,
@@ -209,33 +271,54 @@ defmodule Tachyon.Bench.Sequencer do
       Bench.from_report(name, flat_report(dt / n, n), cfg.size, %{
         rate: rate,
         note:
-          "Rust member loop; #{per} message(s) per command; the latency columns are elapsed/messages",
+          "Rust member loop; #{per} message(s) per command; the latency columns are elapsed/messages" <>
+            seq.note,
         json_extra: %{"msgs_per_sec" => rate}
       })
     end)
   end
 
-  defp with_sequencer(dir, cfg, extra, fun) do
+  # Runs `fun` against one sequencer node (an OS process) or a group of
+  # them (cfg.topo), all with --wait cfg.wait: `fun.(%{bus: what Bus.open's
+  # :sequencer takes, primary: the primary's address, note: for the case})`.
+  defp with_sequencer(dir, %{topo: :single} = cfg, extra, fun) do
     {:ok, p} =
       OSProcess.start(
         ["--path", dir, "--port", "0", "--wait", "#{cfg.wait}"] ++ cfg.seq_args ++ extra
       )
 
     try do
-      fun.(p.address)
+      fun.(%{bus: p.address, primary: p.address, note: ""})
     after
       OSProcess.kill(p)
     end
   end
 
+  defp with_sequencer(dir, %{topo: {:group, n}} = cfg, extra, fun) do
+    dirs = for i <- 1..n, do: Path.join(dir, "node#{i}")
+    # (start_group's own "--wait backoff" comes first: the last one counts.)
+    args = ["--wait", "#{cfg.wait}"] ++ cfg.seq_args ++ extra
+    {primary, others, group} = OSProcess.start_group(dirs, args)
+
+    try do
+      fun.(%{
+        bus: group,
+        primary: primary.address,
+        note: "; group of #{n} OS processes, primary node #{primary.id}"
+      })
+    after
+      Enum.each([primary | others], &OSProcess.kill/1)
+    end
+  end
+
   defp roundtrip(name, dir, cfg, loss) do
-    with_sequencer(dir, cfg, [], fn addr ->
+    with_sequencer(dir, cfg, [], fn seq ->
       msg = :binary.copy(<<0x5A>>, cfg.size)
 
       {h, stats} =
         Bench.in_big_heap(fn ->
           {:ok, bus} =
-            Bus.open(sequencer: addr, member_id: 1, mode: :poll, wait: :busy_spin, loss: loss)
+            Bus.open(sequencer: seq.bus, member_id: 1, mode: :poll, wait: :busy_spin, loss: loss)
 
           {h, _, _gcs} =
             Bench.sample(cfg.warmup, cfg.n, fn k, h, _ -> rt_loop(bus, msg, k, h) end)
@@ -249,7 +332,7 @@ defmodule Tachyon.Bench.Sequencer do
         unit: :perf_counter,
         note:
           "member in :poll mode on this VM's scheduler; loss #{loss}: #{stats.injected_losses} datagrams dropped, " <>
-            "#{stats.replay_requests} replay requests, #{stats.resent} resent",
+            "#{stats.replay_requests} replay requests, #{stats.resent} resent" <> seq.note,
         json_extra: Map.take(stats, [:injected_losses, :replay_requests, :resent, :gaps])
       })
     end)
@@ -272,14 +355,14 @@ defmodule Tachyon.Bench.Sequencer do
   end
 
   defp throughput(name, dir, cfg, per_cmd, extra) do
-    with_sequencer(dir, cfg, extra, fn addr ->
+    with_sequencer(dir, cfg, extra, fn seq ->
       msg = :binary.copy(<<0x33>>, cfg.size)
       batch = List.duplicate(msg, per_cmd)
       max_dg = if per_cmd > 1, do: 65_000, else: 1472
 
       {:ok, bus} =
         Bus.open(
-          sequencer: addr,
+          sequencer: seq.bus,
           member_id: 1,
           mode: :poll,
           wait: :busy_spin,
@@ -298,7 +381,8 @@ defmodule Tachyon.Bench.Sequencer do
         rate: rate,
         note:
           "#{per_cmd} message(s) per command; #{Report.delimit(round(rate))} msg/s delivered; " <>
-            "resent #{st.resent}, replay requests #{st.replay_requests}; the latency columns are elapsed/messages",
+            "resent #{st.resent}, replay requests #{st.replay_requests}; the latency columns are elapsed/messages" <>
+            seq.note,
         json_extra: %{"msgs_per_sec" => rate}
       })
     end)
@@ -359,10 +443,19 @@ defmodule Tachyon.Bench.Sequencer do
      {:p999_ns, :p50_ns}}
   ]
 
-  defp targets(cases) do
+  defp targets(cases, group) do
     by = Bench.by_name(cases)
 
-    for {label, a, b, cmp, bound, key} <- @targets, by[a] && by[b] do
+    group_targets =
+      if group,
+        do: [
+          {"tachyon.sequencer.group#{group}.roundtrip p50 / tachyon.sequencer.roundtrip p50 <= 1.5x",
+           "tachyon.sequencer.group#{group}.roundtrip", "tachyon.sequencer.roundtrip", :le, 1.5,
+           :p50_ns}
+        ],
+        else: []
+
+    for {label, a, b, cmp, bound, key} <- @targets ++ group_targets, by[a] && by[b] do
       {ka, kb} = if is_tuple(key), do: key, else: {key, key}
       ratio = Map.fetch!(by[a], ka) / Map.fetch!(by[b], kb)
 
@@ -383,5 +476,41 @@ defmodule Tachyon.Bench.Sequencer do
             &(&1 >= floor),
             " msg/s"
           )
+  end
+
+  # Each case of @kinds that ran both ways, side by side: p50, p99 and
+  # p99.9 (round trips) or msg/s (throughput), and group / single.
+  defp compare_group(cases, n, wait) do
+    by = Bench.by_name(cases)
+
+    IO.puts(
+      "\nA group of #{n} against one node (same run, wait #{wait}; ratio = group / single):"
+    )
+
+    rows =
+      for kind <- @kinds,
+          one = by["tachyon.sequencer.#{kind}"],
+          grp = by["tachyon.sequencer.group#{n}.#{kind}"] do
+        if one[:rate] do
+          [kind, "msg/s", Report.delimit(round(one.rate)), Report.delimit(round(grp.rate))] ++
+            [Report.ratio(grp.rate, one.rate)] ++ List.duplicate("", 6)
+        else
+          Enum.reduce([:p50_ns, :p99_ns, :p999_ns], [kind, "latency"], fn k, row ->
+            row ++
+              [
+                Report.short_ns(Map.fetch!(one, k)),
+                Report.short_ns(Map.fetch!(grp, k)),
+                Report.ratio(Map.fetch!(grp, k), Map.fetch!(one, k))
+              ]
+          end)
+        end
+      end
+
+    header =
+      ["case", "", "p50 one", "p50 group", "ratio", "p99 one", "p99 group", "ratio"] ++
+        ["p99.9 one", "p99.9 group", "ratio"]
+
+    Report.print_rows(header, rows)
+    IO.puts("  (throughput rows: msg/s one, msg/s group, ratio in the p50 columns)")
   end
 end
