@@ -42,14 +42,18 @@ defmodule Tachyon.Bus do
   Besides the messages, the owner receives `{:tachyon_bus_event, bus,
   kind, fields}` when:
 
-    * `:epoch` - a new primary (of epoch `fields.epoch`) welcomed the member.
+    * `:epoch` - the first datagram of a new primary (of epoch
+      `fields.epoch`) reached the member.
     * `:renumbered` - the new primary lacked `fields.lost` of this member's
-      commands: they were published again (in order, once each).
-    * `:fork` - a primary of `fields.epoch` does not hold what this member
-      delivered from `fields.next_seq` on (possible only with
-      `two_nodes: :available`, after a partition): what it delivered from
-      there is not the bus's order any more. The member follows the new
-      primary; the application decides what to do.
+      commands that the member had not seen delivered: its pending commands
+      were renumbered after what the new primary holds and sent to it (each
+      is delivered once, in publish order).
+    * `:fork` - a primary of `fields.epoch` does not hold everything this
+      member delivered before `fields.next_seq` (the last of it in
+      `fields.last_epoch`; possible only with `two_nodes: :available`, or a
+      lying witness, after a partition): some of what it delivered is not
+      the bus's order any more. The member follows the new primary; the
+      application decides what to do.
     * `:member_id_taken` - another member holds this `member_id`;
       publishes return `{:error, :member_id_taken}`.
 

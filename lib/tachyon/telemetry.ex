@@ -96,8 +96,10 @@ defmodule Tachyon.Telemetry do
 
     * `[:tachyon, :sequencer, :role]` - the node's role changed (from the
       node's thread, on the report channel, as it happens).
-      * Measurements: `:role` (`:primary`, `:follower` or `:stepped_down`:
-        a primary that learnt of a higher term or lost its majority),
+      * Measurements: `:role` (`:primary`, `:follower` (also a primary
+        that learnt of a higher term) or `:stepped_down` (a primary of a
+        group of three or more that lost its majority for an election
+        timeout)),
         `:epoch`, and `:start` (primary: the sequence number of its
         term's epoch record) or `:leader` (follower: the primary's index,
         or nil).

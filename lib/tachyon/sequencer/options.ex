@@ -88,8 +88,8 @@ defmodule Tachyon.Sequencer.Options do
         default: 50,
         doc: """
         milliseconds without hearing the primary before a node asks for
-        votes (each wait drawn in `[t, 2t)`); also how long a primary that
-        cannot reach a majority keeps sequencing.
+        votes (each wait drawn in `[t, 2t)`); also how long a primary of a
+        group of three or more that cannot reach a majority keeps its role.
         """
       ],
       two_nodes: [

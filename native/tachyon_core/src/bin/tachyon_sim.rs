@@ -6,7 +6,7 @@
 //! ```text
 //! tachyon_sim [--seeds N] [--from S] [--seed S] [--trace] [--faults crash,pause,...]
 //!             [--nodes N] [--two-nodes safe|available] [--members M] [--seconds S]
-//!             [--loss P] [--large P]
+//!             [--loss P] [--large P] [--slow MS]
 //! ```
 
 use std::collections::BTreeMap;
@@ -146,7 +146,7 @@ fn usage(bad: &str) -> ! {
     eprintln!(
         "tachyon_sim: bad argument {bad:?}\nusage: tachyon_sim [--seeds N] [--from S] [--seed S] [--trace] \
          [--faults crash,pause,stall,partition,lossy_link,reorder_link,clock_jump] [--nodes N] \
-         [--two-nodes safe|available] [--members M] [--seconds S] [--loss P] [--large P]"
+         [--two-nodes safe|available] [--members M] [--seconds S] [--loss P] [--large P] [--slow MS]"
     );
     std::process::exit(2)
 }

@@ -446,7 +446,7 @@ pub struct HelloBody {
     /// Chosen at random when the member opens: two members claiming one id
     /// are told apart by it.
     pub incarnation: u64,
-    /// The epoch of the last entry the member delivered (0: none).
+    /// The epoch of the last entry the member delivered (`u32::MAX`: none).
     pub epoch: u32,
     /// The next sequence number the member delivers.
     pub next: u64,

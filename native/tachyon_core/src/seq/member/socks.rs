@@ -1,4 +1,4 @@
-//! The sockets of a member (and of a standby following the bus): its own
+//! The sockets of a member (and of a sequencer node): its own
 //! unicast socket, the multicast group's on a multicast bus, one epoll
 //! descriptor over both, and their receive batches.
 

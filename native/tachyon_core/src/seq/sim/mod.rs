@@ -407,17 +407,6 @@ impl Sim<'_> {
                 Err(e) => self.check.wedge(self.now, e),
             }
         }
-        if self.check.violations.is_empty()
-            && !self.check.forks_allowed
-            && self.check.forks_reported > 0
-        {
-            // Where forks cannot be, a member that reports one is wrong.
-            let d = format!(
-                "{} forks reported where none can be",
-                self.check.forks_reported
-            );
-            self.check.wedge_kind("false_fork", self.now, d);
-        }
         if self.check.violations.is_empty() && self.check.forks_allowed {
             let forks: HashMap<u32, u64> = self
                 .procs

@@ -587,6 +587,9 @@ impl<L: Log> Node<L> {
     fn adopt_term(&mut self, term: u32, leader: Option<u8>, env: &mut dyn Env) {
         self.term = term;
         self.vote = None;
+        // A failed write is counted (`store_errors`); every vote is written
+        // and checked before it is granted (`on_vote`), so a term lost here
+        // can never let this node vote twice in one term.
         self.persist();
         self.become_follower(leader, env);
     }
