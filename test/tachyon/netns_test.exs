@@ -1,179 +1,248 @@
 defmodule Tachyon.NetNSTest do
-  # Across hosts: one network namespace per host (sequencer, standby,
-  # members) on a bridge, multicast bus. Not async; skipped with a message
-  # where namespaces cannot be created.
+  # Across hosts: a group of three sequencer nodes, each in a network
+  # namespace of its own, and members in namespaces of their own, on a
+  # bridge; the bus is multicast. Every node and every members' host is an
+  # OS process. Not async; skipped with a message where namespaces cannot
+  # be made (not root, no `ip`).
   use ExUnit.Case, async: false
 
   import Tachyon.TestHelpers, only: [tmp_dir: 1]
 
-  alias Tachyon.NetNS
+  alias Tachyon.Nemesis.{Check, Cluster, Member, NetNS}
   alias Tachyon.Sequencer.OSProcess
 
   @moduletag :slow
-  @prefix "tq"
-  @hosts ["seq", "sby", "mem"]
+  @moduletag timeout: 900_000
+
+  @prefix "nt#{rem(String.to_integer(System.pid()), 100_000)}"
+
+  case NetNS.probe(@prefix) do
+    :ok ->
+      :ok
+
+    {:error, why} ->
+      IO.puts("\n  Tachyon.NetNSTest skipped: cannot create network namespaces here (#{why})")
+      @moduletag skip: "cannot create network namespaces here (#{why})"
+  end
 
   setup do
-    case NetNS.up(@prefix, @hosts) do
-      {:ok, hosts} ->
-        on_exit(fn -> NetNS.down(@prefix, @hosts) end)
-        {:ok, hosts: hosts}
+    dir = tmp_dir("netns")
+    {:ok, c} = Cluster.up(@prefix, 3, ["mem"], dir)
+    on_exit(fn -> Cluster.down(c) end)
+    {:ok, cluster: c}
+  end
 
-      {:error, why} ->
-        IO.puts("\n  skipped: cannot create network namespaces here (#{why})")
-        :skip
+  defp dirs(c), do: for(id <- 0..2, do: Cluster.node_dir(c, id))
+
+  defp results(mdir, ids) do
+    for id <- ids do
+      assert {:ok, r} = Member.read_result(mdir, id)
+      refute Map.has_key?(r, :crashed), "member #{id} crashed: #{r[:crashed]}"
+      r
     end
   end
 
-  defp ipstr({a, b, c, d}), do: "#{a}.#{b}.#{c}.#{d}"
+  # Waits until node `id`'s latest role line satisfies `fun.(role, epoch)`.
+  defp await_node(nodes, view, id, fun, timeout) do
+    node = Enum.find(nodes, &(&1.id == id))
 
-  defp seq(h, dir, port, bus_port, extra) do
-    OSProcess.start(
-      [
-        "--path",
-        dir,
-        "--ip",
-        ipstr(h.ip),
-        "--port",
-        "#{port}",
-        "--bus",
-        "multicast:239.77.0.1:#{bus_port}",
-        "--interface",
-        ipstr(h.ip),
-        "--wait",
-        "backoff"
-      ] ++ extra,
-      30_000,
-      netns: h.ns
-    )
+    done = fn v ->
+      case v.roles[id] do
+        {role, e} -> fun.(role, e)
+        nil -> false
+      end
+    end
+
+    assert {:ok, view} = Cluster.watch([node], view, done, timeout)
+    view
   end
 
-  defp log(dir) do
-    {:ok, s} = Tachyon.Store.open(dir, mode: :read)
-    entries = Tachyon.Store.stream(s) |> Enum.to_list()
-    Tachyon.Store.close(s)
-    entries
-  end
-
-  test "across hosts: kill -9 of the primary during 100,000 messages; the standby takes over; the old primary rejoins; a partition",
-       %{hosts: hosts} = ctx do
-    if ctx[:skip], do: :ok, else: run(hosts)
-  end
-
-  defp run(%{"seq" => hs, "sby" => hb, "mem" => hm}) do
-    {pdir, sdir, mdir} = {tmp_dir("ns-primary"), tmp_dir("ns-standby"), tmp_dir("ns-members")}
-    bus_port = 7101
-    {:ok, p} = seq(hs, pdir, 7100, bus_port, [])
-
-    {:ok, s} =
-      seq(hb, sdir, 7100, bus_port, ["--role", "standby", "--primary", "#{ipstr(hs.ip)}:7100"])
-
-    assert {:ok, _} = OSProcess.await_line(s, "tachyon.sequencer following", 20_000)
-
+  test "across hosts: kill -9 of the primary of three during 100,000 messages; a new primary; the killed node rejoins on its log",
+       %{cluster: c} do
+    assert {:ok, nodes, view} = Cluster.start_nodes(c)
+    mdir = Path.join(c.dir, "members")
     per = 33_334
-    seqs = "#{ipstr(hs.ip)}:7100,#{ipstr(hb.ip)}:7100"
+    ids = [1, 2, 3]
+    m = Cluster.spawn_members(c, "mem", %{ids: ids, dir: mdir, per: per, expect: 3 * per})
+    assert :ok = Cluster.await_members(m, "member joined", ids, 120_000)
+    Cluster.signal_file(Path.join(mdir, "go"))
+    assert :ok = Cluster.await_members(m, "member half", [1], 300_000)
 
-    m =
-      OSProcess.spawn_elixir(
-        "Tachyon.NetNS.Members.run(#{inspect([seqs, "#{bus_port}", ipstr(hm.ip), "3", "#{per}", mdir])})",
-        netns: hm.ns
+    # The primary now, from the nodes' role lines.
+    {:ok, view} = Cluster.watch(nodes, view, & &1, 0)
+    assert {pid, epoch} = view.primary
+    p = Enum.find(nodes, &(&1.id == pid))
+    others = List.delete(nodes, p)
+    killed_at = System.os_time(:microsecond)
+    OSProcess.kill(p)
+
+    assert {:ok, view} =
+             Cluster.watch(others, view, &match?({_, e} when e > epoch, &1.primary), 30_000)
+
+    [{_, _, _, at_us} | _] = view.lines
+    {new_id, new_epoch} = view.primary
+
+    IO.puts(
+      "\n  across hosts: node #{pid} (primary, epoch #{epoch}) killed; node #{new_id} primary " <>
+        "of epoch #{new_epoch} #{at_us - killed_at} us later"
+    )
+
+    assert :ok = Cluster.await_members(m, "member done", ids, 600_000)
+    [a | _] = rs = results(mdir, ids)
+    total = 3 * per
+
+    for r <- rs do
+      assert length(r.delivered) == total, "member #{r.id}: #{length(r.delivered)} of #{total}"
+      assert r.delivered == a.delivered
+      assert r.acked == per
+      assert r.stats.forks == 0
+      assert r.stats.epoch >= new_epoch
+      refute Enum.any?(r.events, &match?({:fork, _}, &1))
+    end
+
+    seqs = Enum.map(a.delivered, &elem(&1, 0))
+    assert seqs == Enum.sort(seqs) and length(Enum.uniq(seqs)) == total
+    assert Check.senders(a.delivered, ids) == []
+    assert Check.acked_delivered(a.delivered, rs) == []
+
+    # The killed node restarts on its log, a follower; it catches up and
+    # every log is the same.
+    r = Cluster.spawn_node(c, pid, false)
+    assert :ok = Cluster.await_ready(r, 60_000)
+    nodes = [r | others]
+    assert {:ok, _} = Cluster.await_logs_settled(dirs(c), 60_000)
+    logs = Enum.map(dirs(c), &Cluster.log/1)
+    assert Check.logs_equal(logs) == []
+    assert Check.in_every_log(logs, rs) == []
+    assert Check.one_order(Cluster.messages(hd(logs)), rs) == []
+    IO.puts("  the killed node rejoined: three equal logs of #{length(hd(logs))} entries")
+    Enum.each(nodes, &OSProcess.kill/1)
+  end
+
+  test "across hosts: the primary cut off: the other two elect a new one; nothing from the isolated side is delivered that the majority lacks; heal, converge",
+       %{cluster: c} do
+    assert {:ok, nodes, view} = Cluster.start_nodes(c)
+    mdir = Path.join(c.dir, "members")
+    # A member on the members' host, and one on each node's host: whichever
+    # node is primary when the link is cut, one member is cut off with it.
+    plan = [{"mem", 11}, {"n1", 21}, {"n2", 22}, {"n3", 23}]
+    ids = Enum.map(plan, &elem(&1, 1))
+
+    ms =
+      for {host, id} <- plan do
+        Cluster.spawn_members(c, host, %{ids: [id], dir: mdir, rate: 300, timeline: true})
+      end
+
+    for {m, id} <- Enum.zip(ms, ids),
+        do: assert(:ok = Cluster.await_members(m, "member joined", [id], 120_000))
+
+    Cluster.signal_file(Path.join(mdir, "go"))
+    grow(dirs(c), 1000, 60_000)
+
+    {:ok, view} = Cluster.watch(nodes, view, & &1, 0)
+    assert {pid, epoch} = view.primary
+    p = Enum.find(nodes, &(&1.id == pid))
+    h = Cluster.node_host(c, pid)
+    cut_off = 21 + pid
+    cut_at = System.os_time(:millisecond)
+    :ok = NetNS.link(h, :down)
+
+    # The other two elect a new primary; the old one, alone, steps down.
+    assert {:ok, view} =
+             Cluster.watch(
+               List.delete(nodes, p),
+               view,
+               &match?({id, e} when id != pid and e > epoch, &1.primary),
+               30_000
+             )
+
+    {new_id, new_epoch} = view.primary
+    view = await_node(nodes, view, pid, fn role, _ -> role != "primary" end, 30_000)
+
+    # Traffic on the majority's side meanwhile; the old primary's log now.
+    majority = for id <- 0..2, id != pid, do: Cluster.node_dir(c, id)
+    grow(majority, 500, 60_000)
+    isolated = Cluster.log(Cluster.node_dir(c, pid))
+    tail = Cluster.messages(isolated -- Cluster.log(hd(majority)))
+    heal_at = System.os_time(:millisecond)
+    :ok = NetNS.link(h, :up)
+
+    IO.puts(
+      "\n  partition: node #{pid} (primary of epoch #{epoch}) cut off for #{heal_at - cut_at} ms; " <>
+        "node #{new_id} primary of epoch #{new_epoch}; the isolated node held #{length(tail)} messages the majority lacked"
+    )
+
+    # Healed: the old primary follows the new term; traffic goes on.
+    _view =
+      await_node(
+        nodes,
+        view,
+        pid,
+        fn role, e -> role == "follower" and e >= new_epoch end,
+        60_000
       )
 
-    assert {:ok, _} = OSProcess.await_line(m, "members joined", 30_000)
-    File.write!(Path.join(mdir, "go"), "")
-    assert {:ok, _} = OSProcess.await_line(m, "members half", 60_000)
-    OSProcess.kill(p)
-    assert {:ok, line} = OSProcess.await_line(s, "tachyon.sequencer took over ", 10_000)
-    [_, "epoch", "1", "next_seq", n, "takeover_us", us] = String.split(line, " ")
-    IO.puts("\n  across hosts: takeover #{us} us (standby's clock), new epoch starts at #{n}")
-    assert {:ok, _} = OSProcess.await_line(m, "members done", 120_000)
+    grow(dirs(c), 500, 60_000)
+    Cluster.signal_file(Path.join(mdir, "stop"))
 
-    results = :erlang.binary_to_term(File.read!(Path.join(mdir, "out")))
-    [{_, a, _} | _] = results
-    assert length(a) == 3 * per
+    for {m, id} <- Enum.zip(ms, ids),
+        do: assert(:ok = Cluster.await_members(m, "member quiet", [id], 180_000))
 
-    for {_id, got, st} <- results do
-      assert got == a
-      assert st.epoch == 1 and st.forks == 0
+    assert {:ok, _} = Cluster.await_logs_settled(dirs(c), 60_000)
+    logs = Enum.map(dirs(c), &Cluster.log/1)
+    {target, _, _} = List.last(Cluster.messages(hd(logs)))
+    Cluster.signal_file(Path.join(mdir, "final"), "#{target}")
+
+    for {m, id} <- Enum.zip(ms, ids),
+        do: assert(:ok = Cluster.await_members(m, "member done", [id], 180_000))
+
+    rs = results(mdir, ids)
+    assert Check.all(logs, rs, ids) == []
+
+    # What the member on the isolated host delivered while cut off: all of
+    # it in the majority's log (checked above for every delivery), nothing
+    # of the old primary's uncommitted tail.
+    r = Enum.find(rs, &(&1.id == cut_off))
+    during = for {f, l, t} <- r.batches, t >= cut_at and t <= heal_at, do: l - f + 1
+    final = MapSet.new(Cluster.messages(hd(logs)))
+
+    # The old primary's uncommitted entries were not kept: the indices they
+    # had hold the majority's messages.
+    assert Enum.filter(tail, &(&1 in final)) == []
+
+    for x <- rs,
+        m <- tail,
+        m in x.delivered,
+        do: assert(m in final, "member #{x.id} delivered #{inspect(m)} of the isolated side")
+
+    IO.puts(
+      "  the cut-off member #{cut_off} delivered #{Enum.sum(during)} messages while cut off, " <>
+        "#{length(r.delivered)} in all; final logs #{length(hd(logs))} entries, forks 0"
+    )
+
+    Enum.each(nodes, &OSProcess.kill/1)
+  end
+
+  # Until every log of `dirs` holds `n` more entries than the longest now.
+  defp grow(dirs, n, timeout) do
+    start = Enum.max(Enum.map(dirs, &(Cluster.next_index(&1) || 0)))
+    deadline = System.monotonic_time(:millisecond) + timeout
+    wait_growth(dirs, start + n, deadline)
+  end
+
+  defp wait_growth(dirs, want, deadline) do
+    now = Enum.min(Enum.map(dirs, &(Cluster.next_index(&1) || 0)))
+
+    cond do
+      now >= want ->
+        :ok
+
+      System.monotonic_time(:millisecond) > deadline ->
+        flunk("the logs did not reach #{want} (at #{now})")
+
+      true ->
+        Process.sleep(50)
+        wait_growth(dirs, want, deadline)
     end
-
-    for id <- 1..3, do: assert(for({_, ^id, d} <- a, do: d) == for(i <- 1..per, do: "#{id}:#{i}"))
-
-    # The old primary restarted: a standby of the new one, its log the same.
-    {:ok, r} =
-      seq(hs, pdir, 7100, bus_port, [
-        "--role",
-        "standby",
-        "--primary",
-        "#{ipstr(hb.ip)}:7100",
-        "--takeover-after",
-        "60000"
-      ])
-
-    assert {:ok, _} = OSProcess.await_line(r, "tachyon.sequencer following", 20_000)
-    want = length(log(sdir))
-
-    assert Enum.any?(1..200, fn _ ->
-             Process.sleep(50)
-             length(log(pdir)) >= want
-           end)
-
-    assert log(pdir) == log(sdir)
-
-    # A partition: the new primary's standby (the old primary) is cut off.
-    # It takes over in its own partition (epoch 2) while the members, on
-    # the other side, keep following epoch 1: no member accepts both.
-    OSProcess.kill(r)
-
-    {:ok, r2} =
-      seq(hs, pdir, 7100, bus_port, [
-        "--role",
-        "standby",
-        "--primary",
-        "#{ipstr(hb.ip)}:7100",
-        "--takeover-after",
-        "50"
-      ])
-
-    assert {:ok, _} = OSProcess.await_line(r2, "tachyon.sequencer following", 20_000)
-    :ok = NetNS.link(hs, :down)
-    assert {:ok, line} = OSProcess.await_line(r2, "tachyon.sequencer took over ", 10_000)
-    IO.puts("  partition: the cut-off standby took over on its side: #{line}")
-
-    # A member on the primary's side publishes during the partition: it
-    # follows epoch 1 only. When the partition heals it hears epoch 2 and
-    # follows it, and counts the fork (epoch 2 starts before messages it
-    # delivered from epoch 1).
-    healed = Path.join(mdir, "healed")
-
-    code = """
-    Application.ensure_all_started(:tachyon)
-    ip = #{inspect(hm.ip)}
-    bus = {:multicast, {{239, 77, 0, 1}, #{bus_port}}, interface: ip, ttl: 1}
-    {:ok, b} = Tachyon.Bus.open(sequencer: [#{inspect({hb.ip, 7100})}, #{inspect({hs.ip, 7100})}],
-      member_id: 9, bus: bus, ip: ip, mode: :poll)
-    for i <- 1..50, do: {:ok, _} = Tachyon.Bus.publish(b, "p" <> Integer.to_string(i))
-    drain = fn f, n -> if n >= 50, do: n, else: (case Tachyon.Bus.recv(b, 100) do
-      {:ok, l} -> f.(f, n + length(l)); _ -> f.(f, n) end) end
-    drain.(drain, 0)
-    show = fn what -> {:ok, st} = Tachyon.Bus.stats(b)
-      IO.puts("member " <> what <> " epoch " <> Integer.to_string(st.epoch) <> " forks " <> Integer.to_string(st.forks)) end
-    show.("partitioned")
-    wait = fn f -> if File.exists?(#{inspect(healed)}), do: :ok, else: (Process.sleep(10); f.(f)) end
-    wait.(wait)
-    Enum.each(1..30, fn _ -> Tachyon.Bus.recv(b, 20) end)
-    show.("healed")
-    """
-
-    pm = OSProcess.spawn_elixir(code, netns: hm.ns)
-    assert {:ok, "partitioned epoch 1 forks 0"} = OSProcess.await_line(pm, "member ", 30_000)
-    :ok = NetNS.link(hs, :up)
-    File.write!(healed, "")
-    assert {:ok, after_heal} = OSProcess.await_line(pm, "member ", 30_000)
-    IO.puts("  partition healed, the member: #{after_heal}")
-    assert after_heal == "healed epoch 2 forks 1"
-    OSProcess.kill(r2)
-    OSProcess.kill(s)
-    for d <- Path.wildcard(pdir <> ".epoch*"), do: File.rm_rf!(d)
   end
 end
