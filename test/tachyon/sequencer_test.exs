@@ -199,8 +199,9 @@ defmodule Tachyon.SequencerTest do
     {:ok, p2} = OSProcess.start(["--path", dir, "--port", "#{port}", "--wait", "park"])
     assert p2.session == p.session and p.session != 0
     # 0 session, 1 epoch record, 2..101 the messages, 102 the restarted
-    # node's epoch record.
-    assert p2.next_seq == 103
+    # node's epoch record. Its ready line may come after it sequenced some
+    # of the member's resends (a loaded machine): the numbers below tell.
+    assert p2.next_seq in 103..152
     got = got ++ collect(bus, 50)
     own_in_order(got, 4, 150)
     assert Enum.map(got, &elem(&1, 0)) == Enum.to_list(2..101) ++ Enum.to_list(103..152)

@@ -190,8 +190,8 @@ defmodule Tachyon.Bench.Sequencer do
 
   defp run_kind("roundtrip.native", name, dir, cfg) do
     with_sequencer(dir, cfg, [], fn seq ->
-      {:ok, h} =
-        Tachyon.Native.bench_seq_native(%{
+      h =
+        native!(name, seq, %{
           sequencer: seq.primary,
           kind: :roundtrip,
           count: cfg.n,
@@ -251,12 +251,29 @@ defmodule Tachyon.Bench.Sequencer do
     dist_loop(seq, msg, k - 1, h)
   end
 
+  # The Rust member loop's result, or a clear stop: a round trip over 5 s
+  # (or no progress for 10 s) ends the loop with :timeout, which on this
+  # machine means the nodes and the loop do not get the cores they spin on.
+  defp native!(name, seq, opts) do
+    case Tachyon.Native.bench_seq_native(opts) do
+      {:ok, result} ->
+        result
+
+      {:error, why} ->
+        Mix.raise(
+          "#{name}: the Rust member loop stopped with #{inspect(why)}#{seq.note} " <>
+            "(with a spinning wait, every node and the member need a core of their own: " <>
+            "#{System.schedulers_online()} here)"
+        )
+    end
+  end
+
   defp native_throughput(name, dir, cfg, per, extra, max_dg) do
     with_sequencer(dir, cfg, extra, fn seq ->
       n = cfg.n - rem(cfg.n, per)
 
-      {:ok, dt} =
-        Tachyon.Native.bench_seq_native(%{
+      dt =
+        native!(name, seq, %{
           sequencer: seq.primary,
           kind: :throughput,
           count: n,
