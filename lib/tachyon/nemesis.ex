@@ -284,7 +284,7 @@ defmodule Tachyon.Nemesis do
 
     Cluster.signal_file(Path.join(mdir, "final"), "#{target}")
     st = await_members(st, "member done", 240_000)
-    Enum.each(Map.values(st.nodes), &OSProcess.kill/1)
+    OSProcess.kill_all(Map.values(st.nodes))
     {:ok, view} = Cluster.watch(Map.values(st.nodes), st.view, & &1, 0)
     logs = Enum.map(dirs, &Cluster.log/1)
 

@@ -163,7 +163,7 @@ defmodule Tachyon.FailoverTest do
     assert {:ok, _} = OSProcess.await_role([r], "follower", 10_000)
     want = took.node.id |> then(&Enum.at(ds, &1)) |> log() |> length()
     assert wait_until(fn -> Enum.all?(ds, &(length(log(&1)) >= want)) end, 500)
-    for n <- [r | others], do: OSProcess.kill(n)
+    OSProcess.kill_all([r | others])
     [l0 | rest] = Enum.map(ds, &log/1)
     for l <- rest, do: assert(l == l0)
   end
@@ -182,7 +182,7 @@ defmodule Tachyon.FailoverTest do
       end)
 
     assert took.epoch > 1
-    for n <- [first | others], do: OSProcess.kill(n)
+    OSProcess.kill_all([first | others])
   end
 
   test "SIGSTOP of a follower for 300 ms during traffic: the primary keeps its place" do
@@ -199,6 +199,6 @@ defmodule Tachyon.FailoverTest do
     # its timers run, and pre-vote keeps a healthy primary.
     assert {:error, :timeout} = OSProcess.await_role(nodes, "candidate", 300)
     assert {:error, :timeout} = OSProcess.await_role([first], "follower", 10)
-    for n <- nodes, do: OSProcess.kill(n)
+    OSProcess.kill_all(nodes)
   end
 end

@@ -116,7 +116,7 @@ defmodule Tachyon.NetNSTest do
     assert Check.in_every_log(logs, rs) == []
     assert Check.one_order(Cluster.messages(hd(logs)), rs) == []
     IO.puts("  the killed node rejoined: three equal logs of #{length(hd(logs))} entries")
-    Enum.each(nodes, &OSProcess.kill/1)
+    OSProcess.kill_all(nodes)
   end
 
   test "across hosts: the primary cut off: the other two elect a new one; nothing from the isolated side is delivered that the majority lacks; heal, converge",
@@ -220,7 +220,7 @@ defmodule Tachyon.NetNSTest do
         "#{length(r.delivered)} in all; final logs #{length(hd(logs))} entries, forks 0"
     )
 
-    Enum.each(nodes, &OSProcess.kill/1)
+    OSProcess.kill_all(nodes)
   end
 
   # Until every log of `dirs` holds `n` more entries than the longest now.

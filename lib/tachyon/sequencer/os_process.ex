@@ -161,6 +161,19 @@ defmodule Tachyon.Sequencer.OSProcess do
     :ok
   end
 
+  @doc """
+  Stops every node in `nodes` at one instant (one `kill -STOP` for all),
+  then kills each (-9) and waits for the exits: their logs end as they
+  were at that instant. Killing one after the other instead would leave
+  the last ones time to elect a new primary (an epoch record the first
+  ones never see).
+  """
+  def kill_all(nodes) do
+    pids = Enum.map(nodes, &Integer.to_string(&1.os_pid))
+    if pids != [], do: System.cmd("kill", ["-STOP" | pids], stderr_to_stdout: true)
+    Enum.each(nodes, &kill/1)
+  end
+
   @doc "kill -9, and waits for the exit."
   def kill(%{port: port, os_pid: os_pid}) do
     System.cmd("kill", ["-9", Integer.to_string(os_pid)], stderr_to_stdout: true)

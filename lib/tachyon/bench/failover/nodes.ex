@@ -32,7 +32,7 @@ defmodule Tachyon.Bench.Failover.Nodes do
   def all(g), do: [g.primary | g.others]
 
   @doc "kill -9 of every node."
-  def stop(g), do: Enum.each(all(g), &OSProcess.kill/1)
+  def stop(g), do: OSProcess.kill_all(all(g))
 
   @doc """
   Reads the role lines waiting from every node (after a fault has been
