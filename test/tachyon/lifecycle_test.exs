@@ -11,7 +11,7 @@ defmodule Tachyon.LifecycleTest do
 
   @store [segment_size: 65_536, pretouch: false]
   @table [
-    mode: :memory,
+    storage: :memory,
     segment_size: 65_536,
     max_key_size: 256,
     max_value_size: 1024,
@@ -33,7 +33,7 @@ defmodule Tachyon.LifecycleTest do
   test "a killed named Table is restarted by its supervisor and works" do
     name = unique(:killed_table)
     dir = tmp_dir("lifecycle-table")
-    start_sup!([{Table, [name: name, path: dir, stats_interval: nil] ++ @table}])
+    start_sup!([{Table, [name: name, path: dir, stats_interval_ms: nil] ++ @table}])
     :ok = Table.put(name, "k", "v1")
     pid = Process.whereis(name)
     ref = Process.monitor(pid)
@@ -53,7 +53,7 @@ defmodule Tachyon.LifecycleTest do
   test "a killed named Echo is restarted without leaking its thread" do
     name = unique(:killed_echo)
     before = threads_named("tachyon-echo")
-    start_sup!([{Echo, name: name, wait: :park, stats_interval: nil}])
+    start_sup!([{Echo, name: name, wait: :park, stats_interval_ms: nil}])
     assert threads_named("tachyon-echo") == before + 1
     pid = Process.whereis(name)
     ref = Process.monitor(pid)
@@ -71,8 +71,8 @@ defmodule Tachyon.LifecycleTest do
 
     sup =
       start_sup!([
-        {Store, [name: a, path: tmp_dir("lifecycle-a"), stats_interval: nil] ++ @store},
-        {Store, [name: b, path: tmp_dir("lifecycle-b"), stats_interval: nil] ++ @store}
+        {Store, [name: a, path: tmp_dir("lifecycle-a"), stats_interval_ms: nil] ++ @store},
+        {Store, [name: b, path: tmp_dir("lifecycle-b"), stats_interval_ms: nil] ++ @store}
       ])
 
     ids = for {id, _, _, _} <- Supervisor.which_children(sup), do: id
@@ -102,7 +102,7 @@ defmodule Tachyon.LifecycleTest do
       test "#{inspect(mod)}" do
         name = unique(:closed)
         dir = tmp_dir("lifecycle-close")
-        sup = start_sup!([{@mod, [name: name, path: dir, stats_interval: nil] ++ @opts}])
+        sup = start_sup!([{@mod, [name: name, path: dir, stats_interval_ms: nil] ++ @opts}])
         pid = Process.whereis(name)
         assert {:ok, _} = @mod.whereis(name)
         ref = Process.monitor(pid)
@@ -181,19 +181,19 @@ defmodule Tachyon.LifecycleTest do
       huge = 2 ** 62
 
       assert_raise ArgumentError,
-                   ~r/:stats_interval option must be nil or an integer in 1..86400000/,
+                   ~r/:stats_interval_ms option must be nil or an integer in 1..86400000/,
                    fn ->
-                     AsyncStore.open(dir, [stats_interval: huge] ++ @store)
+                     AsyncStore.open(dir, [stats_interval_ms: huge] ++ @store)
                    end
 
       for {mod, opts} <- [{Store, @store}, {Table, @table}, {AsyncStore, @store}] do
-        assert_raise ArgumentError, ~r/:stats_interval option/, fn ->
-          mod.start_link([name: unique(:iv), path: dir, stats_interval: huge] ++ opts)
+        assert_raise ArgumentError, ~r/:stats_interval_ms option/, fn ->
+          mod.start_link([name: unique(:iv), path: dir, stats_interval_ms: huge] ++ opts)
         end
       end
 
-      assert_raise ArgumentError, ~r/:stats_interval option/, fn ->
-        Echo.start_link(stats_interval: huge)
+      assert_raise ArgumentError, ~r/:stats_interval_ms option/, fn ->
+        Echo.start_link(stats_interval_ms: huge)
       end
 
       assert_raise ArgumentError, ~r/:sync_interval_ms option/, fn ->
@@ -207,7 +207,8 @@ defmodule Tachyon.LifecycleTest do
 
       opts =
         AsyncStore.defaults()
-        |> Map.merge(%{wait: :park, linger: 0, stats_interval: 2 ** 62})
+        |> Map.merge(%{wait: :park, linger_us: 0, stats_interval_ms: 2 ** 62})
+        |> Tachyon.AsyncStore.Options.to_nif()
 
       assert {:ok, ref, _max} = Tachyon.Native.async_open(store.ref, opts, self(), 1, nil, false)
       assert {:ok, 0} = Tachyon.Native.async_append(ref, "x")
@@ -232,7 +233,7 @@ defmodule Tachyon.LifecycleTest do
     test ":park is accepted and reported as :park" do
       {:ok, echo} = Echo.start_link(wait: :park)
       assert %{wait: :park} = Echo.info(echo)
-      :ok = Echo.stop(echo)
+      :ok = Echo.close(echo)
     end
   end
 

@@ -4,7 +4,7 @@ defmodule Tachyon.UDPPollTest do
   alias Tachyon.UDP
 
   defp open_poll(opts \\ []) do
-    {:ok, sock} = UDP.open(0, [ip: :loopback, mode: :poll] ++ opts)
+    {:ok, sock} = UDP.open(0, [ip: :loopback, delivery: :poll] ++ opts)
     {:ok, addr} = UDP.sockname(sock)
     {sock, addr}
   end
@@ -115,8 +115,8 @@ defmodule Tachyon.UDPPollTest do
     assert_raise ArgumentError, fn -> UDP.recv(sock, :soon) end
     assert_raise ArgumentError, fn -> UDP.recv(make_ref(), 0) end
     assert_raise ArgumentError, fn -> UDP.recv(:not_a_socket, 0) end
-    assert_raise ArgumentError, fn -> UDP.open(0, mode: :poll, max_queue: 10) end
-    assert_raise ArgumentError, fn -> UDP.open(0, mode: :pull) end
+    assert_raise ArgumentError, fn -> UDP.open(0, delivery: :poll, max_queue: 10) end
+    assert_raise ArgumentError, fn -> UDP.open(0, delivery: :pull) end
     {:ok, threaded} = UDP.open(0, ip: :loopback)
     assert {:error, :not_poll} = UDP.recv(threaded, 0)
     UDP.close(threaded)
@@ -140,7 +140,7 @@ defmodule Tachyon.UDPPollTimeoutTest do
   alias Tachyon.UDP
 
   defp open_poll(opts) do
-    {:ok, sock} = UDP.open(0, [ip: :loopback, mode: :poll] ++ opts)
+    {:ok, sock} = UDP.open(0, [ip: :loopback, delivery: :poll] ++ opts)
     {:ok, addr} = UDP.sockname(sock)
     {sock, addr}
   end
