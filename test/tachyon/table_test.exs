@@ -338,6 +338,7 @@ defmodule Tachyon.TableTest do
 
   test "supervised: start_link, name lookup, child_spec, close on stop", %{dir: dir} do
     name = :"table_test_#{System.unique_integer([:positive])}"
+    Tachyon.TelemetryHelpers.forward([[:tachyon, :table, :stats]])
     spec = Table.child_spec(name: name, path: dir, storage: :memory, stats_interval_ms: 10)
     assert spec.id == {Table, name}
     pid = start_supervised!(spec)
@@ -345,7 +346,14 @@ defmodule Tachyon.TableTest do
     assert {:ok, "v"} = Table.get(name, "k")
     assert %Table{name: ^name, storage: :memory} = Table.table(pid)
     assert {:ok, 1} == Table.count(name)
-    Process.sleep(30)
+    # It keeps ticking (two stats events of this table), then stops.
+    for _ <- 1..2,
+        do:
+          assert_receive(
+            {:telemetry, [:tachyon, :table, :stats], %{keys: 1}, %{name: ^name}},
+            2000
+          )
+
     assert Process.alive?(pid)
     :ok = stop_supervised(spec.id)
     assert {:error, :noproc} = Table.get(name, "k")
