@@ -95,7 +95,7 @@ defmodule Tachyon.Bench.Failover do
       label: label,
       nodes: n,
       extra: extra,
-      election_timeout_ms: et(extra),
+      election_timeout: et(extra),
       samples: samples,
       unprovoked: g.unprovoked,
       check: Check.run([result], g.dirs, g.primary.id)
@@ -191,7 +191,7 @@ defmodule Tachyon.Bench.Failover do
       label: "sigstop",
       nodes: n,
       extra: [],
-      election_timeout_ms: 50,
+      election_timeout: 50,
       samples: samples,
       unprovoked: g.unprovoked,
       check: Check.run(results, g.dirs, g.primary.id)

@@ -25,7 +25,7 @@ defmodule Tachyon.Bench.Failover.Witness do
       label: "two-safe",
       nodes: 2,
       extra: ["two_nodes: :safe", "watch_nodes: the primary's BEAM node"],
-      election_timeout_ms: 50,
+      election_timeout: 50,
       samples: Enum.map(runs, &elem(&1, 0)),
       unprovoked: 0,
       check: Check.merge(Enum.map(runs, &elem(&1, 1)))
