@@ -43,8 +43,10 @@ defmodule Tachyon do
 
   ## Conventions
 
-    * Expected failures are `{:error, reason}` with an atom (or a tagged
-      tuple such as `{:corrupt, segment, offset}`); `!` variants raise.
+    * Expected failures are `{:error, reason}` with an atom reason (one
+      atom per kind of error in every part: `:corrupt`, `:noproc`, ...);
+      `!` variants raise. The names and their units are the same in every
+      part (docs/VOCABULARY.md).
     * Bad options and wrong argument types raise `ArgumentError` naming the
       culprit.
     * Nothing blocks a scheduler for long: hot calls are regular NIFs that

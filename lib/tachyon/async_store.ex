@@ -172,11 +172,7 @@ defmodule Tachyon.AsyncStore do
 
     {source, async_opts, store_opts} = split!(opts)
 
-    GenServer.start_link(
-      Tachyon.AsyncStore.Server,
-      {name, source, async_opts, store_opts},
-      name: name
-    )
+    Tachyon.AsyncStore.Server.start_link(name, source, async_opts, store_opts)
   end
 
   @doc """
@@ -307,7 +303,7 @@ defmodule Tachyon.AsyncStore do
     with {:ok, store, owns?} <- resolve_store(source, store_opts) do
       meta = %{name: name, path: store.path}
       report_to = owner || spawn_reporter(meta)
-      nif_opts = Map.new(async_opts)
+      nif_opts = Tachyon.AsyncStore.Options.to_nif(async_opts)
 
       id = System.unique_integer([:positive])
 
@@ -332,8 +328,8 @@ defmodule Tachyon.AsyncStore do
   end
 
   defp resolve_store({:path, path}, store_opts) do
-    if store_opts[:mode] == :read do
-      raise ArgumentError, "an AsyncStore writes: the store's :mode must be :write"
+    if store_opts[:access] == :read or store_opts[:mode] == :read do
+      raise ArgumentError, "an AsyncStore writes: the store's :access must be :write"
     end
 
     case Store.open(path, store_opts) do
@@ -356,7 +352,7 @@ defmodule Tachyon.AsyncStore do
   @doc """
   Enqueues a message (a binary or iodata) and returns the index it will have
   in the store. Runs on the caller's scheduler; with `on_full: :spin` a full
-  ring makes it wait at most `:spin_timeout` microseconds.
+  ring makes it wait at most `:spin_timeout_us` microseconds.
 
   ## Example
 
@@ -453,19 +449,17 @@ defmodule Tachyon.AsyncStore do
   end
 
   @doc """
-  The largest message `append/2` accepts.
+  The largest message `append/2` accepts: `{:ok, bytes}`, or
+  `{:error, :noproc}` for a name no AsyncStore runs under.
 
   ## Example
 
       Tachyon.AsyncStore.max_message_size(async)
-      #=> 1048576
+      #=> {:ok, 1048576}
   """
-  @spec max_message_size(async()) :: non_neg_integer() | nil
+  @spec max_message_size(async()) :: {:ok, non_neg_integer()} | {:error, :noproc}
   def max_message_size(async) do
-    case resolve(async) do
-      {:ok, a} -> a.max_message_size
-      _ -> nil
-    end
+    with {:ok, a} <- resolve(async), do: {:ok, a.max_message_size}
   end
 
   @doc """

@@ -5,7 +5,7 @@ defmodule Tachyon.Bus do
   own included, in sequence order, exactly once.
 
   `open/1` says hello to the sequencer and returns once welcomed. The
-  member then delivers to its owner, by `:mode`:
+  member then delivers to its owner, by `:delivery`:
 
     * `:messages` (default): a thread sends `{:tachyon_bus, bus, seq,
       member_id, data}` for every message.
@@ -16,20 +16,20 @@ defmodule Tachyon.Bus do
   A member recognises its own messages by `member_id`. What it does for
   you: a gap (a jump in sequence numbers, or a heartbeat ahead of it) is
   asked for at once and filled in one round trip while later messages
-  wait; a command not seen on the bus within `:resend_after` is resent
+  wait; a command not seen on the bus within `:resend_after_ms` is resent
   (the sequencer drops duplicates); messages larger than a datagram are
   cut into fragments and reassembled; datagrams of another session are
   dropped; `from: n` rewinds from sequence number `n` (one chunk of
   `replay_max` messages per round trip, so a rewind does not starve live
-  traffic) and joins the live stream with no gap and no duplicate. In poll
-  mode, this timed work runs inside `recv/2`: a member nobody polls does
-  not resend.
+  traffic) and joins the live stream with no gap and no duplicate. With
+  `delivery: :poll`, this timed work runs inside `recv/2`: a member nobody
+  polls does not resend.
 
   ## Example
 
       dir = Path.join(System.tmp_dir!(), "bus-doc-#{System.unique_integer([:positive])}")
       {:ok, seq} = Tachyon.Sequencer.start_link(path: dir, wait: :park)
-      {:ok, bus} = Tachyon.Bus.open(sequencer: Tachyon.Sequencer.address(seq), member_id: 7, mode: :poll)
+      {:ok, bus} = Tachyon.Bus.open(sequencer: Tachyon.Sequencer.address(seq), member_id: 7, delivery: :poll)
       {:ok, 1} = Tachyon.Bus.publish(bus, ["he", "llo"])
       {:ok, [{_seq, 7, "hello"}]} = Tachyon.Bus.recv(bus, 5000)
 
@@ -60,8 +60,11 @@ defmodule Tachyon.Bus do
   ## Options
 
   #{Tachyon.Options.docs(Tachyon.Sequencer.Options.bus_schema())}
+
+  `start_link/1` also takes:
+
+  #{Tachyon.Options.docs(Tachyon.Sequencer.Options.bus_server_schema())}
   """
-  use GenServer
 
   alias Tachyon.Native
   alias Tachyon.Sequencer.Options
@@ -73,7 +76,7 @@ defmodule Tachyon.Bus do
   @doc """
   Joins the bus; the owner (default: the caller) receives the messages and
   its exit closes the member. Returns `{:error, :timeout}` if the
-  sequencer does not answer within `:connect_timeout`.
+  sequencer does not answer within `:connect_timeout_ms`.
 
   ## Example
 
@@ -90,7 +93,9 @@ defmodule Tachyon.Bus do
     end
   end
 
-  defp open_info(opts) do
+  @doc false
+  # The member and what the NIF answered (Tachyon.Bus.Server keeps it).
+  def open_info(opts) do
     o = opts |> Tachyon.Options.validate!(Options.bus_schema(), "Tachyon.Bus") |> Map.new()
     owner = o.owner || self()
 
@@ -98,21 +103,26 @@ defmodule Tachyon.Bus do
       o
       |> Map.drop([
         :owner,
-        :spin,
-        :resend_after,
-        :retransmit_after,
-        :hello_after,
-        :connect_timeout
+        :delivery,
+        :spin_us,
+        :max_datagram_size,
+        :resend_after_ms,
+        :retransmit_after_us,
+        :hello_after_ms,
+        :connect_timeout_ms
       ])
       |> Map.merge(%{
         sequencer: hd(o.sequencer),
         alternates: tl(o.sequencer),
         from: if(o.from == :live, do: nil, else: o.from),
-        spin_us: o.spin,
-        resend_after_us: o.resend_after * 1000,
-        retransmit_after_us: o.retransmit_after,
-        hello_after_us: o.hello_after * 1000,
-        connect_timeout_us: o.connect_timeout * 1000,
+        # The NIF's names: `mode`, times in microseconds.
+        mode: o.delivery,
+        max_datagram: o.max_datagram_size,
+        spin_us: o.spin_us,
+        resend_after_us: o.resend_after_ms * 1000,
+        retransmit_after_us: o.retransmit_after_us,
+        hello_after_us: o.hello_after_ms * 1000,
+        connect_timeout_us: o.connect_timeout_ms * 1000,
         max_queue: if(o.max_queue == :infinity, do: nil, else: o.max_queue),
         events: Process.whereis(Tachyon.Bus.Events),
         loss: o.loss / 1
@@ -124,9 +134,10 @@ defmodule Tachyon.Bus do
   @doc """
   Starts a process that joins the bus for `:owner` (required: under a
   supervisor the caller is the supervisor) and emits
-  `[:tachyon, :bus, :stats]` every `:stats_interval` ms (default 1000).
+  `[:tachyon, :bus, :stats]` every `:stats_interval_ms` (default 1000).
   `bus/1` returns its member. The member closes when the process stops or
-  the owner exits.
+  the owner exits; a crash or a kill of the process is restarted by its
+  supervisor (`:transient`), `close/1` is final.
 
   ## Example
 
@@ -137,38 +148,48 @@ defmodule Tachyon.Bus do
       {:ok, _} = Tachyon.Bus.publish(bus, "x")
   """
   @spec start_link(keyword()) :: GenServer.on_start()
-  def start_link(opts) do
-    {name, opts} = Keyword.pop(opts, :name)
-    {interval, opts} = Keyword.pop(opts, :stats_interval, 1000)
+  def start_link(opts) when is_list(opts) do
+    server_schema = Options.bus_server_schema()
+
+    server_keys =
+      Keyword.keys(server_schema) ++ Keyword.keys(Tachyon.Options.renames(server_schema))
+
+    {server, opts} = Keyword.split(opts, server_keys)
+    server = Tachyon.Options.validate!(server, server_schema, "Tachyon.Bus")
 
     unless Keyword.has_key?(opts, :owner),
       do: raise(ArgumentError, "Tachyon.Bus.start_link/1 needs :owner")
 
-    gen = if name, do: [name: name], else: []
-    GenServer.start_link(__MODULE__, {opts, interval}, gen)
+    # Validate now: a bad option raises in the caller, not in the process.
+    Tachyon.Options.validate!(opts, Options.bus_schema(), "Tachyon.Bus")
+
+    Tachyon.PartServer.start_link(Tachyon.Bus.Server, opts,
+      module: __MODULE__,
+      part: :bus,
+      name: server[:name],
+      interval: server[:stats_interval_ms]
+    )
   end
 
   @doc """
-  The child specification (id `{Tachyon.Bus, name}`).
+  The child specification (id `{Tachyon.Bus, name}`, `:transient`).
 
   ## Example
 
       %{id: {Tachyon.Bus, :m1}} = Tachyon.Bus.child_spec(name: :m1, sequencer: {{127, 0, 0, 1}, 7000}, member_id: 1, owner: self())
   """
   @spec child_spec(keyword()) :: Supervisor.child_spec()
-  def child_spec(opts) do
-    %{id: {__MODULE__, Keyword.get(opts, :name)}, start: {__MODULE__, :start_link, [opts]}}
-  end
+  def child_spec(opts), do: Tachyon.Named.child_spec(__MODULE__, opts, shutdown: 5000)
 
   @doc """
-  The member of a process started by `start_link/1`.
+  The member of a process started by `start_link/1` (a pid or a name).
 
   ## Example
 
       bus = Tachyon.Bus.bus(pid)
   """
   @spec bus(GenServer.server()) :: bus()
-  def bus(server), do: GenServer.call(server, :bus)
+  def bus(server), do: GenServer.call(server, :handle)
 
   @doc """
   Publishes `data` (iodata); returns `{:ok, member_seq}` (of its last
@@ -257,53 +278,21 @@ defmodule Tachyon.Bus do
 
   @doc """
   Leaves the bus (a unicast member tells the sequencer); the thread, if
-  any, stops. Idempotent.
+  any, stops. Idempotent. Given the pid or name of a process started by
+  `start_link/1`, closes its member and stops it for good (not restarted);
+  `{:error, :noproc}` if none runs.
 
   ## Example
 
       :ok = Tachyon.Bus.close(bus)
   """
-  @spec close(bus()) :: :ok
-  def close(bus), do: Native.bus_close(bus)
+  @spec close(bus() | GenServer.server()) :: :ok | {:error, :noproc}
+  def close(bus) when is_reference(bus), do: Native.bus_close(bus)
 
-  # -- GenServer (start_link/1) --------------------------------------------------
-
-  @impl true
-  def init({opts, interval}) do
-    Process.flag(:trap_exit, true)
-
-    case open_info(opts) do
-      {:ok, bus, info} ->
-        schedule(interval)
-        {:ok, %{bus: bus, info: info, interval: interval}}
-
-      {:error, reason} ->
-        {:stop, reason}
+  def close(server) do
+    case Tachyon.Named.close(server) do
+      {:error, :noproc} = error -> error
+      _ -> :ok
     end
   end
-
-  @impl true
-  def handle_call(:bus, _from, state), do: {:reply, state.bus, state}
-
-  @impl true
-  def handle_info(:stats, state) do
-    with {:ok, st} <- stats(state.bus),
-         do:
-           Tachyon.Telemetry.execute([:tachyon, :bus, :stats], st, %{
-             member_id: state.info.member_id
-           })
-
-    schedule(state.interval)
-    {:noreply, state}
-  end
-
-  def handle_info({:EXIT, _pid, :normal}, state), do: {:noreply, state}
-  def handle_info({:EXIT, _pid, reason}, state), do: {:stop, reason, state}
-  def handle_info(_other, state), do: {:noreply, state}
-
-  @impl true
-  def terminate(_reason, state), do: close(state.bus)
-
-  defp schedule(nil), do: :ok
-  defp schedule(ms), do: Process.send_after(self(), :stats, ms)
 end

@@ -27,7 +27,7 @@ defmodule Tachyon.Echo do
 
   The socket is bound before `start_link/1` returns, so binding errors come
   back from it (`{:error, :eaddrinuse}`) without an exit signal. Stopping the
-  server (`stop/1`, or its supervisor) stops and joins the thread: the port is
+  server (`close/1`, or its supervisor) stops and joins the thread: the port is
   free when the call returns.
 
   ## Options
@@ -67,7 +67,7 @@ defmodule Tachyon.Echo do
           pinned: boolean(),
           wait: :busy_spin | :yield | :backoff | :park,
           batch: pos_integer(),
-          max_datagram: pos_integer(),
+          max_datagram_size: pos_integer(),
           recbuf: non_neg_integer(),
           sndbuf: non_neg_integer()
         }
@@ -99,57 +99,22 @@ defmodule Tachyon.Echo do
   @spec start_link(keyword()) :: GenServer.on_start()
   def start_link(opts \\ []) do
     opts = Options.validate!(opts, Options.echo_schema(), "Tachyon.Echo")
-    {name, interval} = {opts.name, opts.stats_interval}
-    nif_opts = Map.drop(opts, [:name, :stats_interval])
-    t0 = System.monotonic_time()
-
-    # A named server that was killed (no terminate/2) left its thread and
-    # socket behind: stop them before binding again. Only when no process
-    # holds the name, so a live server is never touched.
-    if is_atom(name) and name != nil and Process.whereis(name) == nil,
-      do: Named.close_orphan(__MODULE__, name, &Native.echo_stop(&1.ref))
+    nif_opts = opts |> Map.drop([:name, :stats_interval_ms]) |> Options.to_nif()
 
     # Bind in the caller: a port in use is an {:error, _} return, not an exit.
-    case Native.echo_start(nif_opts) do
-      {:ok, ref, info} ->
-        info =
-          Map.merge(info, %{
-            batch: opts.batch,
-            max_datagram: opts.max_datagram
-          })
-
-        gen_opts = if name, do: [name: name], else: []
-
-        spec = %{
-          module: __MODULE__,
-          part: :echo,
-          ref: ref,
-          info: info,
-          name: name,
-          interval: interval,
-          stats: &Native.echo_stats/1,
-          stop: &Native.echo_stop/1,
-          meta: &meta/1,
-          start: %{duration: System.monotonic_time() - t0}
-        }
-
-        case Tachyon.ThreadServer.start_link(spec, gen_opts) do
-          {:ok, _pid} = ok ->
-            ok
-
-          other ->
-            Native.echo_stop(ref)
-            other
-        end
-
-      {:error, _reason} = error ->
-        error
-    end
+    Tachyon.PartServer.start_link(Tachyon.Echo.Server, {nif_opts, opts},
+      module: __MODULE__,
+      part: :echo,
+      name: opts.name,
+      interval: opts.stats_interval_ms,
+      open: :in_caller,
+      stop_event: true
+    )
   end
 
   @doc """
   The child specification: `{Tachyon.Echo, opts}` in a supervisor. The child
-  id is `{Tachyon.Echo, name}`; `:transient`, so `stop/2` is final.
+  id is `{Tachyon.Echo, name}`; `:transient`, so `close/1` is final.
 
   ## Example
 
@@ -164,22 +129,46 @@ defmodule Tachyon.Echo do
 
   ## Example
 
-      %{batch: 32, max_datagram: 65_507} = Tachyon.Echo.defaults()
+      %{batch: 32, max_datagram_size: 65_507} = Tachyon.Echo.defaults()
   """
   @spec defaults() :: map()
   def defaults, do: Options.validate!([], Options.echo_schema(), "Tachyon.Echo")
 
   @doc """
-  Stops the server for good (under a supervisor it is not restarted). The
-  thread is joined and the port is free on return.
+  Closes the server for good (under a supervisor it is not restarted): the
+  thread is joined and the port is free on return. `{:error, :noproc}` if
+  no server runs under that name or pid.
+
+  ## Example
+
+      {:ok, echo} = Tachyon.Echo.start_link()
+      :ok = Tachyon.Echo.close(echo)
+      {:error, :noproc} = Tachyon.Echo.close(echo)
+  """
+  @spec close(server()) :: :ok | {:error, :noproc}
+  def close(server) do
+    case Named.close(server) do
+      {:error, :noproc} = error -> error
+      _ -> :ok
+    end
+  end
+
+  @doc """
+  Deprecated: use `close/1` (one lifecycle verb pair, `open`/`start_link`
+  and `close`, for every part). Unlike the old `stop/2`, an unknown server
+  is `{:error, :noproc}`, not an exit.
 
   ## Example
 
       {:ok, echo} = Tachyon.Echo.start_link()
       :ok = Tachyon.Echo.stop(echo)
   """
-  @spec stop(server(), timeout()) :: :ok
-  def stop(server, timeout \\ 5000), do: GenServer.stop(server, :normal, timeout)
+  @doc deprecated: "Use Tachyon.Echo.close/1"
+  @spec stop(server(), timeout()) :: :ok | {:error, :noproc}
+  def stop(server, _timeout \\ 5000) do
+    Tachyon.Options.deprecated("Tachyon.Echo", "stop/2", "close/1")
+    close(server)
+  end
 
   @doc """
   The bound address `{ip, port}` (the actual port when `port: 0` was given).
@@ -206,7 +195,7 @@ defmodule Tachyon.Echo do
 
   @doc """
   Where the thread runs and how it waits: `:address`, `:core`, `:pinned`
-  (whether pinning succeeded), `:wait`, `:batch`, `:max_datagram` and the
+  (whether pinning succeeded), `:wait`, `:batch`, `:max_datagram_size` and the
   effective `:recbuf`/`:sndbuf`. A registered name is read without a call
   to the process; it raises `ArgumentError` if no server runs under it.
 
@@ -244,18 +233,8 @@ defmodule Tachyon.Echo do
   end
 
   def stats(server) do
-    {:ok, GenServer.call(server, :stats)}
+    GenServer.call(server, :stats)
   catch
     :exit, {:noproc, _} -> {:error, :noproc}
-  end
-
-  defp meta(state) do
-    %{
-      name: state.name,
-      address: state.info.address,
-      core: state.info.core,
-      pinned: state.info.pinned,
-      wait: state.info.wait
-    }
   end
 end

@@ -8,7 +8,7 @@ defmodule Tachyon.Error do
   Fields:
 
     * `:reason` - the `reason` of the `{:error, reason}` (`:locked`,
-      `:enospc`, `{:corrupt, segment, offset}`, `:eaddrinuse`, ...), so that
+      `:enospc`, `:corrupt`, `:eaddrinuse`, ...), so that
       code can match on it.
     * `:part` - the module that failed (`Tachyon.Store`, ...).
     * `:target` - what it tried to open (a path or a port), or `nil`.

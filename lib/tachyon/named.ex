@@ -2,7 +2,8 @@ defmodule Tachyon.Named do
   @moduledoc false
   # The life of a named handle, the same for every part that a process can
   # own under a name (Tachyon.Store, Tachyon.AsyncStore, Tachyon.Table,
-  # Tachyon.Echo):
+  # Tachyon.Echo, Tachyon.Sequencer, Tachyon.Bus; their process is
+  # Tachyon.PartServer):
   #
   #   * the child spec: id `{Module, name}` (two parts of one kind under one
   #     supervisor never collide) and `restart: :transient`, so that a
@@ -68,13 +69,20 @@ defmodule Tachyon.Named do
 
     case open_fun.() do
       {:ok, handle} = ok ->
-        if name, do: :persistent_term.put({mod, name}, handle)
+        if name, do: publish(mod, name, handle)
+        ok
+
+      {:ok, handle, _data} = ok ->
+        if name, do: publish(mod, name, handle)
         ok
 
       {:error, _} = error ->
         error
     end
   end
+
+  @doc "Publishes `handle` under `{mod, name}`."
+  def publish(mod, name, handle) when is_atom(name), do: :persistent_term.put({mod, name}, handle)
 
   @doc "Closes (with `close_fun`) and unpublishes a handle left under `name`."
   def close_orphan(mod, name, close_fun) do
@@ -100,13 +108,13 @@ defmodule Tachyon.Named do
   end
 
   @doc """
-  Stops the process registered as `name` with `:normal` (not restarted
-  under a `:transient` child spec) after it closed its handle: the process
-  answers `:tachyon_close` calls with `{:stop, :normal, result, state}`.
-  `{:error, :noproc}` if none runs.
+  Stops the process `server` (a registered name or a pid) with `:normal`
+  (not restarted under a `:transient` child spec) after it closed its
+  handle: the process answers `:tachyon_close` calls with `{:stop, :normal,
+  result, state}`. `{:error, :noproc}` if none runs.
   """
-  def close(name, timeout \\ :infinity) when is_atom(name) do
-    GenServer.call(name, :tachyon_close, timeout)
+  def close(server, timeout \\ :infinity) do
+    GenServer.call(server, :tachyon_close, timeout)
   catch
     :exit, {:noproc, _} -> {:error, :noproc}
     :exit, {:normal, _} -> {:error, :noproc}

@@ -13,6 +13,11 @@ defmodule Tachyon.Options do
   #     Absent: the key has no default (it is left out when not given), or,
   #     with `required: true`, must be given.
   #   * `:doc` - one markdown paragraph for `docs/1`.
+  #   * `:formerly` - `[old_key: convert]`: the key's name (and value) of the
+  #     previous release. `validate!/3` still takes it for one release, with
+  #     a deprecation warning (once per VM and old key), rewriting
+  #     `old_key: v` as `key: convert.(v)` (`convert` nil: the same value);
+  #     giving both raises. `renames/1` lists them (docs/VOCABULARY.md).
   #
   # Types: `:boolean`, `:atom`, `:string`, `{:in, values}`,
   # `{:integer, min, max}` (`max` may be `:infinity`),
@@ -41,6 +46,8 @@ defmodule Tachyon.Options do
     unless is_list(opts) and Enum.all?(opts, &match?({k, _} when is_atom(k), &1)) do
       raise ArgumentError, "#{label} options must be a keyword list, got: #{inspect(opts)}"
     end
+
+    opts = rename_deprecated(opts, schema, label)
 
     case Keyword.keys(opts) -- Keyword.keys(schema) do
       [] ->
@@ -74,6 +81,65 @@ defmodule Tachyon.Options do
     end)
   end
 
+  @doc """
+  The deprecated names of `schema`'s keys: `[{old_key, new_key}]`.
+  """
+  def renames(schema) do
+    for {key, spec} <- schema, {old, _convert} <- Keyword.get(spec, :formerly, []), do: {old, key}
+  end
+
+  defp rename_deprecated(opts, schema, label) do
+    Enum.reduce(schema, opts, fn {key, spec}, opts ->
+      Enum.reduce(Keyword.get(spec, :formerly, []), opts, fn {old, convert}, opts ->
+        if Keyword.has_key?(opts, old) do
+          {value, rest} = Keyword.pop(opts, old)
+
+          if Keyword.has_key?(rest, key) do
+            raise ArgumentError,
+                  "#{label}: give #{inspect(key)} only (#{inspect(old)} is its deprecated name)"
+          end
+
+          deprecated(label, old, key)
+          Keyword.put(rest, key, if(convert, do: convert.(value), else: value))
+        else
+          opts
+        end
+      end)
+    end)
+  end
+
+  @doc """
+  Warns (once per VM for each `{label, old}`) that `old` is deprecated in
+  favour of `new` (an option name, or a function's name as a string).
+  """
+  def deprecated(label, old, new) do
+    key = {__MODULE__, :deprecated, label, old}
+
+    unless :persistent_term.get(key, false) do
+      :persistent_term.put(key, true)
+
+      IO.warn(
+        "#{label}: #{describe_name(old)} is deprecated and will be removed in the next " <>
+          "release; use #{describe_name(new)} (see docs/VOCABULARY.md)",
+        []
+      )
+    end
+
+    :ok
+  end
+
+  @doc false
+  # Tests: forget which deprecations were already reported.
+  def reset_deprecations do
+    for {{__MODULE__, :deprecated, _, _} = key, _} <- :persistent_term.get(),
+        do: :persistent_term.erase(key)
+
+    :ok
+  end
+
+  defp describe_name(name) when is_atom(name), do: inspect(name)
+  defp describe_name(name) when is_binary(name), do: name
+
   @doc "Checks one value against a type; returns it (possibly normalised) or raises."
   def check!(key, value, type) do
     case conform(value, type) do
@@ -103,8 +169,19 @@ defmodule Tachyon.Options do
   def docs(schema) do
     Enum.map_join(schema, "\n", fn {key, spec} ->
       doc = spec |> Keyword.get(:doc, "") |> String.trim() |> String.replace("\n", "\n    ")
-      "  * `#{inspect(key)}` - #{doc}#{default_doc(spec)}"
+      "  * `#{inspect(key)}` - #{doc}#{default_doc(spec)}#{formerly_doc(spec)}"
     end)
+  end
+
+  defp formerly_doc(spec) do
+    case Keyword.get(spec, :formerly, []) do
+      [] ->
+        ""
+
+      olds ->
+        " Formerly " <>
+          Enum.map_join(olds, ", ", fn {o, _} -> "`#{inspect(o)}`" end) <> " (deprecated)."
+    end
   end
 
   defp default_doc(spec) do

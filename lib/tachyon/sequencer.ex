@@ -34,7 +34,7 @@ defmodule Tachyon.Sequencer do
         5000 -> raise "no message"
       end
       :ok = Tachyon.Bus.close(bus)
-      :ok = Tachyon.Sequencer.stop(seq)
+      :ok = Tachyon.Sequencer.close(seq)
 
   Under a supervisor: `{Tachyon.Sequencer, name: :seq, path: "/var/lib/app/seq", port: 7000}`;
   or from the application environment: `config :tachyon, sequencers: [[name: :seq, ...]]`;
@@ -90,7 +90,7 @@ defmodule Tachyon.Sequencer do
   `:backpressure`, `:not_primary`, `:taken`, `:elections`, `:terms_led`,
   `:stepped_down`, `:truncated`, `:copied`, `:acks`, `:session`. The same
   map is the measurement of `[:tachyon, :sequencer, :stats]` every
-  `:stats_interval`; role changes, campaigns, votes and truncations are
+  `:stats_interval_ms`; role changes, campaigns, votes and truncations are
   events of their own (see `Tachyon.Telemetry`).
   """
   alias Tachyon.{Named, Native}
@@ -108,7 +108,7 @@ defmodule Tachyon.Sequencer do
 
       dir = Path.join(System.tmp_dir!(), "seq-#{System.unique_integer([:positive])}")
       {:ok, seq} = Tachyon.Sequencer.start_link(path: dir, wait: :park)
-      Tachyon.Sequencer.stop(seq)
+      :ok = Tachyon.Sequencer.close(seq)
   """
   @spec start_link(keyword()) :: GenServer.on_start()
   def start_link(opts) do
@@ -125,78 +125,39 @@ defmodule Tachyon.Sequencer do
       |> Tachyon.Options.validate!(Options.sequencer_schema(), "Tachyon.Sequencer")
       |> Map.new()
 
-    {name, interval} = {opts.name, opts.stats_interval}
     check_group!(opts)
-
-    if is_atom(name) and name != nil and Process.whereis(name) == nil,
-      do: Named.close_orphan(__MODULE__, name, &Native.seq_stop(&1.ref))
 
     nif =
       opts
-      |> Map.drop([:name, :stats_interval, :heartbeat, :heartbeat_after, :watch_nodes])
+      |> Map.drop([
+        :name,
+        :stats_interval_ms,
+        :heartbeat_ms,
+        :heartbeat_after_us,
+        :election_timeout_ms,
+        :max_datagram_size,
+        :watch_nodes
+      ])
       |> Map.merge(%{
-        election_timeout_us: opts.election_timeout * 1000,
-        heartbeat_us: opts.heartbeat * 1000,
-        heartbeat_after_us: opts.heartbeat_after,
+        max_datagram: opts.max_datagram_size,
+        election_timeout_us: opts.election_timeout_ms * 1000,
+        heartbeat_us: opts.heartbeat_ms * 1000,
+        heartbeat_after_us: opts.heartbeat_after_us,
         report_id: System.unique_integer([:positive]),
         path: Path.expand(opts.path)
       })
 
     File.mkdir_p(nif.path)
 
-    case Native.seq_start(nif) do
-      {:ok, ref, info} ->
-        gen_opts = if name, do: [name: name], else: []
-
-        info =
-          Map.merge(%{session: nil, recovered_members: 0}, info)
-          |> Map.merge(%{role: :follower, leader: nil, group: opts.group})
-
-        # A group of one elects itself at once: ready to sequence on return.
-        info = if opts.group == [], do: await_self(ref, info, 5000), else: info
-
-        spec = %{
-          module: __MODULE__,
-          part: :sequencer,
-          ref: ref,
-          info: Map.put(info, :path, nif.path),
-          name: name,
-          interval: interval,
-          stats: &Native.seq_stats/1,
-          stop: &Native.seq_stop/1,
-          meta: &meta/1,
-          start: %{next_seq: info.next_seq},
-          init: &init_node(&1, opts.watch_nodes),
-          info_hook: &on_info/2
-        }
-
-        case Tachyon.ThreadServer.start_link(spec, gen_opts) do
-          {:ok, _} = ok ->
-            ok
-
-          other ->
-            Native.seq_stop(ref)
-            other
-        end
-
-      {:error, _} = error ->
-        error
-    end
-  end
-
-  defp await_self(ref, info, ms_left) do
-    case Native.seq_stats(ref) do
-      {:ok, %{role: :primary} = st} ->
-        %{info | session: st.session, next_seq: st.next_seq, epoch: st.epoch}
-        |> Map.merge(%{role: :primary, leader: 0})
-
-      _ when ms_left > 0 ->
-        Process.sleep(1)
-        await_self(ref, info, ms_left - 1)
-
-      _ ->
-        info
-    end
+    # Bind in the caller: a port in use is an {:error, _} return, not an exit.
+    Tachyon.PartServer.start_link(Tachyon.Sequencer.Server, {nif, opts},
+      module: __MODULE__,
+      part: :sequencer,
+      name: opts.name,
+      interval: opts.stats_interval_ms,
+      open: :in_caller,
+      stop_event: true
+    )
   end
 
   defp check_group!(%{group: []}), do: :ok
@@ -230,8 +191,26 @@ defmodule Tachyon.Sequencer do
   def child_spec(opts), do: Named.child_spec(__MODULE__, opts, shutdown: 5000)
 
   @doc """
-  Stops the sequencer: the thread is joined, the port free and the log
-  closed on return.
+  Closes the sequencer for good (under a supervisor it is not restarted):
+  the thread is joined, the port free and the log closed on return.
+  `{:error, :noproc}` if no sequencer runs under that name or pid.
+
+  ## Example
+
+      dir = Path.join(System.tmp_dir!(), "seq-#{System.unique_integer([:positive])}")
+      {:ok, seq} = Tachyon.Sequencer.start_link(path: dir, wait: :park)
+      :ok = Tachyon.Sequencer.close(seq)
+  """
+  @spec close(server()) :: :ok | {:error, :noproc}
+  def close(server) do
+    case Named.close(server) do
+      {:error, :noproc} = error -> error
+      _ -> :ok
+    end
+  end
+
+  @doc """
+  Deprecated: use `close/1`.
 
   ## Example
 
@@ -239,8 +218,12 @@ defmodule Tachyon.Sequencer do
       {:ok, seq} = Tachyon.Sequencer.start_link(path: dir, wait: :park)
       :ok = Tachyon.Sequencer.stop(seq)
   """
-  @spec stop(server(), timeout()) :: :ok
-  def stop(server, timeout \\ 5000), do: GenServer.stop(server, :normal, timeout)
+  @doc deprecated: "Use Tachyon.Sequencer.close/1"
+  @spec stop(server(), timeout()) :: :ok | {:error, :noproc}
+  def stop(server, _timeout \\ 5000) do
+    Tachyon.Options.deprecated("Tachyon.Sequencer", "stop/2", "close/1")
+    close(server)
+  end
 
   @doc """
   What the node started with: `:address`, `:session`, `:next_seq` (at
@@ -298,7 +281,7 @@ defmodule Tachyon.Sequencer do
   """
   @spec take_over(server()) :: :ok
   def take_over(server) do
-    Native.seq_takeover(GenServer.call(server, :ref))
+    Native.seq_takeover(GenServer.call(server, :handle).ref)
   end
 
   @doc """
@@ -312,77 +295,9 @@ defmodule Tachyon.Sequencer do
       {:ok, _epoch} = Tachyon.Sequencer.await_primary(seq, 5000)
   """
   @spec await_primary(server(), non_neg_integer()) :: {:ok, pos_integer()} | {:error, :timeout}
-  def await_primary(server, timeout) do
-    deadline = System.monotonic_time(:millisecond) + timeout
-    await_primary_until(server, deadline)
-  end
-
-  defp await_primary_until(server, deadline) do
-    case stats(server) do
-      {:ok, %{role: :primary, epoch: e}} ->
-        {:ok, e}
-
-      _ ->
-        if System.monotonic_time(:millisecond) >= deadline do
-          {:error, :timeout}
-        else
-          Process.sleep(2)
-          await_primary_until(server, deadline)
-        end
-    end
-  end
-
-  # The node's events come to this process; the BEAM nodes of the group
-  # (by index) are monitored: a :nodedown is the witness's word.
-  defp init_node(state, watch) do
-    Native.seq_report_to(state.ref, self())
-
-    nodes =
-      for {node, i} <- Enum.with_index(watch),
-          node != nil,
-          node != Node.self(),
-          into: %{},
-          do: {node, i}
-
-    # Every :nodedown, not one per monitor (a node that comes back and goes
-    # down again is reported again; one never connected is not "down").
-    if nodes != %{}, do: :net_kernel.monitor_nodes(true)
-
-    Map.put(state, :watch, nodes)
-  end
-
-  defp on_info({:nodedown, node}, %{watch: watch} = state) when is_map_key(watch, node) do
-    Native.seq_witness_down(state.ref, Map.fetch!(watch, node))
-    state
-  end
-
-  # `[:tachyon, :sequencer, :role | :campaign | :voted | :truncated]`.
-  defp on_info({:tachyon_report, :sequencer, _id, kind, fields}, state) do
-    state =
-      case {kind, fields} do
-        {:role, %{role: :stepped_down}} ->
-          put_in(state.info.role, :follower)
-
-        {:role, %{role: role, epoch: e} = f} ->
-          leader = if role == :primary, do: state.info.node_id, else: Map.get(f, :leader)
-          %{state | info: %{state.info | role: role, epoch: e, leader: leader}}
-
-        _ ->
-          state
-      end
-
-    Tachyon.Telemetry.execute([:tachyon, :sequencer, kind], fields, meta(state))
-    state
-  end
-
-  defp on_info(_msg, state), do: state
-
-  defp meta(state) do
-    %{
-      name: state.name,
-      address: state.info.address,
-      session: state.info.session,
-      path: state.info.path
-    }
+  def await_primary(server, timeout) when is_integer(timeout) and timeout >= 0 do
+    # The node's process learns its role from the node's reports as they
+    # come; the call waits for the one that makes it primary.
+    GenServer.call(server, {:await_primary, timeout}, :infinity)
   end
 end

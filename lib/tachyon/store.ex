@@ -34,7 +34,7 @@ defmodule Tachyon.Store do
   ## Options
 
   `open/2` takes the directory as its first argument and the options from
-  `:mode` on; `start_link/1` takes them all. Defaults marked "from Rust" are the Rust
+  `:access` on; `start_link/1` takes them all. Defaults marked "from Rust" are the Rust
   `Config::default()`: `defaults/0` returns them.
 
   #{Tachyon.Options.docs(Tachyon.Store.Options.server_schema() ++ Tachyon.Store.Options.open_schema())}
@@ -46,8 +46,9 @@ defmodule Tachyon.Store do
       `{:error, :not_found}`, `{:error, :read_only}` (append to a reader),
       `{:error, :locked}` (another writer has the directory),
       `{:error, :enospc}` (disk full: the message is not stored, the log
-      stays valid), `{:error, {:corrupt, segment, offset}}`, and POSIX
-      atoms (`:eacces`, ...) for other I/O errors.
+      stays valid), `{:error, :corrupt}` (a record that does not verify:
+      the segment and offset are logged), and POSIX atoms (`:eacces`, ...)
+      for other I/O errors. Every reason is an atom.
     * Wrong argument types and bad options raise `ArgumentError`; `open!/2`
       raises `Tachyon.Error`.
 
@@ -56,7 +57,8 @@ defmodule Tachyon.Store do
   A writer's open checks every record of the active segment (length and
   CRC32C) and rebuilds its index. A torn record at the end (power loss during
   a write) is cut; a record that does not verify in the middle of the log is
-  `{:error, {:corrupt, segment, offset}}` unless `repair: true`. What was
+  `{:error, :corrupt}` (the segment and offset are logged) unless
+  `repair: true`. What was
   found is returned by `recovery/1`, logged when something was cut, and sent
   as `[:tachyon, :store, :recover]` telemetry.
 
@@ -73,13 +75,13 @@ defmodule Tachyon.Store do
 
   alias Tachyon.{Native, Named}
 
-  defstruct [:ref, :path, :mode, :name, :recovery]
+  defstruct [:ref, :path, :access, :name, :recovery]
 
   @typedoc "A store handle."
   @type t :: %__MODULE__{
           ref: reference(),
           path: String.t(),
-          mode: :write | :read,
+          access: :write | :read,
           name: atom() | nil,
           recovery: recovery()
         }
@@ -111,7 +113,7 @@ defmodule Tachyon.Store do
           | :locked
           | :read_only
           | :noproc
-          | {:corrupt, non_neg_integer(), non_neg_integer()}
+          | :corrupt
           | atom()
 
   @small_batch_count 1024
@@ -147,7 +149,7 @@ defmodule Tachyon.Store do
     {server, open} = Keyword.split(opts, Tachyon.Store.Options.server_keys())
     server = Tachyon.Store.Options.validate_server!(server)
     open = Tachyon.Store.Options.validate!(open)
-    GenServer.start_link(Tachyon.Store.Server, {server, open}, name: server[:name])
+    Tachyon.Store.Server.start_link(server, open)
   end
 
   @doc """
@@ -157,7 +159,7 @@ defmodule Tachyon.Store do
 
   ## Example
 
-      %{mode: :write, segment_size: 67_108_864} = Tachyon.Store.defaults()
+      %{access: :write, segment_size: 67_108_864} = Tachyon.Store.defaults()
   """
   @spec defaults() :: map()
   def defaults, do: Map.new(Tachyon.Store.Options.validate!([]))
@@ -170,7 +172,7 @@ defmodule Tachyon.Store do
   ## Example
 
       {:ok, store} = Tachyon.Store.open("/tmp/my_log", segment_size: 1024 * 1024)
-      {:ok, reader} = Tachyon.Store.open("/tmp/my_log", mode: :read)
+      {:ok, reader} = Tachyon.Store.open("/tmp/my_log", access: :read)
   """
   @spec open(Path.t(), keyword()) :: {:ok, t()} | {:error, reason()}
   def open(path, opts \\ []) when is_binary(path) and is_list(opts) do
@@ -197,19 +199,39 @@ defmodule Tachyon.Store do
     t0 = System.monotonic_time()
     abs = Path.expand(path)
 
-    case Native.store_open(abs, Map.new(opts)) do
+    # The NIF's option name for the access is still `mode`.
+    nif_opts = opts |> Map.new() |> Map.put(:mode, opts[:access])
+
+    case Native.store_open(abs, nif_opts) do
       {:ok, ref, rec} ->
-        store = %__MODULE__{ref: ref, path: abs, mode: opts[:mode], name: name, recovery: rec}
+        store = %__MODULE__{ref: ref, path: abs, access: opts[:access], name: name, recovery: rec}
         report_open(store, rec, System.monotonic_time() - t0)
         {:ok, store}
 
+      {:error, {:bad_config, msg}} ->
+        raise ArgumentError, "Tachyon.Store: #{msg}"
+
       {:error, _} = error ->
-        error
+        normalize(error, abs)
     end
   end
 
+  # One shape per kind of error: the reason is an atom; where a corruption
+  # is goes to the log.
+  defp normalize({:error, {:corrupt, segment, offset}}, path) do
+    Logger.error(
+      "Tachyon.Store #{path}: a record does not verify in segment #{segment} at offset #{offset} " <>
+        "(open with repair: true to truncate the log there)"
+    )
+
+    {:error, :corrupt}
+  end
+
+  defp normalize(error, _path), do: error
+
   defp report_open(store, rec, duration) do
-    meta = %{path: store.path, mode: store.mode, name: store.name}
+    # `:mode` is the deprecated name of `:access` (one release).
+    meta = %{path: store.path, access: store.access, mode: store.access, name: store.name}
 
     Tachyon.Telemetry.execute(
       [:tachyon, :store, :open],
@@ -217,7 +239,7 @@ defmodule Tachyon.Store do
       meta
     )
 
-    if store.mode == :write do
+    if store.access == :write do
       Tachyon.Telemetry.execute(
         [:tachyon, :store, :recover],
         %{
@@ -305,7 +327,12 @@ defmodule Tachyon.Store do
   """
   @spec read(store(), index()) :: {:ok, binary()} | {:error, reason()}
   def read(store, index) when is_integer(index) and index >= 0 do
-    with {:ok, %__MODULE__{ref: ref}} <- resolve(store), do: Native.store_read(ref, index)
+    with {:ok, %__MODULE__{ref: ref, path: path}} <- resolve(store) do
+      case Native.store_read(ref, index) do
+        {:ok, _} = ok -> ok
+        error -> normalize(error, path)
+      end
+    end
   end
 
   def read(_store, index),
@@ -350,7 +377,8 @@ defmodule Tachyon.Store do
           {:error, :not_found} ->
             {:halt, {s, i}}
 
-          {:error, reason} ->
+          {:error, _} = error ->
+            {:error, reason} = normalize(error, s.path)
             raise RuntimeError, "Tachyon.Store.stream failed at index #{i}: #{inspect(reason)}"
         end
       end,
@@ -449,7 +477,9 @@ defmodule Tachyon.Store do
   Counters: `:appended`, `:appended_bytes` (since open), `:rolls`,
   `:prepared_rolls` (rolls onto a segment the pre-touch thread had ready),
   `:deleted_segments`, `:segments`, `:first_index`, `:next_index`,
-  `:disk_bytes`, `:unsynced_bytes`, `:pretouch`.
+  `:disk_bytes`, `:unsynced_bytes`, `:pretouch`. No side effect: the
+  roll events are emitted by the store's process at its stats tick (and by
+  `sync/1` and `close/1`).
 
   ## Example
 
@@ -457,25 +487,20 @@ defmodule Tachyon.Store do
   """
   @spec stats(store()) :: {:ok, map()} | {:error, reason()}
   def stats(store) do
-    with {:ok, s} <- resolve(store) do
-      flush_events(s)
-      Native.store_stats(s.ref)
-    end
+    with {:ok, s} <- resolve(store), do: Native.store_stats(s.ref)
   end
 
   @doc """
-  What the writer's open found and did (see "Recovery" in the moduledoc).
+  What the writer's open found and did (see "Recovery" in the moduledoc):
+  `{:ok, recovery}`, or `{:error, :noproc}` for a name no store runs under.
 
   ## Example
 
-      %{cut: nil, messages: 2} = Tachyon.Store.recovery(store)
+      {:ok, %{cut: nil, messages: 2}} = Tachyon.Store.recovery(store)
   """
-  @spec recovery(store()) :: recovery() | nil
+  @spec recovery(store()) :: {:ok, recovery()} | {:error, :noproc}
   def recovery(store) do
-    case resolve(store) do
-      {:ok, s} -> s.recovery
-      _ -> nil
-    end
+    with {:ok, s} <- resolve(store), do: {:ok, s.recovery}
   end
 
   @doc """

@@ -9,7 +9,7 @@ defmodule Tachyon.Table do
   wait for each other and wait for a writer at most for one hash-table
   insert.
 
-      {:ok, t} = Tachyon.Table.open("/var/lib/app/users", mode: :memory)
+      {:ok, t} = Tachyon.Table.open("/var/lib/app/users", storage: :memory)
       :ok = Tachyon.Table.put(t, "alice", "admin")
       {:ok, "admin"} = Tachyon.Table.get(t, "alice")
       :error = Tachyon.Table.get(t, "bob")
@@ -18,7 +18,7 @@ defmodule Tachyon.Table do
   ## Under a supervisor
 
       children = [
-        {Tachyon.Table, name: :users, path: "/var/lib/app/users", mode: :memory}
+        {Tachyon.Table, name: :users, path: "/var/lib/app/users", storage: :memory}
       ]
 
   The process opens the table, registers it under `:name` (calls with the
@@ -28,9 +28,9 @@ defmodule Tachyon.Table do
 
       Tachyon.Table.put(:users, "alice", "admin")
 
-  ## Value modes
+  ## Value storage
 
-  Like Krati's Memory, Mapped and Channel segments (`:mode`):
+  Like Krati's Memory, Mapped and Channel segments (`:storage`):
 
     * `:memory` - every value is also kept in RAM (rebuilt from the log on
       open): the fastest reads, memory use like ETS.
@@ -80,9 +80,9 @@ defmodule Tachyon.Table do
   `:enospc` (disk full: the table is unchanged and keeps working for reads),
   `:locked` (another handle, in this or another OS process, has the
   directory open), `:corrupt` (a damaged segment header), `:eio`, `:eacces`,
-  `:enoent`, `:enotdir`, and `:noproc` for a name no table runs under. Keys
-  and values that are not binaries, and bad options, raise `ArgumentError`;
-  `open!/2` raises `Tachyon.Error`.
+  `:enoent`, `:enotdir`, and `:noproc` for a name no table runs under; every
+  reason is an atom. Keys and values that are not binaries, and bad
+  options, raise `ArgumentError`; `open!/2` raises `Tachyon.Error`.
 
   ## Telemetry
 
@@ -92,8 +92,8 @@ defmodule Tachyon.Table do
   alias Tachyon.{Named, Native}
   alias Tachyon.Telemetry
 
-  @enforce_keys [:ref, :path, :mode]
-  defstruct [:ref, :path, :mode, :name, recovery: %{}]
+  @enforce_keys [:ref, :path, :storage]
+  defstruct [:ref, :path, :storage, :name, recovery: %{}]
 
   @typedoc """
   An open table. `recovery` is what opening it found (the measurements of
@@ -103,13 +103,13 @@ defmodule Tachyon.Table do
   @type t :: %__MODULE__{
           ref: reference(),
           path: String.t(),
-          mode: mode(),
+          storage: storage(),
           name: atom() | nil,
           recovery: map()
         }
   @typedoc "A table handle or the name a supervised table was started with."
   @type table :: t() | atom()
-  @type mode :: :memory | :mapped | :file
+  @type storage :: :memory | :mapped | :file
   @type reason ::
           :too_large
           | :noproc
@@ -138,7 +138,7 @@ defmodule Tachyon.Table do
 
   ## Example
 
-      {:ok, t} = Tachyon.Table.open("/tmp/users", mode: :memory)
+      {:ok, t} = Tachyon.Table.open("/tmp/users", storage: :memory)
   """
   @spec open(Path.t(), keyword()) :: {:ok, t()} | {:error, reason()}
   def open(path, opts \\ []) do
@@ -170,10 +170,12 @@ defmodule Tachyon.Table do
     path = Path.expand(path)
     t0 = System.monotonic_time()
 
-    case Native.table_open(path, Map.new(opts)) do
+    # The NIF's option name for the storage is still `mode`.
+    case Native.table_open(path, opts |> Map.new() |> Map.put(:mode, opts[:storage])) do
       {:ok, ref, rec} ->
         duration = System.monotonic_time() - t0
-        meta = %{path: path, mode: opts[:mode], name: name}
+        # `:mode` is the deprecated name of `:storage` (one release).
+        meta = %{path: path, storage: opts[:storage], mode: opts[:storage], name: name}
 
         Telemetry.execute(
           [:tachyon, :table, :open],
@@ -194,7 +196,11 @@ defmodule Tachyon.Table do
           Map.put(meta, :cut, rec.cut)
         )
 
-        {:ok, %__MODULE__{ref: ref, path: path, mode: opts[:mode], name: name, recovery: rec}}
+        {:ok,
+         %__MODULE__{ref: ref, path: path, storage: opts[:storage], name: name, recovery: rec}}
+
+      {:error, :badarg} ->
+        raise ArgumentError, "Tachyon.Table: the options were rejected: #{inspect(opts)}"
 
       {:error, _} = e ->
         e
@@ -301,16 +307,20 @@ defmodule Tachyon.Table do
   end
 
   @doc """
-  Number of keys.
+  The number of keys: `{:ok, count}`, or `{:error, :closed | :noproc}`.
 
   ## Example
 
-      Tachyon.Table.count(t)
-      #=> 1
+      {:ok, 1} = Tachyon.Table.count(t)
   """
-  @spec count(table()) :: non_neg_integer() | {:error, :closed | :noproc}
+  @spec count(table()) :: {:ok, non_neg_integer()} | {:error, :closed | :noproc}
   def count(table) do
-    with {:ok, t} <- resolve(table), do: Native.table_count(t.ref)
+    with {:ok, t} <- resolve(table) do
+      case Native.table_count(t.ref) do
+        n when is_integer(n) -> {:ok, n}
+        {:error, _} = error -> error
+      end
+    end
   end
 
   @doc """
@@ -402,6 +412,8 @@ defmodule Tachyon.Table do
   Counters: `:keys`, `:puts`, `:deletes`, `:batches`, `:segments`,
   `:disk_bytes`, `:live_bytes`, `:total_bytes`, `:compactions`,
   `:compacted_bytes_in`, `:compacted_bytes_out`, `:syncs`, `:next_seq`.
+  No side effect: the compaction events are emitted by the table's process
+  at its stats tick (and by `compact/1` and `close/1`).
 
   ## Example
 
@@ -409,10 +421,7 @@ defmodule Tachyon.Table do
   """
   @spec stats(table()) :: {:ok, map()} | {:error, reason()}
   def stats(table) do
-    with {:ok, t} <- resolve(table) do
-      emit_events(t)
-      Native.table_stats(t.ref)
-    end
+    with {:ok, t} <- resolve(table), do: Native.table_stats(t.ref)
   end
 
   @doc """
@@ -456,7 +465,7 @@ defmodule Tachyon.Table do
       %Tachyon.Table{} = Tachyon.Table.table(:users)
   """
   @spec table(table() | pid()) :: t()
-  def table(pid) when is_pid(pid), do: GenServer.call(pid, :table)
+  def table(pid) when is_pid(pid), do: GenServer.call(pid, :handle)
 
   def table(table) do
     case resolve(table) do
@@ -494,7 +503,7 @@ defmodule Tachyon.Table do
 
   ## Example
 
-      %{mode: :mapped, shards: 256} = Tachyon.Table.defaults()
+      %{storage: :mapped, shards: 256} = Tachyon.Table.defaults()
   """
   @spec defaults() :: map()
   def defaults, do: Map.new(Tachyon.Table.Options.validate!([]))
@@ -527,7 +536,6 @@ defmodule Tachyon.Table do
     {server, open} = Keyword.split(opts, Tachyon.Table.Options.server_keys())
     server = Tachyon.Table.Options.validate_server!(server)
     open = Tachyon.Table.Options.validate!(open)
-    gen_opts = if server[:name], do: [name: server[:name]], else: []
-    GenServer.start_link(Tachyon.Table.Server, {server, open}, gen_opts)
+    Tachyon.Table.Server.start_link(server, open)
   end
 end

@@ -11,12 +11,54 @@ defmodule Tachyon.Telemetry do
   Durations are in native time units (convert with
   `System.convert_time_unit(d, :native, :microsecond)`), like OTP's own events.
 
+  ## Every event
+
+  | Event | When |
+  |---|---|
+  | `[:tachyon, :store, :open]` | a store was opened |
+  | `[:tachyon, :store, :recover]` | a writer's open finished its recovery scan |
+  | `[:tachyon, :store, :roll]` | the writer moved to a new segment (queued, emitted at the tick) |
+  | `[:tachyon, :store, :sync]` | `Tachyon.Store.sync/1` finished |
+  | `[:tachyon, :store, :stats]` | every `:stats_interval_ms` (store process) |
+  | `[:tachyon, :async_store, :stats]` | every `:stats_interval_ms` (writer thread's report) |
+  | `[:tachyon, :async_store, :writer_failed]` | the writer thread stopped on an error |
+  | `[:tachyon, :table, :open]` | a table was opened |
+  | `[:tachyon, :table, :recover]` | an open rebuilt the index |
+  | `[:tachyon, :table, :compaction]` | a compaction round (queued, emitted at the tick) |
+  | `[:tachyon, :table, :sync]` | `Tachyon.Table.sync/1` finished |
+  | `[:tachyon, :table, :stats]` | every `:stats_interval_ms` (table process) |
+  | `[:tachyon, :sequencer, :start]` | a node started |
+  | `[:tachyon, :sequencer, :stats]` | every `:stats_interval_ms` (node process) |
+  | `[:tachyon, :sequencer, :stop]` | a node stopped |
+  | `[:tachyon, :sequencer, :role]` | the node became primary or follower, or stepped down (a takeover is a `:role` event with `role: :primary`) |
+  | `[:tachyon, :sequencer, :campaign]` | the node asks for votes |
+  | `[:tachyon, :sequencer, :voted]` | the node voted |
+  | `[:tachyon, :sequencer, :truncated]` | the node removed an uncommitted suffix of its log |
+  | `[:tachyon, :bus, :stats]` | every `:stats_interval_ms` (member process) |
+  | `[:tachyon, :bus, :epoch]` | a member heard a new primary |
+  | `[:tachyon, :bus, :renumbered]` | a member resent commands a new primary lacked |
+  | `[:tachyon, :bus, :fork]` | a member saw a primary that lacks what it delivered |
+  | `[:tachyon, :bus, :member_id_taken]` | another member holds this `member_id` |
+  | `[:tachyon, :echo, :start]` | an echo server started |
+  | `[:tachyon, :echo, :stats]` | every `:stats_interval_ms` (server process) |
+  | `[:tachyon, :echo, :stop]` | an echo server stopped |
+  | `[:tachyon, :udp, :open]` | a socket was opened |
+  | `[:tachyon, :udp, :close]` | `Tachyon.UDP.close/1` closed a socket |
+
+  Every part with a process emits its `:stats` event from the same
+  skeleton: the process ticks every `:stats_interval_ms` (`nil`: never),
+  emits the events queued in Rust (rolls, compactions), then `:stats`.
+  Events that happen in a part's own thread (a sequencer's role change, an
+  AsyncStore writer's failure) come on its report channel as they happen,
+  not at the tick.
+
   ## Store events
 
     * `[:tachyon, :store, :open]` - a store was opened (writer or reader).
       * Measurements: `:duration`, `:segments` (segment files found),
         `:messages` (messages kept in the log after recovery).
-      * Metadata: `:path`, `:mode` (`:write | :read`), `:name` (or `nil`).
+      * Metadata: `:path`, `:access` (`:write | :read`), `:name` (or `nil`);
+        `:mode`, the same value under its deprecated name, for one release.
 
     * `[:tachyon, :store, :recover]` - emitted by every writer open, after the
       recovery scan of the active segment.
@@ -30,8 +72,9 @@ defmodule Tachyon.Telemetry do
 
     * `[:tachyon, :store, :roll]` - the writer moved to a new segment. Rolls
       happen inside the append NIF; the events are queued in Rust and emitted
-      by the store's process at its next stats tick (or by `stats/1`,
-      `sync/1` and `close/1` for an unsupervised handle).
+      by the store's process at its next stats tick (or by `sync/1` and
+      `close/1`, also for a handle without a process; `stats/1` has no side
+      effect).
       * Measurements: `:segment` (new segment's sequence number),
         `:base_index` (first index in it), `:prepared` (1 if the pre-touch
         thread had the segment ready, 0 if the writer created it inline),
@@ -44,7 +87,7 @@ defmodule Tachyon.Telemetry do
       * Metadata: `:path`, `:name`.
 
     * `[:tachyon, :store, :stats]` - periodic, from a supervised store every
-      `:stats_interval` ms (default 1000; `nil` turns it off).
+      `:stats_interval_ms` (default 1000; `nil` turns it off).
       * Measurements: `:appended` (messages appended since open),
         `:appended_bytes`, `:segments`, `:first_index`, `:next_index`.
       * Metadata: `:path`, `:name`.
@@ -55,7 +98,7 @@ defmodule Tachyon.Telemetry do
   reports to a process (the AsyncStore's own process under `start_link/1`,
   a small reporter process for `open/2`), which emits:
 
-    * `[:tachyon, :async_store, :stats]` - every `:stats_interval` ms
+    * `[:tachyon, :async_store, :stats]` - every `:stats_interval_ms`
       (default 1000; `nil` turns it off) while the writer runs.
       * Measurements: `:enqueued` (messages accepted by `append/2`),
         `:written` (messages the writer put in the store), `:pending`
@@ -84,8 +127,8 @@ defmodule Tachyon.Telemetry do
       * Measurements: `:next_seq`.
       * Metadata: `:name`, `:address`, `:session`, `:path`.
 
-    * `[:tachyon, :sequencer, :stats]` - periodic, every `:stats_interval`
-      ms (default 1000), from the node's process.
+    * `[:tachyon, :sequencer, :stats]` - periodic, every
+      `:stats_interval_ms` (default 1000), from the node's process.
       * Measurements: the node's counters since start (see
         `Tachyon.Sequencer`, "Stats and telemetry"), `:role` and `:leader`
         included.
@@ -104,21 +147,28 @@ defmodule Tachyon.Telemetry do
         term's epoch record) or `:leader` (follower: the primary's index,
         or nil).
       * Metadata: as for `:start`.
+      * A standby's or follower's takeover is this event with `role:
+        :primary`; there is no separate `:takeover` event.
+        `Tachyon.Sequencer.await_primary/2` and `info/1` follow these
+        reports, never the stats.
 
     * `[:tachyon, :sequencer, :campaign]` - the node asks for votes.
       * Measurements: `:epoch`, `:pre_vote` (true: a pre-vote, which
         changes no term).
+      * Metadata: as for `:start`.
 
     * `[:tachyon, :sequencer, :voted]` - the node voted (persisted before
       the reply).
       * Measurements: `:epoch`, `:candidate` (its index).
+      * Metadata: as for `:start`.
 
     * `[:tachyon, :sequencer, :truncated]` - the node removed a suffix of
       its log that the primary does not hold (never a committed entry).
       * Measurements: `:from`, `:removed`.
+      * Metadata: as for `:start`.
 
     * `[:tachyon, :bus, :stats]` - periodic, from a member started with
-      `Tachyon.Bus.start_link/1` (every `:stats_interval` ms, default 1000).
+      `Tachyon.Bus.start_link/1` (every `:stats_interval_ms`, default 1000).
       * Measurements: the member's counters: `:published`, `:commands`,
         `:resent` (retransmits of commands), `:delivered`, `:datagrams`,
         `:duplicates`, `:gaps`, `:replay_requests` (gap fills and rewind
@@ -143,7 +193,7 @@ defmodule Tachyon.Telemetry do
       * Metadata: `:name` (or `nil`), `:address` (`{ip, port}`), `:core`
         (or `nil`), `:pinned`, `:wait`.
 
-    * `[:tachyon, :echo, :stats]` - periodic, every `:stats_interval` ms
+    * `[:tachyon, :echo, :stats]` - periodic, every `:stats_interval_ms`
       (default 1000; `nil` turns it off), from the server's process.
       * Measurements: the thread's counters since start: `:packets_in`,
         `:bytes_in`, `:packets_out`, `:bytes_out`, `:batches`, `:truncated`,
@@ -158,8 +208,8 @@ defmodule Tachyon.Telemetry do
     * `[:tachyon, :udp, :open]` - `Tachyon.UDP.open/2` opened a socket.
       * Measurements: `:duration` (bind and receive-thread start).
       * Metadata: `:socket`, `:address` (`{ip, port}`), `:owner` (pid),
-        `:core` (or `nil`), `:pinned`, `:wait`, `:max_queue` (integer or
-        `:infinity`).
+        `:core` (or `nil`), `:pinned`, `:wait`, `:delivery` (`:messages |
+        :poll`), `:max_queue` (integer or `:infinity`).
 
     * `[:tachyon, :udp, :close]` - `Tachyon.UDP.close/1` closed an open socket
       (not emitted when the owner's exit closes it: no process is left to
@@ -174,14 +224,16 @@ defmodule Tachyon.Telemetry do
 
   Emitted by `Tachyon.Table`. Compactions run in a Rust thread: their
   events are queued there and emitted by the table's process at its next
-  stats tick (or by `stats/1`, `compact/1` and `close/1` for a handle from
-  `Tachyon.Table.open/2`).
+  stats tick (or by `compact/1` and `close/1`, also for a handle from
+  `Tachyon.Table.open/2`; `stats/1` has no side effect).
 
     * `[:tachyon, :table, :open]` - a table was opened.
       * Measurements: `:duration` (the whole open, recovery included),
         `:keys` (live keys), `:records` (entries replayed, live or not),
         `:segments` (segment files found).
-      * Metadata: `:path`, `:mode` (`:memory | :mapped | :file`), `:name`.
+      * Metadata: `:path`, `:storage` (`:memory | :mapped | :file`),
+        `:name`; `:mode`, the same value under its deprecated name, for one
+        release.
 
     * `[:tachyon, :table, :recover]` - emitted with every open, after the
       index was rebuilt.
@@ -191,7 +243,7 @@ defmodule Tachyon.Telemetry do
         `:truncated_bytes` (bytes of a torn tail cut off; 0 normally),
         `:removed_files` (leftovers of a crash: unfinished segments and hint
         files).
-      * Metadata: `:path`, `:mode`, `:name`, `:cut` (`nil`, or
+      * Metadata: `:path`, `:storage` (and `:mode`), `:name`, `:cut` (`nil`, or
         `{segment_id, offset}` where a torn tail was cut).
 
     * `[:tachyon, :table, :compaction]` - a compaction round rewrote
@@ -206,7 +258,7 @@ defmodule Tachyon.Telemetry do
       * Metadata: `:path`, `:name`.
 
     * `[:tachyon, :table, :stats]` - periodic, from a supervised table every
-      `:stats_interval` milliseconds (default 1000; `nil` turns it off).
+      `:stats_interval_ms` (default 1000; `nil` turns it off).
       * Measurements: `:keys`, `:puts`, `:deletes` (since open), `:segments`,
         `:disk_bytes` (blocks in use by segment files), `:live_bytes`,
         `:total_bytes` (bytes of live entries / of all entries in the

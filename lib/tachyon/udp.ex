@@ -43,7 +43,7 @@ defmodule Tachyon.UDP do
     * **Two receive modes instead of active/passive.** In the default
       thread mode every datagram becomes a message to the owner, as with
       `active: true`; flow control is `:max_queue` plus `ack/2` (below), not
-      `{:active, n}`. In the poll mode (`mode: :poll`, see "Poll mode") the
+      `{:active, n}`. In the poll mode (`delivery: :poll`, see "Poll mode") the
       process reads with `recv/2` / `recv_many/3`, as with `active: false`,
       but on its own scheduler.
     * **Backpressure.** A NIF thread cannot see the owner's mailbox, so by
@@ -58,7 +58,7 @@ defmodule Tachyon.UDP do
       piles up anywhere, and the owner's mailbox never holds more than `n`
       of this socket's messages. `docs/BENCHMARKS.md` has the measurements
       (`tachyon.udp.flood` in `mix tachyon.bench echo`).
-    * **Oversized datagrams** (over `:max_datagram`) are dropped and counted
+    * **Oversized datagrams** (over `:max_datagram_size`) are dropped and counted
       in `:truncated`, never delivered cut short.
     * **Messages carry the socket** as returned by `open/2` (a reference), so
       match on it with `^sock`.
@@ -74,13 +74,13 @@ defmodule Tachyon.UDP do
 
   ## Poll mode
 
-  With `mode: :poll` there is no receive thread: the owner (or any process)
+  With `delivery: :poll` there is no receive thread: the owner (or any process)
   reads the socket itself, on its own scheduler, with `recv/2` or
   `recv_many/3`, the way a CoralReactor loop reads its socket on the thread
   that handles the data. Nothing has to wake a thread and then a sleeping
   scheduler between the datagram and the code that handles it.
 
-      {:ok, sock} = Tachyon.UDP.open(0, ip: :loopback, mode: :poll)
+      {:ok, sock} = Tachyon.UDP.open(0, ip: :loopback, delivery: :poll)
       {:ok, addr} = Tachyon.UDP.sockname(sock)
       :ok = Tachyon.UDP.send(sock, addr, "ping")
       {:ok, {_from, "ping"}} = Tachyon.UDP.recv(sock, 1000)
@@ -90,7 +90,7 @@ defmodule Tachyon.UDP do
   nothing is waiting it polls the socket without blocking, in NIF calls of
   at most 100 us that report the time they used to the VM, so the process is
   scheduled out on time and the other processes on its scheduler keep
-  running; how long it polls is `:wait` and `:spin`. Then it sleeps in
+  running; how long it polls is `:wait` and `:spin_us`. Then it sleeps in
   `receive` until the VM's poll set says the socket is readable (no CPU, as
   gen_udp's passive mode). A timeout is honoured to the millisecond;
   `close/1` from another process wakes a waiting `recv`, which returns
@@ -98,8 +98,8 @@ defmodule Tachyon.UDP do
 
   Which mode: `:poll` for the lowest latency from the wire to a process
   (request/response, a bus member), at the cost of the CPU its scheduler
-  spends polling (`:spin` per `recv` with `:backoff`, all of it with
-  `:busy_spin`); `:thread` to have datagrams pushed to a process that does
+  spends polling (`:spin_us` per `recv` with `:backoff`, all of it with
+  `:busy_spin`); `:messages` to have datagrams pushed to a process that does
   other work and receives them as messages, with `:max_queue` backpressure
   (no `:max_queue` in poll mode: the reader pulls what it can take).
   `docs/BENCHMARKS.md` has both measured (`mix tachyon.bench echo`).
@@ -174,14 +174,14 @@ defmodule Tachyon.UDP do
         "Tachyon.UDP"
       )
 
-    if opts.mode == :poll and opts.max_queue not in [nil, :infinity] do
+    if opts.delivery == :poll and opts.max_queue not in [nil, :infinity] do
       raise ArgumentError,
-            "Tachyon.UDP: :max_queue is for the thread mode; a poll-mode reader pulls " <>
-              "what it can take (got: max_queue: #{inspect(opts.max_queue)}, mode: :poll)"
+            "Tachyon.UDP: :max_queue is for delivery: :messages; a poll-mode reader pulls " <>
+              "what it can take (got: max_queue: #{inspect(opts.max_queue)}, delivery: :poll)"
     end
 
     owner = opts.owner || self()
-    nif_opts = Map.delete(opts, :owner)
+    nif_opts = opts |> Map.delete(:owner) |> Options.to_nif()
     t0 = System.monotonic_time()
 
     case Native.udp_open(nif_opts, owner) do
@@ -196,7 +196,7 @@ defmodule Tachyon.UDP do
             core: info.core,
             pinned: info.pinned,
             wait: info.wait,
-            mode: info.mode,
+            delivery: Options.old_mode(info.mode),
             max_queue: opts.max_queue || :infinity
           }
         )
@@ -351,7 +351,7 @@ defmodule Tachyon.UDP do
 
   ## Example
 
-      {:ok, sock} = Tachyon.UDP.open(0, ip: :loopback, mode: :poll)
+      {:ok, sock} = Tachyon.UDP.open(0, ip: :loopback, delivery: :poll)
       {:error, :timeout} = Tachyon.UDP.recv(sock, 0)
   """
   @spec recv(socket(), timeout()) ::
@@ -371,7 +371,7 @@ defmodule Tachyon.UDP do
 
   ## Example
 
-      {:ok, sock} = Tachyon.UDP.open(0, ip: :loopback, mode: :poll)
+      {:ok, sock} = Tachyon.UDP.open(0, ip: :loopback, delivery: :poll)
       {:ok, addr} = Tachyon.UDP.sockname(sock)
       :ok = Tachyon.UDP.send(sock, addr, "a")
       :ok = Tachyon.UDP.send(sock, addr, "b")

@@ -158,7 +158,7 @@ defmodule Tachyon.AsyncStoreTest do
 
     test "messages larger than the limit are refused; bad data raises" do
       a = open!(tmp_dir("async-limits"), ring_size: 4096, max_message_size: 60_000)
-      assert AsyncStore.max_message_size(a) == 2040
+      assert {:ok, 2040} = AsyncStore.max_message_size(a)
       assert {:error, :too_large} = AsyncStore.append(a, :binary.copy("x", 2041))
       assert {:ok, 0} = AsyncStore.append(a, :binary.copy("x", 2040))
       assert_raise ArgumentError, fn -> AsyncStore.append(a, :not_iodata) end
@@ -167,7 +167,7 @@ defmodule Tachyon.AsyncStoreTest do
       assert {:ok, 0} = AsyncStore.flush(a)
 
       b = open!(tmp_dir("async-limits2"), ring_size: 1_048_576, max_message_size: 100)
-      assert AsyncStore.max_message_size(b) == 100
+      assert {:ok, 100} = AsyncStore.max_message_size(b)
       assert {:error, :too_large} = AsyncStore.append(b, :binary.copy("x", 101))
       AsyncStore.close(a)
       AsyncStore.close(b)
@@ -198,7 +198,9 @@ defmodule Tachyon.AsyncStoreTest do
     end
 
     test "on_full: :spin waits a bounded time, then succeeds once there is room" do
-      a = open!(tmp_dir("async-full-spin"), ring_size: 4096, on_full: :spin, spin_timeout: 1000)
+      a =
+        open!(tmp_dir("async-full-spin"), ring_size: 4096, on_full: :spin, spin_timeout_us: 1000)
+
       pause(a, true)
       payload = :binary.copy("s", 500)
       accepted = fill(a, payload)
@@ -261,7 +263,7 @@ defmodule Tachyon.AsyncStoreTest do
       b = open!(store)
       AsyncStore.close(b)
 
-      {:ok, reader} = Store.open(dir, mode: :read)
+      {:ok, reader} = Store.open(dir, access: :read)
       assert {:error, :read_only} = AsyncStore.open(reader, wait: :park)
       Store.close(store)
       assert {:error, :closed} = AsyncStore.open(store, wait: :park)
@@ -314,7 +316,7 @@ defmodule Tachyon.AsyncStoreTest do
 
       File.rename!(moved, dir)
       {:ok, store} = Store.open(dir, segment_size: @seg)
-      assert Store.recovery(store).cut == nil
+      assert {:ok, %{cut: nil}} = Store.recovery(store)
       assert {:ok, ^written} = Store.next_index(store)
       assert read_all(store) == for(i <- 0..(written - 1), do: msg(i))
       Store.close(store)
@@ -351,7 +353,7 @@ defmodule Tachyon.AsyncStoreTest do
         {:ok, %{written: written}} = AsyncStore.stats(a)
         assert written > 1000
         {:ok, store} = Store.open(dir, segment_size: 256 * 1024, pretouch: false)
-        assert Store.recovery(store).cut == nil
+        assert {:ok, %{cut: nil}} = Store.recovery(store)
         assert {:ok, ^written} = Store.next_index(store)
 
         for i <- [0, div(written, 2), written - 1],
@@ -402,7 +404,7 @@ defmodule Tachyon.AsyncStoreTest do
              segment_size: @seg,
              pretouch: false,
              wait: :park,
-             stats_interval: 20}
+             stats_interval_ms: 20}
           ],
           strategy: :one_for_one
         )
@@ -467,9 +469,9 @@ defmodule Tachyon.AsyncStoreTest do
             {[ring_size: 1000], ":ring_size option must be a power of two"},
             {[wait: :sometimes], ":wait option must be"},
             {[on_full: :block], ":on_full option must be"},
-            {[spin_timeout: 5000], ":spin_timeout option must be an integer in 0..1000"},
+            {[spin_timeout_us: 5000], ":spin_timeout_us option must be an integer in 0..1000"},
             {[batch_size: 0], ":batch_size option"},
-            {[stats_interval: 0], ":stats_interval option"},
+            {[stats_interval_ms: 0], ":stats_interval_ms option"},
             {[core: -1], ":core option"},
             {[path: dir], ":path, :store and :name are not options of open/2"}
           ] do
@@ -530,12 +532,11 @@ defmodule Tachyon.AsyncStoreTest do
       name = :"async_kill_#{System.unique_integer([:positive])}"
       before = writer_threads()
 
+      # Unlinked: the test kills it.
       {:ok, pid} =
-        GenServer.start(
-          Tachyon.AsyncStore.Server,
-          {name, {:path, dir}, async_opts(), [segment_size: @seg]},
-          name: name
-        )
+        AsyncStore.start_link([name: name, path: dir, segment_size: @seg] ++ async_opts())
+
+      Process.unlink(pid)
 
       assert writer_threads() == before + 1
       pause_by_name(name)
@@ -553,17 +554,15 @@ defmodule Tachyon.AsyncStoreTest do
                end
              end)
 
-      {:ok, store} = Store.open(dir, segment_size: @seg, mode: :read)
+      {:ok, store} = Store.open(dir, segment_size: @seg, access: :read)
       assert read_all(store) == for(i <- 0..99, do: msg(i))
       Store.close(store)
 
       # A successor under the same name takes over the orphaned handle.
       {:ok, pid2} =
-        GenServer.start(
-          Tachyon.AsyncStore.Server,
-          {name, {:path, dir}, async_opts(), [segment_size: @seg]},
-          name: name
-        )
+        AsyncStore.start_link([name: name, path: dir, segment_size: @seg] ++ async_opts())
+
+      Process.unlink(pid2)
 
       assert {:ok, 100} = AsyncStore.append(name, "next")
       :ok = AsyncStore.close(name)
@@ -578,10 +577,10 @@ defmodule Tachyon.AsyncStoreTest do
       wait: :park,
       core: nil,
       on_full: :spin,
-      spin_timeout: 100,
+      spin_timeout_us: 100,
       batch_size: 1024,
-      linger: 0,
-      stats_interval: nil
+      linger_us: 0,
+      stats_interval_ms: nil
     ]
   end
 

@@ -16,7 +16,13 @@ defmodule Tachyon.BusLossTest do
     Process.put(:seq, seq)
 
     {:ok, bus} =
-      Bus.open(sequencer: addr, member_id: id, mode: :poll, resend_after: 10, hello_after: 20)
+      Bus.open(
+        sequencer: addr,
+        member_id: id,
+        delivery: :poll,
+        resend_after_ms: 10,
+        hello_after_ms: 20
+      )
 
     send(parent, {:joined, id, self()})
     receive do: (:go -> :ok), after: (10_000 -> raise "no go")

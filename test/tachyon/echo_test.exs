@@ -43,7 +43,7 @@ defmodule Tachyon.EchoTest do
       assert Echo.port(echo) == port
 
       info = Echo.info(echo)
-      assert %{wait: :park, core: nil, pinned: false, batch: 32, max_datagram: 65_507} = info
+      assert %{wait: :park, core: nil, pinned: false, batch: 32, max_datagram_size: 65_507} = info
       assert info.recbuf > 0 and info.sndbuf > 0
     end
 
@@ -86,10 +86,10 @@ defmodule Tachyon.EchoTest do
             {[core: -1], ":core"},
             {[batch: 0], ":batch"},
             {[batch: 5000], ":batch"},
-            {[max_datagram: 65_508], ":max_datagram"},
+            {[max_datagram_size: 65_508], ":max_datagram"},
             {[recbuf: 0], ":recbuf"},
             {[reuseaddr: :yes], ":reuseaddr"},
-            {[stats_interval: -5], ":stats_interval"},
+            {[stats_interval_ms: -5], ":stats_interval"},
             {[nonsense: 1], "nonsense"}
           ] do
         error = assert_raise ArgumentError, fn -> Echo.start_link(opts) end
@@ -129,7 +129,7 @@ defmodule Tachyon.EchoTest do
       for wait <- [:park, :backoff, :yield] do
         echo = start!(wait: wait)
         assert {:ok, "w"} = echo_of(client!(), Echo.address(echo), "w"), "#{wait}"
-        Echo.stop(echo)
+        Echo.close(echo)
       end
     end
 
@@ -178,7 +178,7 @@ defmodule Tachyon.EchoTest do
 
   describe "bad datagrams" do
     test "oversized datagrams are counted, not echoed, and the loop keeps running" do
-      echo = start!(max_datagram: 100)
+      echo = start!(max_datagram_size: 100)
       addr = Echo.address(echo)
       sock = client!()
 
@@ -223,7 +223,7 @@ defmodule Tachyon.EchoTest do
     test "frees the port at once, so the same port can be bound again" do
       echo = start!()
       {_, port} = Echo.address(echo)
-      :ok = Echo.stop(echo)
+      :ok = Echo.close(echo)
       refute Process.alive?(echo)
 
       # Bound again immediately, with no SO_REUSEADDR.
@@ -231,7 +231,7 @@ defmodule Tachyon.EchoTest do
       :gen_udp.close(sock)
       echo2 = start!(port: port)
       assert {:ok, "again"} = echo_of(client!(), {@lo, port}, "again")
-      :ok = Echo.stop(echo2)
+      :ok = Echo.close(echo2)
     end
 
     test "a supervised server starts by name and frees its port when the supervisor stops" do
@@ -274,7 +274,7 @@ defmodule Tachyon.EchoTest do
         [:tachyon, :echo, :stop]
       ])
 
-      {:ok, echo} = Echo.start_link(wait: :park, stats_interval: 20, name: :tachyon_echo_tel)
+      {:ok, echo} = Echo.start_link(wait: :park, stats_interval_ms: 20, name: :tachyon_echo_tel)
       addr = Echo.address(echo)
 
       assert_receive {:telemetry, [:tachyon, :echo, :start], %{duration: d},
@@ -288,7 +288,7 @@ defmodule Tachyon.EchoTest do
                       %{name: :tachyon_echo_tel}},
                      1000
 
-      :ok = Echo.stop(echo)
+      :ok = Echo.close(echo)
 
       assert_receive {:telemetry, [:tachyon, :echo, :stop], %{packets_out: 1, errors: 0},
                       %{name: :tachyon_echo_tel, address: ^addr}},

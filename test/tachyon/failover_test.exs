@@ -19,10 +19,10 @@ defmodule Tachyon.FailoverTest do
       Bus.open(
         sequencer: addrs,
         member_id: id,
-        mode: :poll,
-        hello_after: 20,
-        resend_after: 20,
-        connect_timeout: 10_000
+        delivery: :poll,
+        hello_after_ms: 20,
+        resend_after_ms: 20,
+        connect_timeout_ms: 10_000
       )
 
     send(parent, {:joined, id})
@@ -81,7 +81,7 @@ defmodule Tachyon.FailoverTest do
   end
 
   defp log(dir) do
-    {:ok, s} = Tachyon.Store.open(dir, mode: :read)
+    {:ok, s} = Tachyon.Store.open(dir, access: :read)
     entries = Tachyon.Store.stream(s) |> Enum.to_list()
     Tachyon.Store.close(s)
     entries

@@ -7,11 +7,11 @@ defmodule Tachyon.LifecycleTest do
 
   import Tachyon.TestHelpers
 
-  alias Tachyon.{AsyncStore, Echo, Store, Table}
+  alias Tachyon.{AsyncStore, Bus, Echo, Sequencer, Store, Table}
 
   @store [segment_size: 65_536, pretouch: false]
   @table [
-    mode: :memory,
+    storage: :memory,
     segment_size: 65_536,
     max_key_size: 256,
     max_value_size: 1024,
@@ -33,7 +33,7 @@ defmodule Tachyon.LifecycleTest do
   test "a killed named Table is restarted by its supervisor and works" do
     name = unique(:killed_table)
     dir = tmp_dir("lifecycle-table")
-    start_sup!([{Table, [name: name, path: dir, stats_interval: nil] ++ @table}])
+    start_sup!([{Table, [name: name, path: dir, stats_interval_ms: nil] ++ @table}])
     :ok = Table.put(name, "k", "v1")
     pid = Process.whereis(name)
     ref = Process.monitor(pid)
@@ -53,7 +53,7 @@ defmodule Tachyon.LifecycleTest do
   test "a killed named Echo is restarted without leaking its thread" do
     name = unique(:killed_echo)
     before = threads_named("tachyon-echo")
-    start_sup!([{Echo, name: name, wait: :park, stats_interval: nil}])
+    start_sup!([{Echo, name: name, wait: :park, stats_interval_ms: nil}])
     assert threads_named("tachyon-echo") == before + 1
     pid = Process.whereis(name)
     ref = Process.monitor(pid)
@@ -71,8 +71,8 @@ defmodule Tachyon.LifecycleTest do
 
     sup =
       start_sup!([
-        {Store, [name: a, path: tmp_dir("lifecycle-a"), stats_interval: nil] ++ @store},
-        {Store, [name: b, path: tmp_dir("lifecycle-b"), stats_interval: nil] ++ @store}
+        {Store, [name: a, path: tmp_dir("lifecycle-a"), stats_interval_ms: nil] ++ @store},
+        {Store, [name: b, path: tmp_dir("lifecycle-b"), stats_interval_ms: nil] ++ @store}
       ])
 
     ids = for {id, _, _, _} <- Supervisor.which_children(sup), do: id
@@ -86,9 +86,121 @@ defmodule Tachyon.LifecycleTest do
     assert AsyncStore.child_spec(name: :x, path: "/tmp/x").id == {AsyncStore, :x}
     assert Table.child_spec(name: :x, path: "/tmp/x").id == {Table, :x}
     assert Echo.child_spec(name: :x).id == {Echo, :x}
+    assert Sequencer.child_spec(name: :x, path: "/tmp/x").id == {Sequencer, :x}
+    assert Bus.child_spec(name: :x, member_id: 1).id == {Bus, :x}
 
-    for mod <- [Store, AsyncStore, Table, Echo],
+    for mod <- [Store, AsyncStore, Table, Echo, Sequencer, Bus],
         do: assert(mod.child_spec(name: :x, path: "/tmp/x").restart == :transient)
+  end
+
+  # A sequencer of one under the test's supervisor, and its address.
+  defp sequencer!(opts \\ []) do
+    dir = tmp_dir("lifecycle-seq")
+
+    pid =
+      start_supervised!(
+        Supervisor.child_spec(
+          {Sequencer, [path: dir, wait: :park, stats_interval_ms: nil] ++ opts},
+          id: make_ref()
+        )
+      )
+
+    {pid, Sequencer.address(pid)}
+  end
+
+  describe "close/1 on a supervised thread part is final" do
+    test "Tachyon.Echo" do
+      name = unique(:closed_echo)
+      sup = start_sup!([{Echo, name: name, wait: :park, stats_interval_ms: nil}])
+      assert_closed_for_good(Echo, name, sup)
+    end
+
+    test "Tachyon.Sequencer" do
+      name = unique(:closed_seq)
+      dir = tmp_dir("lifecycle-close-seq")
+      sup = start_sup!([{Sequencer, name: name, path: dir, wait: :park, stats_interval_ms: nil}])
+      assert {:ok, _} = Sequencer.await_primary(name, 5000)
+      assert_closed_for_good(Sequencer, name, sup)
+    end
+
+    test "Tachyon.Bus" do
+      {_seq, addr} = sequencer!()
+      name = unique(:closed_bus)
+
+      sup =
+        start_sup!([
+          {Bus, name: name, sequencer: addr, member_id: 3, owner: self(), stats_interval_ms: nil}
+        ])
+
+      assert {:ok, _} = Bus.publish(Bus.bus(name), "x")
+      assert_closed_for_good(Bus, name, sup)
+    end
+  end
+
+  defp assert_closed_for_good(mod, name, sup) do
+    pid = Process.whereis(name)
+    ref = Process.monitor(pid)
+    assert :ok = mod.close(name)
+    assert_receive {:DOWN, ^ref, :process, ^pid, :normal}, 5000
+    assert [{{^mod, ^name}, :undefined, :worker, _}] = Supervisor.which_children(sup)
+    assert {:error, :noproc} = mod.close(name)
+  end
+
+  test "a killed named Bus member is restarted and leaves the bus first" do
+    {_seq, addr} = sequencer!()
+    name = unique(:killed_bus)
+    opts = [name: name, sequencer: addr, member_id: 5, owner: self(), stats_interval_ms: nil]
+    start_sup!([{Bus, opts}])
+    pid = Process.whereis(name)
+    ref = Process.monitor(pid)
+    Process.exit(pid, :kill)
+    assert_receive {:DOWN, ^ref, :process, ^pid, :killed}, 2000
+
+    # The restart closed the orphaned member (else its member_id would be
+    # taken) and joined again.
+    assert wait_until(fn -> match?(p when is_pid(p) and p != pid, Process.whereis(name)) end)
+    bus = Bus.bus(name)
+    assert {:ok, _} = Bus.publish(bus, "after")
+    assert_receive {:tachyon_bus, ^bus, _seq, 5, "after"}, 5000
+  end
+
+  test "a Bus process checks :stats_interval_ms and its own options in the caller" do
+    assert_raise ArgumentError, ~r/:stats_interval_ms option/, fn ->
+      Bus.start_link(
+        sequencer: {{127, 0, 0, 1}, 1},
+        member_id: 1,
+        owner: self(),
+        stats_interval_ms: 0
+      )
+    end
+
+    assert_raise ArgumentError, ~r/:delivery option/, fn ->
+      Bus.start_link(sequencer: {{127, 0, 0, 1}, 1}, member_id: 1, owner: self(), delivery: :x)
+    end
+  end
+
+  test "a table closed behind its process's back stops the process for good" do
+    name = unique(:closed_behind)
+    dir = tmp_dir("lifecycle-behind")
+    sup = start_sup!([{Table, [name: name, path: dir, stats_interval_ms: 10] ++ @table}])
+    pid = Process.whereis(name)
+    ref = Process.monitor(pid)
+    {:ok, t} = Table.whereis(name)
+    :ok = Table.close(t)
+    assert_receive {:DOWN, ^ref, :process, ^pid, :normal}, 2000
+    assert [{{Table, ^name}, :undefined, :worker, _}] = Supervisor.which_children(sup)
+  end
+
+  test "the same for a store" do
+    name = unique(:store_behind)
+    dir = tmp_dir("lifecycle-store-behind")
+    sup = start_sup!([{Store, [name: name, path: dir, stats_interval_ms: 10] ++ @store}])
+    pid = Process.whereis(name)
+    ref = Process.monitor(pid)
+    {:ok, s} = Store.whereis(name)
+    :ok = Store.close(s)
+    assert_receive {:DOWN, ^ref, :process, ^pid, :normal}, 2000
+    assert [{{Store, ^name}, :undefined, :worker, _}] = Supervisor.which_children(sup)
   end
 
   describe "close/1 on a supervised part is final" do
@@ -102,7 +214,7 @@ defmodule Tachyon.LifecycleTest do
       test "#{inspect(mod)}" do
         name = unique(:closed)
         dir = tmp_dir("lifecycle-close")
-        sup = start_sup!([{@mod, [name: name, path: dir, stats_interval: nil] ++ @opts}])
+        sup = start_sup!([{@mod, [name: name, path: dir, stats_interval_ms: nil] ++ @opts}])
         pid = Process.whereis(name)
         assert {:ok, _} = @mod.whereis(name)
         ref = Process.monitor(pid)
@@ -151,6 +263,11 @@ defmodule Tachyon.LifecycleTest do
     assert {:error, :noproc} = Table.whereis(name)
 
     assert {:error, :noproc} = Echo.stats(name)
+    assert {:error, :noproc} = Echo.close(name)
+
+    assert {:error, :noproc} = Sequencer.stats(name)
+    assert {:error, :noproc} = Sequencer.close(name)
+    assert {:error, :noproc} = Bus.close(name)
   end
 
   describe "bounds: nothing a caller passes can panic the NIF" do
@@ -181,19 +298,19 @@ defmodule Tachyon.LifecycleTest do
       huge = 2 ** 62
 
       assert_raise ArgumentError,
-                   ~r/:stats_interval option must be nil or an integer in 1..86400000/,
+                   ~r/:stats_interval_ms option must be nil or an integer in 1..86400000/,
                    fn ->
-                     AsyncStore.open(dir, [stats_interval: huge] ++ @store)
+                     AsyncStore.open(dir, [stats_interval_ms: huge] ++ @store)
                    end
 
       for {mod, opts} <- [{Store, @store}, {Table, @table}, {AsyncStore, @store}] do
-        assert_raise ArgumentError, ~r/:stats_interval option/, fn ->
-          mod.start_link([name: unique(:iv), path: dir, stats_interval: huge] ++ opts)
+        assert_raise ArgumentError, ~r/:stats_interval_ms option/, fn ->
+          mod.start_link([name: unique(:iv), path: dir, stats_interval_ms: huge] ++ opts)
         end
       end
 
-      assert_raise ArgumentError, ~r/:stats_interval option/, fn ->
-        Echo.start_link(stats_interval: huge)
+      assert_raise ArgumentError, ~r/:stats_interval_ms option/, fn ->
+        Echo.start_link(stats_interval_ms: huge)
       end
 
       assert_raise ArgumentError, ~r/:sync_interval_ms option/, fn ->
@@ -207,7 +324,8 @@ defmodule Tachyon.LifecycleTest do
 
       opts =
         AsyncStore.defaults()
-        |> Map.merge(%{wait: :park, linger: 0, stats_interval: 2 ** 62})
+        |> Map.merge(%{wait: :park, linger_us: 0, stats_interval_ms: 2 ** 62})
+        |> Tachyon.AsyncStore.Options.to_nif()
 
       assert {:ok, ref, _max} = Tachyon.Native.async_open(store.ref, opts, self(), 1, nil, false)
       assert {:ok, 0} = Tachyon.Native.async_append(ref, "x")
@@ -232,7 +350,7 @@ defmodule Tachyon.LifecycleTest do
     test ":park is accepted and reported as :park" do
       {:ok, echo} = Echo.start_link(wait: :park)
       assert %{wait: :park} = Echo.info(echo)
-      :ok = Echo.stop(echo)
+      :ok = Echo.close(echo)
     end
   end
 

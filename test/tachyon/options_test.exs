@@ -60,6 +60,6 @@ defmodule Tachyon.OptionsTest do
 
   test "the moduledocs carry the generated option lists" do
     {:docs_v1, _, _, _, %{"en" => doc}, _, _} = Code.fetch_docs(Tachyon.Table)
-    assert doc =~ "* `:stats_interval` - `start_link/1`: milliseconds"
+    assert doc =~ "* `:stats_interval_ms` - `start_link/1`: milliseconds"
   end
 end

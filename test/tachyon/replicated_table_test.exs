@@ -13,7 +13,7 @@ defmodule Tachyon.ReplicatedTableTest do
 
   # The model: every write of the log, in sequence order, folded.
   defp model(addr, upto) do
-    {:ok, bus} = Bus.open(sequencer: addr, member_id: 99, mode: :poll, from: 0)
+    {:ok, bus} = Bus.open(sequencer: addr, member_id: 99, delivery: :poll, from: 0)
     entries = read(bus, upto, [])
     Bus.close(bus)
 
@@ -52,7 +52,9 @@ defmodule Tachyon.ReplicatedTableTest do
     dir = tmp_dir("replicated")
 
     {:ok, seq} =
-      start_supervised({Sequencer, path: Path.join(dir, "seq"), wait: :park, stats_interval: nil})
+      start_supervised(
+        {Sequencer, path: Path.join(dir, "seq"), wait: :park, stats_interval_ms: nil}
+      )
 
     addr = Sequencer.address(seq)
     [r1, r2, r3] = for id <- 1..3, do: replica(dir, addr, id)

@@ -5,7 +5,7 @@ defmodule Tachyon.RuntimeTest do
 
   import Tachyon.TestHelpers
 
-  alias Tachyon.{AsyncStore, Echo, Native, Store, Table, UDP}
+  alias Tachyon.{AsyncStore, Bus, Echo, Native, Sequencer, Store, Table, UDP}
 
   # Every thread a part starts is a tachyon_core::worker::Worker. A join
   # asked for on a normal scheduler (a resource destructor run by the
@@ -28,7 +28,10 @@ defmodule Tachyon.RuntimeTest do
     before = refused_joins()
     dir = tmp_dir("runtime")
 
-    echo =
+    threads =
+      for t <- ~w(tachyon-seq tachyon-replay tachyon-bus), into: %{}, do: {t, threads_named(t)}
+
+    {echo, seq} =
       in_dying_process(fn ->
         {:ok, s} = Store.open(Path.join(dir, "store"))
         {:ok, _} = Store.append(s, "x")
@@ -39,12 +42,20 @@ defmodule Tachyon.RuntimeTest do
         {:ok, u} = UDP.open(0, ip: :loopback)
         {:ok, e} = Echo.start_link([])
         Process.unlink(e)
-        _ = {s, t, a, u}
-        e
+        {:ok, q} = Sequencer.start_link(path: Path.join(dir, "seq"), wait: :park)
+        Process.unlink(q)
+        # A member whose owner (this process) dies: its monitor's down
+        # callback closes it on a normal scheduler.
+        {:ok, b} = Bus.open(sequencer: Sequencer.address(q), member_id: 1, wait: :park)
+        {:ok, _} = Bus.publish(b, "m")
+        _ = {s, t, a, u, b}
+        {e, q}
       end)
 
-    # An Echo server killed: its resource is collected with its heap.
+    # An Echo server and a Sequencer killed: their resources are collected
+    # with their heaps.
     Process.exit(echo, :kill)
+    Process.exit(seq, :kill)
 
     # An AsyncStore whose owner is killed: its monitor's down callback runs
     # on a normal scheduler.
@@ -57,8 +68,12 @@ defmodule Tachyon.RuntimeTest do
     assert wait_until(fn -> threads_named("tachyon-async") == 0 end)
     assert wait_until(fn -> threads_named("tachyon-udp-rx") == 0 end)
     assert wait_until(fn -> threads_named("tachyon-echo") == 0 end)
-    :erlang.garbage_collect()
-    Process.sleep(50)
+
+    for {name, n} <- threads,
+        do: assert(wait_until(fn -> threads_named(name) == n end), "#{name} threads left")
+
+    # A refused join is counted when it is asked for, before the thread
+    # goes: once every thread is gone, the count is final.
     assert refused_joins() == before
   end
 end

@@ -13,7 +13,7 @@ defmodule Tachyon.SequencerTest do
 
   defp start_seq(label, opts \\ []) do
     dir = tmp_dir(label)
-    {sup([path: dir, wait: :park, stats_interval: nil] ++ opts), dir}
+    {sup([path: dir, wait: :park, stats_interval_ms: nil] ++ opts), dir}
   end
 
   # Receives `n` bus messages for `bus` (messages mode), in arrival order.
@@ -83,8 +83,8 @@ defmodule Tachyon.SequencerTest do
     bus = {:multicast, {{239, 255, 42, 9}, gport}, ttl: 0}
     {seq, _} = start_seq("mcast", bus: bus)
     addr = Sequencer.address(seq)
-    {:ok, a} = Bus.open(sequencer: addr, member_id: 1, bus: bus, mode: :poll)
-    {:ok, b} = Bus.open(sequencer: addr, member_id: 2, bus: bus, mode: :poll)
+    {:ok, a} = Bus.open(sequencer: addr, member_id: 1, bus: bus, delivery: :poll)
+    {:ok, b} = Bus.open(sequencer: addr, member_id: 2, bus: bus, delivery: :poll)
     for i <- 1..50, do: {:ok, _} = Bus.publish(a, "1:#{i}")
     for i <- 1..50, do: {:ok, _} = Bus.publish(b, "2:#{i}")
     ga = recv_all(a, 100)
@@ -126,7 +126,7 @@ defmodule Tachyon.SequencerTest do
 
   test "poll mode: recv delivers in order; fragments of a large message are reassembled" do
     {seq, _} = start_seq("poll")
-    {:ok, bus} = Bus.open(sequencer: Sequencer.address(seq), member_id: 9, mode: :poll)
+    {:ok, bus} = Bus.open(sequencer: Sequencer.address(seq), member_id: 9, delivery: :poll)
     big = :crypto.strong_rand_bytes(100_000)
     {:ok, 1} = Bus.publish(bus, "a")
     {:ok, last} = Bus.publish(bus, big)
@@ -155,7 +155,7 @@ defmodule Tachyon.SequencerTest do
       Tachyon.LossyRelay.start_link(Sequencer.address(seq), drop: 0.05, dup: 0.02, reorder: 0.02)
 
     per = 500
-    [a, b, c] = three_members(Tachyon.LossyRelay.address(relay), per, resend_after: 10)
+    [a, b, c] = three_members(Tachyon.LossyRelay.address(relay), per, resend_after_ms: 10)
     assert a == b and b == c
     assert Enum.map(a, &elem(&1, 0)) == Enum.to_list(2..(3 * per + 1))
     for id <- 1..3, do: own_in_order(a, id, per)
@@ -170,14 +170,14 @@ defmodule Tachyon.SequencerTest do
   test "a member rewinding from 0 after 100,000 messages, while traffic continues, sees the same sequence" do
     {seq, _} = start_seq("rewind")
     addr = Sequencer.address(seq)
-    {:ok, live} = Bus.open(sequencer: addr, member_id: 1, mode: :poll)
+    {:ok, live} = Bus.open(sequencer: addr, member_id: 1, delivery: :poll)
 
     for chunk <- Enum.chunk_every(1..100_000, 100),
         do: {:ok, _} = Bus.publish_many(live, Enum.map(chunk, &"m#{&1}"))
 
     first = recv_all(live, 100_000)
     assert length(first) == 100_000
-    {:ok, late} = Bus.open(sequencer: addr, member_id: 2, mode: :poll, from: 0)
+    {:ok, late} = Bus.open(sequencer: addr, member_id: 2, delivery: :poll, from: 0)
     # Traffic continues while the late member catches up.
     for i <- 1..2000, do: {:ok, _} = Bus.publish(live, "t#{i}")
     all = first ++ recv_all(live, 2000)
@@ -190,7 +190,7 @@ defmodule Tachyon.SequencerTest do
     dir = tmp_dir("kill")
     {:ok, p} = OSProcess.start(["--path", dir, "--port", "0", "--wait", "park"])
     {ip, port} = p.address
-    {:ok, bus} = Bus.open(sequencer: {ip, port}, member_id: 4, resend_after: 20)
+    {:ok, bus} = Bus.open(sequencer: {ip, port}, member_id: 4, resend_after_ms: 20)
     for i <- 1..100, do: publish!(bus, "4:#{i}")
     got = collect(bus, 100)
     OSProcess.kill(p)
@@ -216,7 +216,7 @@ defmodule Tachyon.SequencerTest do
     {seq, dir} = start_seq("garbage")
     assert threads_named("tachyon-seq") == before + 1
     {_, port} = addr = Sequencer.address(seq)
-    {:ok, bus} = Bus.open(sequencer: addr, member_id: 1, mode: :poll)
+    {:ok, bus} = Bus.open(sequencer: addr, member_id: 1, delivery: :poll)
     {:ok, sock} = :gen_udp.open(0, [:binary])
     {:ok, %{address: _}} = {:ok, %{address: nil}}
 
@@ -238,7 +238,7 @@ defmodule Tachyon.SequencerTest do
     assert wait_until(fn -> threads_named("tachyon-bus") == member_threads end)
     assert {:error, :closed} = Bus.publish(m, "x")
 
-    :ok = Sequencer.stop(seq)
+    :ok = Sequencer.close(seq)
     assert threads_named("tachyon-seq") == before
     {:ok, again} = :gen_udp.open(port, [:binary, ip: {127, 0, 0, 1}])
     :gen_udp.close(again)
@@ -263,6 +263,6 @@ defmodule Tachyon.SequencerTest do
     {:ok, p} = :inet.port(s)
 
     assert {:error, :timeout} =
-             Bus.open(sequencer: {{127, 0, 0, 1}, p}, member_id: 1, connect_timeout: 100)
+             Bus.open(sequencer: {{127, 0, 0, 1}, p}, member_id: 1, connect_timeout_ms: 100)
   end
 end

@@ -27,9 +27,9 @@ defmodule Tachyon.TableTest do
     for mode <- @modes do
       @tag mode: mode
       test "put/get/delete/put_many/fetch!/count/stream/reopen (#{mode})", %{dir: dir, mode: mode} do
-        opts = [mode: mode, compaction_interval_ms: nil] ++ @small
+        opts = [storage: mode, compaction_interval_ms: nil] ++ @small
         {:ok, t} = Table.open(dir, opts)
-        assert t.mode == mode
+        assert t.storage == mode
         assert t.recovery.keys == 0
 
         assert :error = Table.get(t, "missing")
@@ -51,7 +51,7 @@ defmodule Tachyon.TableTest do
         check = fn t ->
           for {k, v} <- expected, do: assert(Table.get(t, k) == {:ok, v})
           for i <- 1..1000//5, do: assert(Table.get(t, key(i)) == :error)
-          assert Table.count(t) == map_size(expected)
+          assert {:ok, map_size(expected)} == Table.count(t)
           assert Table.fetch!(t, "a") == "3"
           assert_raise KeyError, fn -> Table.fetch!(t, "missing") end
           assert Map.new(Table.stream(t)) == expected
@@ -76,10 +76,10 @@ defmodule Tachyon.TableTest do
   end
 
   test "a large put_many goes through the dirty scheduler path", %{dir: dir} do
-    {:ok, t} = Table.open(dir, mode: :mapped)
+    {:ok, t} = Table.open(dir, storage: :mapped)
     pairs = for i <- 1..5000, do: {key(i), val(i, 0)}
     assert :ok = Table.put_many(t, pairs)
-    assert Table.count(t) == 5000
+    assert {:ok, 5000} == Table.count(t)
     assert Table.get(t, key(4999)) == {:ok, val(4999, 0)}
     Table.close(t)
   end
@@ -120,8 +120,8 @@ defmodule Tachyon.TableTest do
   end
 
   test "options are validated with clear messages", %{dir: dir} do
-    assert_raise ArgumentError, ~r/:mode option must be one of/, fn ->
-      Table.open(dir, mode: :disk)
+    assert_raise ArgumentError, ~r/:storage option must be one of/, fn ->
+      Table.open(dir, storage: :disk)
     end
 
     assert_raise ArgumentError, ~r/:segment_size option/, fn ->
@@ -168,7 +168,7 @@ defmodule Tachyon.TableTest do
     {:ok, t} = Table.open(dir, @small)
     assert t.recovery.cut == {String.to_integer(Path.rootname(seg)), good}
     assert t.recovery.truncated_bytes == 66
-    assert Table.count(t) == 100
+    assert {:ok, 100} == Table.count(t)
     for i <- 1..100, do: assert(Table.get(t, key(i)) == {:ok, val(i, 0)})
     :ok = Table.put(t, "after", "cut")
     Table.close(t)
@@ -182,7 +182,7 @@ defmodule Tachyon.TableTest do
   test "compaction returns disk space; deleted keys stay deleted after a restart", %{dir: dir} do
     for mode <- @modes do
       d = Path.join(dir, "#{mode}")
-      opts = [mode: mode, compaction_interval_ms: nil] ++ @small
+      opts = [storage: mode, compaction_interval_ms: nil] ++ @small
       {:ok, t} = Table.open(d, opts)
       v = :binary.copy("x", 1000)
       for i <- 1..2000, do: :ok = Table.put(t, key(i), v)
@@ -197,7 +197,7 @@ defmodule Tachyon.TableTest do
       Table.close(t)
 
       {:ok, t} = Table.open(d, opts)
-      assert Table.count(t) == 200
+      assert {:ok, 200} == Table.count(t)
 
       for i <- 1..2000 do
         expected = if rem(i, 10) == 0, do: {:ok, v}, else: :error
@@ -209,7 +209,7 @@ defmodule Tachyon.TableTest do
   end
 
   test "compaction under concurrent readers and writers: values always right", %{dir: dir} do
-    {:ok, t} = Table.open(dir, [mode: :mapped, compaction_interval_ms: nil] ++ @small)
+    {:ok, t} = Table.open(dir, [storage: :mapped, compaction_interval_ms: nil] ++ @small)
     keys = 300
     for i <- 1..keys, do: :ok = Table.put(t, key(i), val(i, 0))
     readers = for r <- 1..4, do: Task.async(fn -> read_loop(t, keys, r, 0) end)
@@ -274,7 +274,7 @@ defmodule Tachyon.TableTest do
        %{dir: dir} do
     for mode <- @modes do
       d = Path.join(dir, "#{mode}")
-      opts = [mode: mode, compaction_interval_ms: nil] ++ @small
+      opts = [storage: mode, compaction_interval_ms: nil] ++ @small
       {:ok, t} = Table.open(d, opts)
       :rand.seed(:exsss, {1, 2, :erlang.phash2(mode)})
 
@@ -319,7 +319,7 @@ defmodule Tachyon.TableTest do
           end
         end)
 
-      assert Table.count(t) == map_size(model)
+      assert {:ok, map_size(model)} == Table.count(t)
       assert Map.new(Table.stream(t)) == model
       Table.close(t)
       {:ok, t} = Table.open(d, opts)
@@ -338,19 +338,27 @@ defmodule Tachyon.TableTest do
 
   test "supervised: start_link, name lookup, child_spec, close on stop", %{dir: dir} do
     name = :"table_test_#{System.unique_integer([:positive])}"
-    spec = Table.child_spec(name: name, path: dir, mode: :memory, stats_interval: 10)
+    Tachyon.TelemetryHelpers.forward([[:tachyon, :table, :stats]])
+    spec = Table.child_spec(name: name, path: dir, storage: :memory, stats_interval_ms: 10)
     assert spec.id == {Table, name}
     pid = start_supervised!(spec)
     assert :ok = Table.put(name, "k", "v")
     assert {:ok, "v"} = Table.get(name, "k")
-    assert %Table{name: ^name, mode: :memory} = Table.table(pid)
-    assert Table.count(name) == 1
-    Process.sleep(30)
+    assert %Table{name: ^name, storage: :memory} = Table.table(pid)
+    assert {:ok, 1} == Table.count(name)
+    # It keeps ticking (two stats events of this table), then stops.
+    for _ <- 1..2,
+        do:
+          assert_receive(
+            {:telemetry, [:tachyon, :table, :stats], %{keys: 1}, %{name: ^name}},
+            2000
+          )
+
     assert Process.alive?(pid)
     :ok = stop_supervised(spec.id)
     assert {:error, :noproc} = Table.get(name, "k")
     # Closed by the stop: the directory can be opened again.
-    {:ok, t} = Table.open(dir, mode: :file)
+    {:ok, t} = Table.open(dir, storage: :file)
     assert Table.get(t, "k") == {:ok, "v"}
     Table.close(t)
   end
@@ -384,7 +392,7 @@ defmodule Tachyon.TableTest do
     path = t.path
 
     assert_receive {:telemetry, [:tachyon, :table, :open], %{keys: 0, duration: d},
-                    %{path: ^path, mode: :mapped}},
+                    %{path: ^path, storage: :mapped}},
                    1000
 
     assert d > 0
@@ -424,7 +432,7 @@ defmodule Tachyon.TableTest do
 
     # Periodic stats from a supervised table.
     name = :"table_telemetry_#{System.unique_integer([:positive])}"
-    start_supervised!({Table, [name: name, path: dir, stats_interval: 10] ++ opts})
+    start_supervised!({Table, [name: name, path: dir, stats_interval_ms: 10] ++ opts})
 
     assert_receive {:telemetry, [:tachyon, :table, :stats], %{keys: 1000, segments: n},
                     %{name: ^name}},
@@ -441,7 +449,7 @@ defmodule Tachyon.TableTest do
     try do
       for mode <- @modes do
         d = Path.join(dir, "#{mode}")
-        {:ok, t} = Table.open(d, [mode: mode] ++ @small)
+        {:ok, t} = Table.open(d, [storage: mode] ++ @small)
         v = :binary.copy("v", 3000)
 
         fill = fn from ->
@@ -462,8 +470,8 @@ defmodule Tachyon.TableTest do
         for i <- 1..(n - 1), do: assert(Table.get(t, key(i)) == {:ok, v})
         Table.close(t)
 
-        {:ok, t} = Table.open(d, [mode: mode] ++ @small)
-        assert Table.count(t) == n - 1
+        {:ok, t} = Table.open(d, [storage: mode] ++ @small)
+        assert {:ok, n - 1} == Table.count(t)
         assert Table.get(t, key(n - 1)) == {:ok, v}
         Table.close(t)
         File.rm_rf!(d)
@@ -479,7 +487,7 @@ defmodule Tachyon.TableTest do
     ebin = :code.lib_dir(:tachyon) |> Path.join("ebin") |> to_string()
 
     code = """
-    {:ok, t} = Tachyon.Table.open(#{inspect(dir)}, mode: :mapped, segment_size: 262_144, max_value_size: 4096)
+    {:ok, t} = Tachyon.Table.open(#{inspect(dir)}, storage: :mapped, segment_size: 262_144, max_value_size: 4096)
     IO.puts("ready")
     Enum.each(Stream.iterate(1, &(&1 + 1)), fn i ->
       :ok = Tachyon.Table.put(t, "key-\#{i}", :binary.copy(<<rem(i, 256)>>, rem(i, 500)))
@@ -504,7 +512,7 @@ defmodule Tachyon.TableTest do
     # Drain acks printed before the kill that we did not read yet.
     acked = drain_acks(port, acked)
 
-    {:ok, t} = Table.open(dir, mode: :mapped, segment_size: 262_144, max_value_size: 4096)
+    {:ok, t} = Table.open(dir, storage: :mapped, segment_size: 262_144, max_value_size: 4096)
 
     for i <- 1..acked do
       value = {:ok, :binary.copy(<<rem(i, 256)>>, rem(i, 500))}
@@ -572,7 +580,7 @@ defmodule Tachyon.TableResourceTest do
     assert fds0 == 0
 
     for mode <- @modes do
-      {:ok, t} = Table.open(Path.join(dir, "#{mode}"), [mode: mode] ++ @small)
+      {:ok, t} = Table.open(Path.join(dir, "#{mode}"), [storage: mode] ++ @small)
       for i <- 1..2000, do: :ok = Table.put(t, "key-#{i}", :binary.copy("v", 100))
       assert count_fds(dir) > fds0
       assert count_threads() == threads0 + 2

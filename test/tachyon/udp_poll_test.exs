@@ -4,7 +4,7 @@ defmodule Tachyon.UDPPollTest do
   alias Tachyon.UDP
 
   defp open_poll(opts \\ []) do
-    {:ok, sock} = UDP.open(0, [ip: :loopback, mode: :poll] ++ opts)
+    {:ok, sock} = UDP.open(0, [ip: :loopback, delivery: :poll] ++ opts)
     {:ok, addr} = UDP.sockname(sock)
     {sock, addr}
   end
@@ -55,13 +55,16 @@ defmodule Tachyon.UDPPollTest do
       assert {:ok, {_, "n" <> _}} = UDP.recv(sock, 1_000)
     end
 
+    # (The sleep lets a readiness message still on its way arrive, which
+    # makes the bound stricter, not looser.)
     Process.sleep(10)
     {:message_queue_len, stale} = Process.info(self(), :message_queue_len)
     assert stale <= 1
     parent = self()
 
     spawn(fn ->
-      Process.sleep(20)
+      # Send once the recv below sleeps in `receive`.
+      await_waiting(parent)
       UDP.send(sock, addr, "late")
       send(parent, :sent)
     end)
@@ -75,7 +78,7 @@ defmodule Tachyon.UDPPollTest do
     {sock, _} = open_poll(wait: :park)
     parent = self()
     task = Task.async(fn -> UDP.recv(sock, 10_000) end)
-    Process.sleep(30)
+    await_waiting(task.pid)
     spawn(fn -> send(parent, {:closed, UDP.close(sock)}) end)
     assert {:error, :closed} = Task.await(task, 5_000)
     assert_receive {:closed, :ok}, 1_000
@@ -95,7 +98,7 @@ defmodule Tachyon.UDPPollTest do
 
     assert_receive {:sock, sock, port}, 2_000
     task = Task.async(fn -> UDP.recv(sock, 10_000) end)
-    Process.sleep(20)
+    await_waiting(task.pid)
     Process.exit(owner, :kill)
     assert {:error, :closed} = Task.await(task, 5_000)
 
@@ -115,8 +118,8 @@ defmodule Tachyon.UDPPollTest do
     assert_raise ArgumentError, fn -> UDP.recv(sock, :soon) end
     assert_raise ArgumentError, fn -> UDP.recv(make_ref(), 0) end
     assert_raise ArgumentError, fn -> UDP.recv(:not_a_socket, 0) end
-    assert_raise ArgumentError, fn -> UDP.open(0, mode: :poll, max_queue: 10) end
-    assert_raise ArgumentError, fn -> UDP.open(0, mode: :pull) end
+    assert_raise ArgumentError, fn -> UDP.open(0, delivery: :poll, max_queue: 10) end
+    assert_raise ArgumentError, fn -> UDP.open(0, delivery: :pull) end
     {:ok, threaded} = UDP.open(0, ip: :loopback)
     assert {:error, :not_poll} = UDP.recv(threaded, 0)
     UDP.close(threaded)
@@ -131,6 +134,13 @@ defmodule Tachyon.UDPPollTest do
     UDP.close(sock)
     assert {:error, :closed} = UDP.stats(sock)
   end
+
+  # Until `pid` sleeps in `receive` (a recv waiting for readiness).
+  defp await_waiting(pid) do
+    assert Tachyon.TestHelpers.wait_until(fn ->
+             Process.info(pid, :status) == {:status, :waiting}
+           end)
+  end
 end
 
 defmodule Tachyon.UDPPollTimeoutTest do
@@ -140,7 +150,7 @@ defmodule Tachyon.UDPPollTimeoutTest do
   alias Tachyon.UDP
 
   defp open_poll(opts) do
-    {:ok, sock} = UDP.open(0, [ip: :loopback, mode: :poll] ++ opts)
+    {:ok, sock} = UDP.open(0, [ip: :loopback, delivery: :poll] ++ opts)
     {:ok, addr} = UDP.sockname(sock)
     {sock, addr}
   end
@@ -162,22 +172,36 @@ defmodule Tachyon.UDPPollTimeoutTest do
     # One busy-spinning poller per scheduler: whichever scheduler the ticker
     # lands on, it shares it with a process that never sleeps.
     n = System.schedulers_online()
-    socks = for _ <- 1..n, do: elem(open_poll(wait: :busy_spin), 0)
     parent = self()
+
+    # The same ticker first runs 300 ms with no poller: what this machine
+    # gives it now (another load may be running) sets the margins.
+    base_ticker = spawn(fn -> tick(parent, System.monotonic_time(:microsecond), 0) end)
+    Process.sleep(300)
+    Process.exit(base_ticker, :kill)
+    base = collect_ticks([])
+    {base_n, base_worst} = {length(base), Enum.max(base, fn -> 0 end)}
+
+    socks = for _ <- 1..n, do: elem(open_poll(wait: :busy_spin), 0)
     ticker = spawn(fn -> tick(parent, System.monotonic_time(:microsecond), 0) end)
     for s <- socks, do: spawn(fn -> send(parent, {:polled, UDP.recv(s, 300)}) end)
     for _ <- socks, do: assert_receive({:polled, {:error, :timeout}}, 5_000)
     Process.exit(ticker, :kill)
     ticks = collect_ticks([])
-    # The ticker sleeps 1 ms between ticks: it must keep being scheduled,
-    # and not be late by more than a few time slices.
-    assert length(ticks) >= 50, "only #{length(ticks)} ticks in 300 ms"
+    # The ticker sleeps 1 ms between ticks: it must keep being scheduled
+    # (at least a quarter of the ticks it got alone), and not be late by
+    # more than a few time slices beyond what it saw alone.
     worst = Enum.max(ticks)
 
     if System.get_env("TACHYON_TEST_VERBOSE"),
-      do: IO.puts("ticks=#{length(ticks)} worst_late_us=#{worst}")
+      do: IO.puts("ticks=#{length(ticks)} worst_late_us=#{worst} alone: #{base_n} #{base_worst}")
 
-    assert worst < 20_000, "a tick was #{worst} us late"
+    assert length(ticks) >= div(base_n, 4),
+           "only #{length(ticks)} ticks in 300 ms (#{base_n} alone)"
+
+    assert worst < 20_000 + 2 * base_worst,
+           "a tick was #{worst} us late (#{base_worst} us at worst alone)"
+
     Enum.each(socks, &UDP.close/1)
   end
 

@@ -85,7 +85,7 @@ defmodule Tachyon.UDPTest do
             {0, [max_queue: 0], ":max_queue"},
             {0, [max_queue: :unbounded], ":max_queue"},
             {0, [batch: 0], ":batch"},
-            {0, [max_datagram: 0], ":max_datagram"},
+            {0, [max_datagram_size: 0], ":max_datagram"},
             {0, [sndbuf: -1], ":sndbuf"},
             {0, [bogus: true], "bogus"}
           ] do
@@ -171,7 +171,7 @@ defmodule Tachyon.UDPTest do
 
   describe "receiving" do
     test "oversized datagrams are counted in :truncated, never delivered cut short" do
-      sock = open!(max_datagram: 64)
+      sock = open!(max_datagram_size: 64)
       me = addr!(sock)
       :ok = UDP.send(sock, me, :binary.copy("a", 65))
       :ok = UDP.send(sock, me, :binary.copy("b", 64))
@@ -497,7 +497,7 @@ defmodule Tachyon.UDPThreadsTest do
 
     Process.exit(owner, :kill)
     Enum.each(socks, &UDP.close/1)
-    Enum.each(echoes, &Echo.stop/1)
+    Enum.each(echoes, &Echo.close/1)
     assert settle_to(before) == before
   end
 end

@@ -49,16 +49,16 @@ defmodule Mix.Tasks.Tachyon.Sequencer do
     Application.ensure_all_started(:tachyon)
 
     seq_opts =
-      [path: path, port: opts[:port] || 0, stats_interval: nil]
+      [path: path, port: opts[:port] || 0, stats_interval_ms: nil]
       |> put(:ip, opts[:ip])
       |> put(:wait, opts[:wait] && String.to_atom(opts[:wait]))
       |> put(:core, opts[:core])
-      |> put(:max_datagram, opts[:max_datagram])
+      |> put(:max_datagram_size, opts[:max_datagram])
       |> put(:batching, opts[:batching])
-      |> put(:heartbeat, opts[:heartbeat])
-      |> put(:heartbeat_after, opts[:heartbeat_after])
+      |> put(:heartbeat_ms, opts[:heartbeat])
+      |> put(:heartbeat_after_us, opts[:heartbeat_after])
       |> put(:group, opts[:group] && Enum.map(String.split(opts[:group], ","), &address/1))
-      |> put(:election_timeout, opts[:election_timeout])
+      |> put(:election_timeout_ms, opts[:election_timeout])
       |> put(:two_nodes, opts[:two_nodes] && String.to_atom(opts[:two_nodes]))
       |> put(:eager, opts[:eager])
       |> put(:bus, bus(opts[:bus], opts[:interface]))

@@ -31,7 +31,7 @@ defmodule Tachyon.AsyncStore.Options do
       then naps up to 1 ms) or `:park` (sleeps until a producer wakes it,
       which costs that producer a system call). Except with `:park`,
       `append/2` never wakes a napping writer until the ring is half full: a
-      message may wait up to one nap (`:linger`, or 1 ms after an idle spell)
+      message may wait up to one nap (`:linger_us`, or 1 ms after an idle spell)
       before the writer takes it; `flush/2` wakes it at once.
       """
     ],
@@ -44,14 +44,15 @@ defmodule Tachyon.AsyncStore.Options do
       type: {:in, [:spin, :error]},
       default: {:native, :async_store, :on_full},
       doc: """
-      when the ring is full, `:spin` waits up to `:spin_timeout` microseconds
+      when the ring is full, `:spin` waits up to `:spin_timeout_us` microseconds
       for the writer to make room, then returns `{:error, :full}`; `:error`
       returns `{:error, :full}` at once.
       """
     ],
-    spin_timeout: [
+    spin_timeout_us: [
       type: {:integer, 0, 1000},
       default: {:native, :async_store, :spin_timeout},
+      formerly: [spin_timeout: nil],
       doc: "microseconds. The spin runs on the caller's scheduler, so it is capped at 1 ms."
     ],
     batch_size: [
@@ -59,9 +60,10 @@ defmodule Tachyon.AsyncStore.Options do
       default: {:native, :async_store, :batch_size},
       doc: "at most this many messages per store batch."
     ],
-    linger: [
+    linger_us: [
       type: {:or, [nil, {:integer, 0, 1_000_000}]},
       default: nil,
+      formerly: [linger: nil],
       default_doc: "50 with `:backoff` and `:park`, 0 otherwise",
       doc: """
       microseconds the writer naps after a batch smaller than `:batch_size`,
@@ -70,9 +72,10 @@ defmodule Tachyon.AsyncStore.Options do
       past half full wake it early.
       """
     ],
-    stats_interval: [
+    stats_interval_ms: [
       type: :interval,
       default: 1000,
+      formerly: [stats_interval: nil],
       doc:
         "milliseconds between `[:tachyon, :async_store, :stats]` telemetry events (`nil`: none)."
     ]
@@ -81,15 +84,29 @@ defmodule Tachyon.AsyncStore.Options do
   @doc "The AsyncStore's own options."
   def schema, do: @schema
 
-  @doc "The keys of `schema/0`."
-  def keys, do: Keyword.keys(@schema)
+  @doc "The keys of `schema/0` (deprecated names included)."
+  def keys, do: Keyword.keys(@schema) ++ Keyword.keys(Options.renames(@schema))
+
+  @doc "The options as the NIF names them (`async_open/6`)."
+  def to_nif(opts) do
+    opts
+    |> Map.new()
+    |> rename(:spin_timeout_us, :spin_timeout)
+    |> rename(:linger_us, :linger)
+    |> rename(:stats_interval_ms, :stats_interval)
+  end
+
+  defp rename(map, from, to) do
+    {value, map} = Map.pop(map, from)
+    Map.put(map, to, value)
+  end
 
   @doc "Validates the AsyncStore's own options and fills in defaults."
   def validate!(opts) do
     opts = Options.validate!(opts, @schema, "Tachyon.AsyncStore")
 
-    if opts[:linger] == nil,
-      do: Keyword.put(opts, :linger, default_linger(opts[:wait])),
+    if opts[:linger_us] == nil,
+      do: Keyword.put(opts, :linger_us, default_linger(opts[:wait])),
       else: opts
   end
 

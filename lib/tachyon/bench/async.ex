@@ -64,7 +64,7 @@ defmodule Tachyon.Bench.Async do
       wait: wait,
       core: opts[:core],
       ring_size: opts[:ring_size] || Tachyon.AsyncStore.default_ring_size(),
-      stats_interval: nil
+      stats_interval_ms: nil
     ]
 
     Report.print_machine()

@@ -232,7 +232,7 @@ defmodule Tachyon.Bench.Echo do
       payload = :binary.copy(<<0xA5>>, cfg.size)
 
       open = fn ->
-        {:ok, _} = Tachyon.UDP.open(0, ip: :loopback, mode: :poll, wait: cfg.udp_wait)
+        {:ok, _} = Tachyon.UDP.open(0, ip: :loopback, delivery: :poll, wait: cfg.udp_wait)
       end
 
       {{h, lost, gcs}, util} =

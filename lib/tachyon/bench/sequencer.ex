@@ -335,7 +335,13 @@ defmodule Tachyon.Bench.Sequencer do
       {h, stats} =
         Bench.in_big_heap(fn ->
           {:ok, bus} =
-            Bus.open(sequencer: seq.bus, member_id: 1, mode: :poll, wait: :busy_spin, loss: loss)
+            Bus.open(
+              sequencer: seq.bus,
+              member_id: 1,
+              delivery: :poll,
+              wait: :busy_spin,
+              loss: loss
+            )
 
           {h, _, _gcs} =
             Bench.sample(cfg.warmup, cfg.n, fn k, h, _ -> rt_loop(bus, msg, k, h) end)
@@ -381,9 +387,9 @@ defmodule Tachyon.Bench.Sequencer do
         Bus.open(
           sequencer: seq.bus,
           member_id: 1,
-          mode: :poll,
+          delivery: :poll,
           wait: :busy_spin,
-          max_datagram: max_dg
+          max_datagram_size: max_dg
         )
 
       n = cfg.n - rem(cfg.n, per_cmd)

@@ -253,7 +253,7 @@ defmodule Tachyon.Nemesis.Cluster do
   the node may be running; retried if it is being truncated).
   """
   def log(dir, tries \\ 50) do
-    {:ok, s} = Tachyon.Store.open(dir, mode: :read)
+    {:ok, s} = Tachyon.Store.open(dir, access: :read)
 
     try do
       Tachyon.Store.stream(s) |> Enum.to_list()
@@ -269,7 +269,7 @@ defmodule Tachyon.Nemesis.Cluster do
 
   @doc "The index a node's log appends next (nil if it cannot be read now)."
   def next_index(dir) do
-    case Tachyon.Store.open(dir, mode: :read) do
+    case Tachyon.Store.open(dir, access: :read) do
       {:ok, s} ->
         n = Tachyon.Store.next_index(s)
         Tachyon.Store.close(s)

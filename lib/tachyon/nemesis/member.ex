@@ -145,8 +145,8 @@ defmodule Tachyon.Nemesis.Member do
       member_id: id,
       bus: {:multicast, {g, port}, interface: cfg.ip, ttl: 1},
       ip: cfg.ip,
-      mode: :poll,
-      connect_timeout: 20_000
+      delivery: :poll,
+      connect_timeout_ms: 20_000
     ]
 
     case Bus.open(opts) do

@@ -29,26 +29,28 @@ defmodule Tachyon.Sequencer.Options do
       ],
       core: U.core_spec(),
       batch: [type: {:integer, 1, 1024}, default: 32, doc: "command datagrams per `recvmmsg`."],
-      max_datagram: max_datagram(),
+      max_datagram_size: max_datagram(),
       batching: [
         type: :boolean,
         default: true,
         doc:
           "several messages per bus datagram when several commands are waiting (`false`: one each)."
       ],
-      heartbeat: [
+      heartbeat_ms: [
         type: {:integer, 1, 3_600_000},
         default: 10,
+        formerly: [heartbeat: nil],
         doc: "milliseconds between heartbeats (the next sequence number) when the bus is idle."
       ],
-      heartbeat_after: [
+      heartbeat_after_us: [
         type: {:integer, 1, 1_000_000},
         default: 10,
+        formerly: [heartbeat_after: nil],
         doc: """
         microseconds after the last data datagram before a heartbeat when the
         bus goes idle; the next ones come ten times later each (10 us,
-        100 us, 1 ms ...) up to `:heartbeat`. A member that lost the last
-        message of a burst learns of it then, not a whole `:heartbeat` later.
+        100 us, 1 ms ...) up to `:heartbeat_ms`. A member that lost the last
+        message of a burst learns of it then, not a whole `:heartbeat_ms` later.
         """
       ],
       replay_max: [
@@ -83,9 +85,10 @@ defmodule Tachyon.Sequencer.Options do
         standby (see `:two_nodes`).
         """
       ],
-      election_timeout: [
+      election_timeout_ms: [
         type: {:integer, 1, 3_600_000},
         default: 50,
+        formerly: [election_timeout: nil],
         doc: """
         milliseconds without hearing the primary before a node asks for
         votes (each wait drawn in `[t, 2t)`); also how long a primary of a
@@ -100,7 +103,7 @@ defmodule Tachyon.Sequencer.Options do
         holds; the standby takes over only when `:watch_nodes` reports the
         primary's BEAM node down: a partition stops the bus, it never forks
         it) or `:available` (a silent peer is taken for dead after
-        `:election_timeout`: the bus goes on through a partition and can
+        `:election_timeout_ms`: the bus goes on through a partition and can
         fork; members report a fork as an event).
         """
       ],
@@ -124,10 +127,29 @@ defmodule Tachyon.Sequencer.Options do
         default: nil,
         doc: "register the process under this name."
       ],
-      stats_interval: [
+      stats_interval_ms: [
         type: :interval,
         default: 1000,
+        formerly: [stats_interval: nil],
         doc: "milliseconds between `[:tachyon, :sequencer, :stats]` events (`nil`: none)."
+      ]
+    ]
+  end
+
+  @doc "The options only `Tachyon.Bus.start_link/1` takes (besides `bus_schema/0`'s)."
+  def bus_server_schema do
+    [
+      name: [
+        type: {:custom, &U.gen_name/1, "nil, an atom, {:global, term} or {:via, module, term}"},
+        default: nil,
+        doc: "`start_link/1`: register the process under this name."
+      ],
+      stats_interval_ms: [
+        type: :interval,
+        default: 1000,
+        formerly: [stats_interval: nil],
+        doc:
+          "`start_link/1`: milliseconds between `[:tachyon, :bus, :stats]` events (`nil`: none)."
       ]
     ]
   end
@@ -166,9 +188,10 @@ defmodule Tachyon.Sequencer.Options do
         default: :live,
         doc: "`:live` (messages sequenced from now on), or a sequence number to rewind from."
       ],
-      mode: [
+      delivery: [
         type: {:in, [:messages, :poll]},
         default: :messages,
+        formerly: [mode: &U.old_mode/1],
         doc: """
         `:messages`: a thread sends `{:tachyon_bus, bus, seq, member_id, data}`
         to the owner; `:poll`: no thread, `recv/2` delivers on the caller's scheduler.
@@ -190,36 +213,41 @@ defmodule Tachyon.Sequencer.Options do
         read later or asked for again).
         """
       ],
-      spin: [
+      spin_us: [
         type: {:integer, 0, 1_000_000},
         default: 50,
+        formerly: [spin: nil],
         doc: "poll mode: microseconds `recv` polls before it sleeps."
       ],
       core: U.core_spec(),
-      max_datagram: max_datagram(),
+      max_datagram_size: max_datagram(),
       max_message_size: [
         type: {:integer, 0, 64 * 1024 * 1024},
         default: 1024 * 1024,
         doc: "largest message; larger ones are cut into fragments on the bus and reassembled."
       ],
-      resend_after: [
+      resend_after_ms: [
         type: {:integer, 1, 60_000},
         default: 20,
+        formerly: [resend_after: nil],
         doc: "milliseconds before a command not seen on the bus is resent."
       ],
-      retransmit_after: [
+      retransmit_after_us: [
         type: {:integer, 1, 60_000_000},
         default: 1000,
+        formerly: [retransmit_after: nil],
         doc: "microseconds before an unanswered replay request is sent again."
       ],
-      hello_after: [
+      hello_after_ms: [
         type: {:integer, 1, 60_000},
         default: 30,
+        formerly: [hello_after: nil],
         doc: "milliseconds of silence before the member says hello again."
       ],
-      connect_timeout: [
+      connect_timeout_ms: [
         type: {:integer, 1, 3_600_000},
         default: 5000,
+        formerly: [connect_timeout: nil],
         doc: "milliseconds `open/1` waits for the sequencer."
       ],
       loss: [
@@ -234,6 +262,7 @@ defmodule Tachyon.Sequencer.Options do
     [
       type: {:integer, 64, 65_507},
       default: 1472,
+      formerly: [max_datagram: nil],
       doc: "largest datagram on the bus (the same for the sequencer and its members)."
     ]
   end

@@ -7,9 +7,10 @@ defmodule Tachyon.Store.Options do
   alias Tachyon.Options
 
   @open_schema [
-    mode: [
+    access: [
       type: {:in, [:write, :read]},
       default: {:native, :store, :mode},
+      formerly: [mode: nil],
       doc: """
       `:write` (one writer per directory, enforced with a lock file) or
       `:read` (a reader, possibly in another OS process, that sees every
@@ -87,9 +88,10 @@ defmodule Tachyon.Store.Options do
       doc: "`start_link/1`: the atom to register the store under."
     ],
     path: [type: :string, required: true, doc: "the directory (created if needed)."],
-    stats_interval: [
+    stats_interval_ms: [
       type: :interval,
       default: 1000,
+      formerly: [stats_interval: nil],
       doc: """
       `start_link/1`: milliseconds between `[:tachyon, :store, :stats]`
       events and roll event flushes (`nil`: none).
@@ -103,8 +105,9 @@ defmodule Tachyon.Store.Options do
   @doc "The options only `Tachyon.Store.start_link/1` takes."
   def server_schema, do: @server_schema
 
-  @doc "The keys of `server_schema/0`."
-  def server_keys, do: Keyword.keys(@server_schema)
+  @doc "The keys of `server_schema/0` (deprecated names included)."
+  def server_keys,
+    do: Keyword.keys(@server_schema) ++ Keyword.keys(Options.renames(@server_schema))
 
   @doc "Validates the `start_link/1`-only options."
   def validate_server!(opts), do: Options.validate!(opts, @server_schema, "Tachyon.Store")

@@ -1,62 +1,45 @@
 defmodule Tachyon.Store.Server do
   @moduledoc false
-  # The process of a named Tachyon.Store (Tachyon.Store.start_link/1): owns
-  # the handle (Tachyon.Named), emits the periodic stats event and the roll
-  # events, closes the store when it stops.
+  # The part callbacks of a named Tachyon.Store (Tachyon.PartServer runs
+  # the process): opens the store in the server, flushes the roll events
+  # queued in Rust at each stats tick, emits `[:tachyon, :store, :stats]`,
+  # closes the store when the process stops.
 
-  use GenServer
+  @behaviour Tachyon.PartServer
 
-  alias Tachyon.{Named, Native, Store}
+  alias Tachyon.{Native, PartServer, Store}
 
-  @impl true
-  def init({server, open}) do
-    name = server[:name]
+  @stats_keys [:appended, :appended_bytes, :segments, :first_index, :next_index]
 
-    case Named.open(Store, name, fn -> Store.do_open(server[:path], open, name) end, &close/1) do
-      {:ok, store} ->
-        schedule(server[:stats_interval])
-        {:ok, %{store: store, interval: server[:stats_interval]}}
-
-      {:error, reason} ->
-        {:stop, reason}
-    end
+  @doc "Starts the process (options already validated)."
+  def start_link(server, open) do
+    PartServer.start_link(__MODULE__, {server[:path], open, server[:name]},
+      module: Store,
+      part: :store,
+      name: server[:name],
+      interval: server[:stats_interval_ms]
+    )
   end
 
   @impl true
-  def handle_call(:tachyon_close, _from, state) do
-    {:stop, :normal, release(state), %{state | store: nil}}
+  def open({path, open, name}) do
+    with {:ok, store} <- Store.do_open(path, open, name), do: {:ok, store, %{}}
   end
 
   @impl true
-  def handle_info(:tick, %{store: s} = state) do
-    Store.flush_events(s)
-
-    case Native.store_stats(s.ref) do
-      {:ok, st} ->
-        Tachyon.Telemetry.execute(
-          [:tachyon, :store, :stats],
-          Map.take(st, [:appended, :appended_bytes, :segments, :first_index, :next_index]),
-          %{path: s.path, name: s.name}
-        )
-
-      _ ->
-        :ok
-    end
-
-    schedule(state.interval)
-    {:noreply, state}
-  end
-
-  def handle_info(_msg, state), do: {:noreply, state}
+  def close(store), do: Store.close(store)
 
   @impl true
-  def terminate(_reason, state), do: release(state)
+  def tick(state) do
+    Store.flush_events(state.handle)
+    state
+  end
 
-  defp release(%{store: nil}), do: :ok
-  defp release(%{store: s}), do: Named.release(Store, s.name, s, &close/1)
+  @impl true
+  def stats(store, _data) do
+    with {:ok, st} <- Native.store_stats(store.ref), do: {:ok, Map.take(st, @stats_keys)}
+  end
 
-  defp close(s), do: Store.close(s)
-
-  defp schedule(nil), do: :ok
-  defp schedule(ms), do: Process.send_after(self(), :tick, ms)
+  @impl true
+  def meta(%{handle: store}), do: %{path: store.path, name: store.name}
 end

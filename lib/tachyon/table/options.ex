@@ -7,10 +7,11 @@ defmodule Tachyon.Table.Options do
   alias Tachyon.Options
 
   @open_schema [
-    mode: [
+    storage: [
       type: {:in, [:memory, :mapped, :file]},
       default: {:native, :table, :mode},
-      doc: "`:memory`, `:mapped` or `:file` (see \"Value modes\")."
+      formerly: [mode: nil],
+      doc: "where values live: `:memory`, `:mapped` or `:file` (see \"Value storage\")."
     ],
     segment_size: [
       type: {:integer, 65_536, 1_073_741_824},
@@ -79,9 +80,10 @@ defmodule Tachyon.Table.Options do
       doc: "`start_link/1`: register the table under this atom (optional)."
     ],
     path: [type: :string, required: true, doc: "`start_link/1`: the directory."],
-    stats_interval: [
+    stats_interval_ms: [
       type: :interval,
       default: 1000,
+      formerly: [stats_interval: nil],
       doc:
         "`start_link/1`: milliseconds between `[:tachyon, :table, :stats]` events (`nil`: none)."
     ]
@@ -93,8 +95,9 @@ defmodule Tachyon.Table.Options do
   @doc "The options only `Tachyon.Table.start_link/1` takes."
   def server_schema, do: @server_schema
 
-  @doc "The keys of `server_schema/0`."
-  def server_keys, do: Keyword.keys(@server_schema)
+  @doc "The keys of `server_schema/0` (deprecated names included)."
+  def server_keys,
+    do: Keyword.keys(@server_schema) ++ Keyword.keys(Options.renames(@server_schema))
 
   @doc "Validates the `start_link/1`-only options."
   def validate_server!(opts), do: Options.validate!(opts, @server_schema, "Tachyon.Table")

@@ -1,14 +1,15 @@
 defmodule Tachyon.Table.Server do
   @moduledoc false
-  # The process of a Tachyon.Table started with start_link/1: owns the
-  # handle (Tachyon.Named: an orphan left by a killed incarnation is closed
-  # before reopening, so the restart does not find the directory locked),
-  # emits the periodic stats and compaction events, closes the table when it
-  # stops.
+  # The part callbacks of a Tachyon.Table started with start_link/1
+  # (Tachyon.PartServer runs the process): opens the table in the server
+  # (an orphan left by a killed incarnation is closed first, so the restart
+  # does not find the directory locked), emits the compaction events queued
+  # in Rust and `[:tachyon, :table, :stats]` at each stats tick, closes the
+  # table when the process stops.
 
-  use GenServer
+  @behaviour Tachyon.PartServer
 
-  alias Tachyon.{Named, Native, Table, Telemetry}
+  alias Tachyon.{Native, PartServer, Table}
 
   @stats_keys [
     :keys,
@@ -21,64 +22,38 @@ defmodule Tachyon.Table.Server do
     :compactions
   ]
 
-  @impl true
-  def init({server, open}) do
-    name = server[:name]
-
-    case Named.open(Table, name, fn -> Table.do_open(server[:path], open, name) end, &close/1) do
-      {:ok, t} ->
-        schedule(server[:stats_interval])
-        {:ok, %{table: t, interval: server[:stats_interval]}}
-
-      {:error, reason} ->
-        {:stop, reason}
-    end
+  @doc "Starts the process (options already validated)."
+  def start_link(server, open) do
+    PartServer.start_link(__MODULE__, {server[:path], open, server[:name]},
+      module: Table,
+      part: :table,
+      name: server[:name],
+      interval: server[:stats_interval_ms]
+    )
   end
 
   @impl true
-  def handle_call(:table, _from, state), do: {:reply, state.table, state}
-
-  def handle_call(:tachyon_close, _from, state) do
-    {:stop, :normal, release(state), %{state | table: nil}}
+  def open({path, open, name}) do
+    with {:ok, t} <- Table.do_open(path, open, name), do: {:ok, t, %{}}
   end
 
   @impl true
-  def handle_info(:tick, %{table: t} = state) do
-    Table.emit_events(t)
-
-    case Native.table_stats(t.ref) do
-      {:ok, s} ->
-        Telemetry.execute(
-          [:tachyon, :table, :stats],
-          Map.take(s, @stats_keys),
-          %{path: t.path, name: t.name}
-        )
-
-        schedule(state.interval)
-        {:noreply, state}
-
-      {:error, :closed} ->
-        {:stop, :normal, state}
-
-      {:error, _} ->
-        schedule(state.interval)
-        {:noreply, state}
-    end
-  end
-
-  def handle_info(_msg, state), do: {:noreply, state}
-
-  @impl true
-  def terminate(_reason, state), do: release(state)
-
-  defp release(%{table: nil}), do: :ok
-  defp release(%{table: t}), do: Named.release(Table, t.name, t, &close/1)
-
-  defp close(t) do
+  def close(t) do
     Table.emit_events(t)
     Native.table_close(t.ref)
   end
 
-  defp schedule(nil), do: :ok
-  defp schedule(ms), do: Process.send_after(self(), :tick, ms)
+  @impl true
+  def tick(state) do
+    Table.emit_events(state.handle)
+    state
+  end
+
+  @impl true
+  def stats(t, _data) do
+    with {:ok, s} <- Native.table_stats(t.ref), do: {:ok, Map.take(s, @stats_keys)}
+  end
+
+  @impl true
+  def meta(%{handle: t}), do: %{path: t.path, name: t.name}
 end

@@ -47,7 +47,7 @@ defmodule Tachyon.UDP.Options do
       ],
       core: core_spec(),
       batch: batch(:echo, "datagrams per `recvmmsg`/`sendmmsg`, 1..1024."),
-      max_datagram:
+      max_datagram_size:
         max_datagram(
           "largest datagram echoed, 1..65507. A larger datagram is not echoed; it is counted in `:truncated`."
         )
@@ -61,9 +61,10 @@ defmodule Tachyon.UDP.Options do
           default: nil,
           doc: "register the process under this name."
         ],
-        stats_interval: [
+        stats_interval_ms: [
           type: :interval,
           default: 1000,
+          formerly: [stats_interval: nil],
           doc: "milliseconds between `[:tachyon, :echo, :stats]` telemetry events (`nil`: none)."
         ]
       ]
@@ -79,18 +80,21 @@ defmodule Tachyon.UDP.Options do
         doc:
           "the process that receives the datagrams (`nil`: the caller). Its exit closes the socket."
       ],
-      mode: [
-        type: {:in, [:thread, :poll]},
-        default: :thread,
+      delivery: [
+        type: {:in, [:messages, :poll]},
+        default: :messages,
+        formerly: [mode: &__MODULE__.old_mode/1],
         doc: """
-        how datagrams reach the owner: `:thread` (a receive thread sends each
-        one as a message) or `:poll` (no thread: `recv/2` and `recv_many/3`
-        read the socket on the caller's own scheduler; see "Poll mode").
+        how datagrams reach the owner: `:messages` (a receive thread sends
+        each one as a message) or `:poll` (no thread: `recv/2` and
+        `recv_many/3` read the socket on the caller's own scheduler; see
+        "Poll mode"). The old `mode: :thread` is `delivery: :messages`.
         """
       ],
-      spin: [
+      spin_us: [
         type: {:integer, 0, 1_000_000},
         default: 50,
+        formerly: [spin: nil],
         doc: """
         poll mode: microseconds a `recv` keeps polling an empty socket (with
         `wait: :backoff` or `:yield`) before it sleeps until the socket is
@@ -101,10 +105,10 @@ defmodule Tachyon.UDP.Options do
         type: :wait,
         default: {:native, :udp, :wait},
         doc: """
-        thread mode: what the receive thread does when no datagram is
-        waiting; poll mode: what `recv` does (`:busy_spin` polls until its
-        timeout, `:backoff` and `:yield` poll for `:spin` microseconds then
-        sleep, `:park` sleeps at once). In the thread mode: `:backoff`
+        `:messages`: what the receive thread does when no datagram is
+        waiting; `:poll`: what `recv` does (`:busy_spin` polls until its
+        timeout, `:backoff` and `:yield` poll for `:spin_us` microseconds then
+        sleep, `:park` sleeps at once). With `delivery: :messages`: `:backoff`
         (after each datagram it keeps polling, yielding the core between
         polls, for a few hundred microseconds, then blocks in `poll` until
         the next one: fast for request/response traffic, no CPU when idle),
@@ -123,7 +127,7 @@ defmodule Tachyon.UDP.Options do
           "the most datagrams delivered and not yet acknowledged with `ack/2` (see \"Backpressure\")."
       ],
       batch: batch(:udp, "datagrams per `recvmmsg`, 1..1024."),
-      max_datagram:
+      max_datagram_size:
         max_datagram("""
         largest datagram delivered, 1..65507. Receive buffers are `batch *
         max_datagram` bytes of virtual memory; only the pages datagrams touch
@@ -162,8 +166,44 @@ defmodule Tachyon.UDP.Options do
   defp batch(part, doc),
     do: [type: {:integer, 1, 1024}, default: {:native, part, :batch}, doc: doc]
 
-  defp max_datagram(doc),
-    do: [type: {:integer, 1, 65_507}, default: {:native, :udp, :max_datagram}, doc: doc]
+  defp max_datagram(doc) do
+    [
+      type: {:integer, 1, 65_507},
+      default: {:native, :udp, :max_datagram},
+      formerly: [max_datagram: nil],
+      doc: doc
+    ]
+  end
+
+  @doc false
+  # `mode: :thread | :poll` (UDP) and `mode: :messages | :poll` (Bus) were
+  # one concept under two spellings: now `delivery: :messages | :poll`.
+  def old_mode(:thread), do: :messages
+  def old_mode(other), do: other
+
+  @doc """
+  The options as the NIFs name them (`udp_open/2`, `echo_start/1`): the
+  receive mode is `mode: :thread | :poll`, sizes and times unsuffixed.
+  """
+  def to_nif(opts) do
+    opts
+    |> rename(:max_datagram_size, :max_datagram)
+    |> rename(:spin_us, :spin)
+    |> then(fn
+      %{delivery: d} = o -> o |> Map.delete(:delivery) |> Map.put(:mode, nif_mode(d))
+      o -> o
+    end)
+  end
+
+  defp nif_mode(:messages), do: :thread
+  defp nif_mode(:poll), do: :poll
+
+  defp rename(map, from, to) do
+    case Map.pop(map, from, :absent) do
+      {:absent, map} -> map
+      {value, map} -> Map.put(map, to, value)
+    end
+  end
 
   defp socket(part) do
     [

@@ -22,7 +22,7 @@ defmodule Tachyon.Bench.Echo.Peers do
     try do
       fun.(echo, Tachyon.Echo.address(echo))
     after
-      Tachyon.Echo.stop(echo)
+      Tachyon.Echo.close(echo)
     end
   end
 
@@ -167,7 +167,7 @@ defmodule Tachyon.Bench.Echo.Peers do
     spawn_echo(
       "Tachyon.UDP (poll)",
       fn ->
-        {:ok, s} = Tachyon.UDP.open(0, ip: :loopback, mode: :poll, wait: cfg.udp_wait)
+        {:ok, s} = Tachyon.UDP.open(0, ip: :loopback, delivery: :poll, wait: cfg.udp_wait)
         {:ok, addr} = Tachyon.UDP.sockname(s)
         {s, addr}
       end,

@@ -173,7 +173,7 @@ defmodule Tachyon.Bench.Failover.Check do
   as `{0, flags}`).
   """
   def read_log(dir) do
-    {:ok, s} = Tachyon.Store.open(dir, mode: :read)
+    {:ok, s} = Tachyon.Store.open(dir, access: :read)
 
     try do
       s |> Tachyon.Store.stream() |> Map.new(fn {i, bin} -> {i, decode(bin)} end)

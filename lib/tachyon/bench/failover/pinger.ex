@@ -75,7 +75,8 @@ defmodule Tachyon.Bench.Failover.Pinger do
   defp init(parent, sequencer, id, bus_opts) do
     {:ok, bus} =
       Bus.open(
-        [sequencer: sequencer, member_id: id, mode: :poll, connect_timeout: 15_000] ++ bus_opts
+        [sequencer: sequencer, member_id: id, delivery: :poll, connect_timeout_ms: 15_000] ++
+          bus_opts
       )
 
     send(parent, {self(), :ready})

@@ -70,7 +70,7 @@ defmodule Tachyon.Bench.Failover.Witness do
       end
 
     result = Pinger.stop(pinger)
-    :ok = Sequencer.stop(s)
+    :ok = Sequencer.close(s)
     catch_exit(fn -> :peer.stop(peer) end)
     check = Check.run([result], [pdir, sdir], 1)
     if Check.ok?(check), do: File.rm_rf!(base)
@@ -86,7 +86,7 @@ defmodule Tachyon.Bench.Failover.Witness do
     [{_, pport}, {_, sport}] = group
     {peer, node} = start_peer()
     os_pid = :erpc.call(node, :os, :getpid, [])
-    common = [group: group, two_nodes: :safe, wait: :backoff, stats_interval: nil]
+    common = [group: group, two_nodes: :safe, wait: :backoff, stats_interval_ms: nil]
 
     {:ok, s} =
       Sequencer.start_link(
@@ -103,7 +103,7 @@ defmodule Tachyon.Bench.Failover.Witness do
         {peer, node, os_pid, s, group, epoch}
 
       {:error, :timeout} when tries > 1 ->
-        :ok = Sequencer.stop(s)
+        :ok = Sequencer.close(s)
         catch_exit(fn -> :peer.stop(peer) end)
         Enum.each([pdir, sdir], &File.rm_rf!/1)
         start_pair(pdir, sdir, tries - 1)

@@ -59,7 +59,7 @@ defmodule Tachyon.Bench.Table.Engines do
 
     {:ok, t} =
       Table.open(dir,
-        mode: String.to_existing_atom(mode),
+        storage: String.to_existing_atom(mode),
         capacity: records,
         compaction_interval_ms: nil,
         max_value_size: max(size, 1_048_576)
