@@ -72,6 +72,17 @@ defmodule Tachyon.Sequencer.OSProcess do
     end
   end
 
+  @doc "Drops the output lines of `nodes` received so far (role lines of the past)."
+  def flush_lines(nodes), do: flush_ports(Map.new(nodes, &{&1.port, true}))
+
+  defp flush_ports(ports) do
+    receive do
+      {port, {:data, _}} when is_map_key(ports, port) -> flush_ports(ports)
+    after
+      0 -> :ok
+    end
+  end
+
   @doc "A UDP port free on loopback now."
   def free_port do
     {:ok, s} = :gen_udp.open(0, ip: {127, 0, 0, 1})
