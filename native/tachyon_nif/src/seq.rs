@@ -7,10 +7,17 @@
 //!   `{:tachyon_bus, bus, seq, member_id, data}` to the owner; `:poll`, the
 //!   process that calls `bus_recv` drives it on its own scheduler (through
 //!   the shared [`Poller`]).
+//!
+//! No call here holds a normal scheduler for long: a publish that sends
+//! more than [`INLINE_DATAGRAMS`] datagrams, or finds another publish
+//! holding the member's send lock, moves itself to a dirty I/O scheduler
+//! (`crate::dirty`); stats read atomics; a close that would wait behind a
+//! publish says its goodbye from the reaper thread; `seq_stop` and
+//! `seq_stats` never wait for each other.
 
 use std::net::{IpAddr, SocketAddr};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use rustler::types::atom::Atom;
 use rustler::{Binary, Encoder, Env, LocalPid, Monitor, NewBinary, NifResult, Term};
@@ -22,10 +29,11 @@ use tachyon_core::seq::{
     SequencerStats, TwoNodes,
 };
 use tachyon_core::wait::Waiter;
-use tachyon_core::worker::Worker;
+use tachyon_core::worker::{self, Slot, Worker};
 
 use crate::atoms;
 use crate::deliver::ProcessSender;
+use crate::dirty::{charge, reschedule};
 use crate::owner::Owner;
 use crate::res::{Handle, Obj};
 use crate::terms::{atom, get, map};
@@ -85,7 +93,8 @@ fn decode_bus<'a>(term: Term<'a>) -> NifResult<BusMode> {
 
 /// A sequencer node (a group of one, or one node of a group).
 pub struct SeqResource {
-    node: Mutex<Sequencer>,
+    /// Its stop holds no lock its readers take.
+    node: Sequencer,
     /// Where the node's events go (`seq_report_to`); kept until then.
     events: Arc<Mutex<Events>>,
 }
@@ -226,10 +235,7 @@ fn seq_start<'a>(env: Env<'a>, opts: Term<'a>) -> NifResult<Term<'a>> {
             ("wait", atom(env, p.wait.name())),
         ],
     )?;
-    let res = Handle::new(SeqResource {
-        node: Mutex::new(s),
-        events,
-    });
+    let res = Handle::new(SeqResource { node: s, events });
     Ok((atoms::ok(), res, info).encode(env))
 }
 
@@ -248,7 +254,7 @@ fn seq_report_to(res: &SeqResource, pid: LocalPid) -> Atom {
 /// closed on return.
 #[rustler::nif(schedule = "DirtyIo")]
 fn seq_stop(res: &SeqResource) -> Atom {
-    res.node.lock().unwrap_or_else(|e| e.into_inner()).stop();
+    res.node.stop();
     atoms::ok()
 }
 
@@ -256,20 +262,14 @@ fn seq_stop(res: &SeqResource) -> Atom {
 /// two the witness's vote too.
 #[rustler::nif]
 fn seq_takeover(res: &SeqResource) -> Atom {
-    res.node
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .take_over();
+    res.node.take_over();
     atoms::ok()
 }
 
 /// The witness (this BEAM node) saw node `id`'s BEAM node go down.
 #[rustler::nif]
 fn seq_witness_down(res: &SeqResource, id: u8) -> Atom {
-    res.node
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .witness_down(id);
+    res.node.witness_down(id);
     atoms::ok()
 }
 
@@ -277,11 +277,10 @@ fn seq_witness_down(res: &SeqResource, id: u8) -> Atom {
 /// `{:error, :closed}` once stopped.
 #[rustler::nif]
 fn seq_stats<'a>(env: Env<'a>, res: &SeqResource) -> NifResult<Term<'a>> {
-    let node = res.node.lock().unwrap_or_else(|e| e.into_inner());
-    if !node.is_running() {
+    if !res.node.is_running() {
         return Ok((atoms::error(), atoms::closed()).encode(env));
     }
-    let m = seq_stats_map(env, &node.stats())?;
+    let m = seq_stats_map(env, &res.node.stats())?;
     Ok((atoms::ok(), m).encode(env))
 }
 
@@ -294,7 +293,7 @@ pub struct BusResource {
     /// Also gets the member's events (`Tachyon.Bus.Events`: telemetry).
     relay: Option<LocalPid>,
     /// `:messages` mode: the thread that drives the member.
-    worker: Mutex<Option<Worker>>,
+    worker: Slot,
     /// `:poll` mode.
     poll: Option<Poller<()>>,
     /// `:messages` mode: messages delivered and acknowledged (`bus_ack`),
@@ -316,14 +315,16 @@ impl BusResource {
     fn on_stop(&self, _fd: std::os::fd::RawFd, _direct: bool) {}
 }
 
-/// Closes without waiting: no more publishes, the thread (if any) is told
-/// to stop (the reaper joins it), a process waiting in `recv` is woken.
+/// Closes without waiting: no more publishes (the goodbye is said from the
+/// reaper thread if a publish holds the send lock), the thread (if any) is
+/// told to stop (the reaper joins it), a process waiting in `recv` is woken.
 fn close_now(res: &Obj<'_, BusResource>, env: Env<'_>) {
-    res.member.close();
-    if let Some(w) = res.worker.lock().unwrap_or_else(|e| e.into_inner()).take() {
-        w.stop();
-        drop(w);
+    if !res.member.try_close() {
+        let h = res.handle();
+        worker::defer(move || h.member.close());
     }
+    // Dropped: stopped, and joined by the reaper.
+    drop(res.worker.take());
     if let Some(p) = &res.poll {
         p.close(env, res, Some(res.member.poll_fd()), || {});
     }
@@ -463,7 +464,7 @@ fn bus_open<'a>(env: Env<'a>, opts: Term<'a>, owner: LocalPid) -> NifResult<Term
         member: member.clone(),
         owner: Owner::new(owner),
         relay: get(env, opts, "events")?,
-        worker: Mutex::new(None),
+        worker: Slot::default(),
         poll: poll.then(|| Poller::new(wait, spin, (), seq_atoms::tachyon_bus_ready())),
         credits: Credits::new(get(env, opts, "max_queue")?),
     });
@@ -515,7 +516,7 @@ fn bus_open<'a>(env: Env<'a>, opts: Term<'a>, owner: LocalPid) -> NifResult<Term
             }
         });
         match spawned {
-            Ok(w) => *res.worker.lock().unwrap_or_else(|e| e.into_inner()) = Some(w),
+            Ok(w) => res.worker.set(w),
             Err(e) => {
                 res.member.close();
                 return Ok((atoms::error(), crate::terms::errno_atom(env, &e)).encode(env));
@@ -549,20 +550,85 @@ fn publish_result<'a>(env: Env<'a>, r: Result<u64, PublishError>) -> Term<'a> {
     }
 }
 
-/// Publishes a binary: `{:ok, member_seq}` or `{:error, :too_large | :busy | :closed}`.
+/// Datagrams a publish sends from a normal scheduler at most (a few
+/// microseconds each): a larger publish moves to a dirty I/O scheduler.
+pub(crate) const INLINE_DATAGRAMS: usize = 16;
+/// Messages `bus_publish_many` decodes on a normal scheduler at most.
+const INLINE_LIST: usize = 256;
+
+/// Publishes a binary: `{:ok, member_seq}` or `{:error, :too_large | :busy
+/// | :closed | :member_id_taken}`. A message of more than
+/// [`INLINE_DATAGRAMS`] fragments (or one that finds another publish
+/// sending) is published from a dirty I/O scheduler.
 #[rustler::nif]
-fn bus_publish<'a>(env: Env<'a>, res: &BusResource, data: Binary<'a>) -> Term<'a> {
-    publish_result(env, res.member.publish(data.as_slice()))
+fn bus_publish<'a>(env: Env<'a>, bus: Term<'a>, data: Term<'a>) -> NifResult<Term<'a>> {
+    let res: &BusResource = bus.decode()?;
+    let bin: Binary = data.decode()?;
+    let msg = [bin.as_slice()];
+    if res.member.datagrams_for(msg) <= INLINE_DATAGRAMS {
+        let t0 = Instant::now();
+        if let Some(r) = res.member.try_publish_many(msg) {
+            charge(env, t0);
+            return Ok(publish_result(env, r));
+        }
+    }
+    Ok(reschedule(
+        env,
+        c"bus_publish_dirty",
+        bus_publish_dirty,
+        &[bus, data],
+    ))
 }
 
-/// Publishes a list of binaries, packed into as few commands as fit.
-#[rustler::nif]
-fn bus_publish_many<'a>(env: Env<'a>, res: &BusResource, list: Vec<Binary<'a>>) -> Term<'a> {
-    publish_result(
-        env,
-        res.member.publish_many(list.iter().map(|b| b.as_slice())),
-    )
+fn publish_dirty<'a>(env: Env<'a>, args: &[Term<'a>]) -> NifResult<Term<'a>> {
+    let [bus, data] = args else {
+        return Err(rustler::Error::BadArg);
+    };
+    let res: &BusResource = bus.decode()?;
+    let bin: Binary = data.decode()?;
+    Ok(publish_result(env, res.member.publish(bin.as_slice())))
 }
+
+crate::dirty_nif!(bus_publish_dirty, publish_dirty);
+
+/// Publishes a list of binaries, packed into as few commands as fit (from
+/// a dirty I/O scheduler above [`INLINE_LIST`] messages or
+/// [`INLINE_DATAGRAMS`] datagrams).
+#[rustler::nif]
+fn bus_publish_many<'a>(env: Env<'a>, bus: Term<'a>, list: Term<'a>) -> NifResult<Term<'a>> {
+    let res: &BusResource = bus.decode()?;
+    if list.list_length()? <= INLINE_LIST {
+        let bins: Vec<Binary> = list.decode()?;
+        let msgs = bins.iter().map(|b| b.as_slice());
+        if res.member.datagrams_for(msgs.clone()) <= INLINE_DATAGRAMS {
+            let t0 = Instant::now();
+            if let Some(r) = res.member.try_publish_many(msgs) {
+                charge(env, t0);
+                return Ok(publish_result(env, r));
+            }
+        }
+    }
+    Ok(reschedule(
+        env,
+        c"bus_publish_many_dirty",
+        bus_publish_many_dirty,
+        &[bus, list],
+    ))
+}
+
+fn publish_many_dirty<'a>(env: Env<'a>, args: &[Term<'a>]) -> NifResult<Term<'a>> {
+    let [bus, list] = args else {
+        return Err(rustler::Error::BadArg);
+    };
+    let res: &BusResource = bus.decode()?;
+    let bins: Vec<Binary> = list.decode()?;
+    Ok(publish_result(
+        env,
+        res.member.publish_many(bins.iter().map(|b| b.as_slice())),
+    ))
+}
+
+crate::dirty_nif!(bus_publish_many_dirty, publish_many_dirty);
 
 /// Polls a `:poll` member: `{:ok, [{seq, member_id, data}]}` (never
 /// empty), `:empty` (poll again), `:sleep` (select, then wait) or
