@@ -25,7 +25,7 @@ pub struct Peer {
 }
 
 impl Peer {
-    fn body_len(kind: PeerKind) -> usize {
+    pub(super) fn body_len(kind: PeerKind) -> usize {
         match kind {
             PeerKind::PreVoteReply | PeerKind::VoteReply => 0,
             PeerKind::SyncReply => 24,
