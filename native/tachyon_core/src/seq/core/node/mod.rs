@@ -23,6 +23,7 @@
 //!   one (a paused process, a thread waiting for a CPU, a clock jump) adds
 //!   at most [`TICK_CAP`] to any timer.
 
+mod commands;
 mod config;
 mod election;
 mod follower;
@@ -43,8 +44,8 @@ use crate::seq::wire::{
 use crate::seq::BusMode;
 use logstate::LogState;
 
+pub use commands::Window;
 pub use config::{NodeConfig, NodeCounters, Role, TwoNodes};
-pub use leader::Window;
 
 /// The most a tick adds to any timer, however long since the last one.
 pub const TICK_CAP: Nanos = 5 * MILLI;
