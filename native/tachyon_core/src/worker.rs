@@ -4,7 +4,14 @@
 //!
 //! A worker has a name, may be pinned to a core, and carries a stop flag and
 //! a [`Wake`] line. [`Worker::spawn`] returns once the thread runs (named and
-//! pinned), so callers can count it and report where it landed.
+//! pinned), so callers can count it and report where it landed; on a thread
+//! that must not wait (a normal BEAM scheduler, e.g. inside a resource
+//! destructor) it returns at once and [`Worker::placement`] says what is
+//! known so far.
+//!
+//! Slow work that a caller that must not wait has to start (the last close
+//! of a resource collected on a normal scheduler, a close that would wait
+//! behind a publisher) goes to [`defer`]: the reaper runs it.
 //!
 //! Ending a worker:
 //! * [`Worker::join`] asks it to stop, wakes it and waits for it. It blocks:
@@ -35,6 +42,7 @@ pub struct Ctx {
     stop: CachePadded<AtomicBool>,
     wake: Arc<Wake>,
     pinned: AtomicU8,
+    started: AtomicBool,
     finished: AtomicBool,
 }
 
@@ -85,7 +93,9 @@ impl Drop for Finish {
 
 impl Worker {
     /// Starts thread `name` (pinned to `core` if given) running `body`, and
-    /// returns once it runs.
+    /// returns once it runs, unless the calling thread must not wait (see
+    /// [`set_blocking_check`]): then it returns as soon as the thread is
+    /// created.
     pub fn spawn<F>(name: &str, core: Option<usize>, body: F) -> io::Result<Worker>
     where
         F: FnOnce(&Ctx) + Send + 'static,
@@ -94,6 +104,7 @@ impl Worker {
             stop: CachePadded::new(AtomicBool::new(false)),
             wake: Arc::new(Wake::new()?),
             pinned: AtomicU8::new(0),
+            started: AtomicBool::new(false),
             finished: AtomicBool::new(false),
         });
         let (ready_tx, ready_rx) = mpsc::sync_channel::<()>(1);
@@ -106,14 +117,17 @@ impl Worker {
                     let ok = pin_to_core(core);
                     c.pinned.store(if ok { 1 } else { 2 }, Ordering::Release);
                 }
+                c.started.store(true, Ordering::Release);
                 let _ = ready_tx.send(());
                 drop(ready_tx);
                 body(&c);
                 drop(finish);
             })?;
         // The sender is dropped if the thread dies before it sends: recv
-        // returns either way.
-        let _ = ready_rx.recv();
+        // returns either way. A caller that must not wait does not.
+        if may_block() {
+            let _ = ready_rx.recv();
+        }
         Ok(Worker {
             ctx,
             handle: Some(handle),
@@ -143,7 +157,14 @@ impl Worker {
         self.ctx.finished.load(Ordering::Acquire)
     }
 
-    /// The core asked for, and whether pinning to it worked.
+    /// Whether the thread has started its body (always true after a
+    /// [`Worker::spawn`] that was allowed to wait).
+    pub fn is_started(&self) -> bool {
+        self.ctx.started.load(Ordering::Acquire)
+    }
+
+    /// The core asked for, and whether pinning to it worked (false while
+    /// not [`Worker::is_started`]).
     pub fn placement(&self) -> (Option<usize>, bool) {
         (self.core, self.ctx.pinned.load(Ordering::Acquire) == 1)
     }
@@ -182,6 +203,53 @@ impl Drop for Worker {
     }
 }
 
+/// A worker owned by something shared (a resource): stopped and joined
+/// through `&self`, with the lock held only to take the worker out, never
+/// through the join, so that readers (`is_running`, `wake`) never wait
+/// behind a stop.
+#[derive(Debug, Default)]
+pub struct Slot(Mutex<Option<Worker>>);
+
+impl Slot {
+    pub fn new(w: Worker) -> Slot {
+        Slot(Mutex::new(Some(w)))
+    }
+
+    /// Puts `w` in (a worker already there is dropped: stopped, reaped).
+    pub fn set(&self, w: Worker) {
+        let old = crate::sys::lock(&self.0).replace(w);
+        drop(old);
+    }
+
+    /// Whether a worker is in and its body has not returned.
+    pub fn is_running(&self) -> bool {
+        crate::sys::lock(&self.0)
+            .as_ref()
+            .is_some_and(|w| !w.is_finished())
+    }
+
+    /// Wakes the worker, if any.
+    pub fn wake(&self) {
+        if let Some(w) = crate::sys::lock(&self.0).as_ref() {
+            w.wake();
+        }
+    }
+
+    /// Takes the worker out: stopped and joined by [`Worker::join`] (which
+    /// blocks where it may) or dropped (reaped) by the caller.
+    pub fn take(&self) -> Option<Worker> {
+        crate::sys::lock(&self.0).take()
+    }
+
+    /// Stops and joins the worker (idempotent; see [`Worker::join`]).
+    pub fn join(&self) -> Result<(), Panicked> {
+        match self.take() {
+            Some(w) => w.join(),
+            None => Ok(()),
+        }
+    }
+}
+
 static BLOCKING_CHECK: OnceLock<fn() -> bool> = OnceLock::new();
 static REFUSED_JOINS: AtomicU64 = AtomicU64::new(0);
 
@@ -192,7 +260,9 @@ pub fn set_blocking_check(may_block: fn() -> bool) {
     let _ = BLOCKING_CHECK.set(may_block);
 }
 
-fn may_block() -> bool {
+/// Whether the calling thread may wait for another thread or a lock held
+/// for long (by the installed check; yes when none is installed).
+pub fn may_block() -> bool {
     BLOCKING_CHECK.get().is_none_or(|f| f())
 }
 
@@ -210,24 +280,51 @@ pub fn start_reaper() -> bool {
     reaper().is_some()
 }
 
+/// What the reaper thread is given.
+enum Job {
+    Join(JoinHandle<()>),
+    Run(Box<dyn FnOnce() + Send>),
+}
+
 /// Hands `h` to the reaper thread, which joins it. If the reaper cannot be
 /// started the thread is detached (it still stops: its stop flag is set).
 fn reap(h: JoinHandle<()>) {
     if let Some(tx) = reaper() {
-        let _ = crate::sys::lock(tx).send(h);
+        let _ = crate::sys::lock(tx).send(Job::Join(h));
     }
 }
 
-fn reaper() -> Option<&'static Mutex<Sender<JoinHandle<()>>>> {
-    static REAPER: OnceLock<Option<Mutex<Sender<JoinHandle<()>>>>> = OnceLock::new();
+/// Runs `f` on the reaper thread, after what it was given before: work a
+/// caller that must not wait hands off (a close that may wait behind a
+/// lock, say). `f` must not wait for the reaper itself (a [`Worker`]'s
+/// join from there is fine: the reaper may block). Runs `f` here if the
+/// reaper cannot be started.
+pub fn defer(f: impl FnOnce() + Send + 'static) {
+    match reaper() {
+        Some(tx) => {
+            let _ = crate::sys::lock(tx).send(Job::Run(Box::new(f)));
+        }
+        None => f(),
+    }
+}
+
+fn reaper() -> Option<&'static Mutex<Sender<Job>>> {
+    static REAPER: OnceLock<Option<Mutex<Sender<Job>>>> = OnceLock::new();
     REAPER
         .get_or_init(|| {
-            let (tx, rx) = mpsc::channel::<JoinHandle<()>>();
+            let (tx, rx) = mpsc::channel::<Job>();
             std::thread::Builder::new()
                 .name("tachyon-reaper".into())
                 .spawn(move || {
-                    for h in rx {
-                        let _ = h.join();
+                    for job in rx {
+                        match job {
+                            Job::Join(h) => {
+                                let _ = h.join();
+                            }
+                            Job::Run(f) => {
+                                let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f));
+                            }
+                        }
                     }
                 })
                 .ok()
@@ -326,10 +423,59 @@ mod tests {
         assert!(slot.lock().unwrap().is_none());
     }
 
+    thread_local!(static NO_BLOCK: std::cell::Cell<bool> = const { std::cell::Cell::new(false) });
+
+    /// This thread may not block while `NO_BLOCK` is set (as a normal
+    /// scheduler).
+    fn install_check() {
+        set_blocking_check(|| !NO_BLOCK.with(|c| c.get()));
+    }
+
+    #[test]
+    fn defer_runs_on_the_reaper_in_order() {
+        let (tx, rx) = mpsc::channel();
+        for i in 0..3 {
+            let tx = tx.clone();
+            defer(move || {
+                let name = std::thread::current().name().map(str::to_owned);
+                let _ = tx.send((i, name));
+            });
+        }
+        defer(|| panic!("a panicking job does not end the reaper"));
+        let tx2 = tx.clone();
+        defer(move || {
+            let _ = tx2.send((3, None));
+        });
+        for i in 0..3 {
+            let (n, name) = rx.recv_timeout(Duration::from_secs(10)).unwrap();
+            assert_eq!(n, i);
+            assert_eq!(name.as_deref(), Some("tachyon-reaper"));
+        }
+        assert_eq!(rx.recv_timeout(Duration::from_secs(10)).unwrap().0, 3);
+    }
+
+    #[test]
+    fn spawn_where_blocking_is_refused_does_not_wait_for_the_thread() {
+        install_check();
+        let (go_tx, go_rx) = mpsc::channel::<()>();
+        NO_BLOCK.with(|c| c.set(true));
+        let w = Worker::spawn("tw-nowait", Some(0), move |ctx| {
+            let _ = go_rx.recv_timeout(Duration::from_secs(10));
+            while !ctx.stopped() {
+                ctx.sleep(Duration::from_secs(60));
+            }
+        });
+        NO_BLOCK.with(|c| c.set(false));
+        let w = w.unwrap();
+        assert!(wait_until(|| w.is_started()));
+        assert_eq!(w.placement(), (Some(0), true));
+        go_tx.send(()).unwrap();
+        w.join().unwrap();
+    }
+
     #[test]
     fn a_join_where_blocking_is_refused_does_not_wait() {
-        thread_local!(static NO_BLOCK: std::cell::Cell<bool> = const { std::cell::Cell::new(false) });
-        set_blocking_check(|| !NO_BLOCK.with(|c| c.get()));
+        install_check();
         let w = Worker::spawn("tw-refuse", None, |ctx| {
             while !ctx.stopped() {
                 ctx.sleep(Duration::from_secs(60));

@@ -7,6 +7,7 @@
 //! * `bench`: every benchmark-only NIF (histogram resources, empty NIFs, the
 //!   machine hiccup loop, the native store floors, the UDP ping client).
 //! * `defaults`: every part's `Config::default()`, read by the Elixir option checks.
+//! * `dirty`: moving a call to a dirty scheduler from inside a NIF.
 //! * `deliver`: messages from Rust threads to processes, and the report
 //!   channel (`{:tachyon_report, part, id, kind, fields}`).
 //! * `owner`: the owner process of a resource (monitored; its death closes it).
@@ -24,6 +25,7 @@ mod atoms;
 mod bench;
 mod defaults;
 mod deliver;
+mod dirty;
 mod owner;
 mod res;
 mod runtime;

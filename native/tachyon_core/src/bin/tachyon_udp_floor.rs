@@ -105,7 +105,7 @@ fn main() -> ExitCode {
     let mut cfg = EchoConfig::new(bind);
     cfg.wait = args.pong_wait;
     cfg.core = args.pong_core;
-    let mut server = match EchoServer::start(cfg) {
+    let server = match EchoServer::start(cfg) {
         Ok(s) => s,
         Err(e) => {
             eprintln!("tachyon_udp_floor: cannot start the echo server: {e}");

@@ -31,7 +31,7 @@ use crate::store;
 use crate::udp::sys::{SendBatch, Socket, SocketOptions};
 use crate::udp::Placement;
 use crate::wait::{WaitStrategy, Waiter};
-use crate::worker::{Ctx, Worker};
+use crate::worker::{Ctx, Slot, Worker};
 
 pub use super::core::node::MAX_MEMBERS;
 
@@ -207,8 +207,8 @@ pub struct Sequencer {
     group: Vec<SocketAddr>,
     counters: Arc<CachePadded<NodeCounters>>,
     shared: Arc<Shared>,
-    worker: Option<Worker>,
-    replayer: Option<Worker>,
+    worker: Slot,
+    replayer: Slot,
     placement: Placement,
     recovered: u64,
     first_next: u64,
@@ -399,8 +399,8 @@ impl Sequencer {
             group,
             counters,
             shared,
-            worker: Some(worker),
-            replayer: Some(replayer),
+            worker: Slot::new(worker),
+            replayer: Slot::new(replayer),
             placement: Placement {
                 core: cfg.core,
                 pinned,
@@ -444,7 +444,7 @@ impl Sequencer {
     }
 
     pub fn is_running(&self) -> bool {
-        self.worker.as_ref().is_some_and(|w| !w.is_finished())
+        self.worker.is_running()
     }
 
     /// Holds an election now (the primary's BEAM node went down, say). In a
@@ -452,18 +452,14 @@ impl Sequencer {
     /// this node (if it holds every committed entry).
     pub fn take_over(&self) {
         self.shared.take_over.store(true, Ordering::Release);
-        if let Some(w) = &self.worker {
-            w.wake();
-        }
+        self.worker.wake();
     }
 
     /// The witness reports node `id` down (its BEAM node): a primary of a
     /// group of two commits alone, a follower may take over.
     pub fn witness_down(&self, id: u8) {
         self.shared.witness.store(id as u64, Ordering::Release);
-        if let Some(w) = &self.worker {
-            w.wake();
-        }
+        self.worker.wake();
     }
 
     pub fn stats(&self) -> SequencerStats {
@@ -513,14 +509,10 @@ impl Sequencer {
     /// Stops and joins the threads (idempotent): a primary first tells the
     /// bus its term ends (followers elect at once); the port is free and
     /// the log closed on return. Blocks: from the BEAM, on a dirty
-    /// scheduler.
-    pub fn stop(&mut self) {
-        if let Some(w) = self.worker.take() {
-            let _ = w.join();
-        }
-        if let Some(w) = self.replayer.take() {
-            let _ = w.join();
-        }
+    /// scheduler. Readers (`stats`, `is_running`) never wait behind it.
+    pub fn stop(&self) {
+        let _ = self.worker.join();
+        let _ = self.replayer.join();
     }
 }
 

@@ -76,7 +76,7 @@ fn check_own_order(got: &Got, id: u32, n: usize) {
 #[test]
 fn three_members_see_one_order() {
     let dir = tmp("three");
-    let mut s = sequencer(&dir, 0);
+    let s = sequencer(&dir, 0);
     let ms: Vec<Arc<Member>> = (1..=3).map(|i| Arc::new(member(&s, i, None))).collect();
     let per = 2000;
     let threads: Vec<_> = ms
@@ -121,7 +121,7 @@ fn three_members_see_one_order() {
 #[test]
 fn losses_are_filled_and_fragments_reassembled() {
     let dir = tmp("loss");
-    let mut s = sequencer(&dir, 0);
+    let s = sequencer(&dir, 0);
     let mut cfg = MemberConfig::new(s.local_addr(), 7);
     cfg.loss = 0.1;
     let lossy = Member::open(cfg).unwrap();
@@ -153,7 +153,7 @@ fn losses_are_filled_and_fragments_reassembled() {
 #[test]
 fn restart_continues_numbering_and_sequences_resent_commands_once() {
     let dir = tmp("restart");
-    let mut s = sequencer(&dir, 0);
+    let s = sequencer(&dir, 0);
     let port = s.local_addr().port();
     let m = member(&s, 5, None);
     for i in 0..10 {
@@ -167,7 +167,7 @@ fn restart_continues_numbering_and_sequences_resent_commands_once() {
     for i in 10..20 {
         m.publish(format!("5:{i}").as_bytes()).unwrap();
     }
-    let mut s = sequencer(&dir, port);
+    let s = sequencer(&dir, port);
     assert_eq!(s.session(), session);
     assert_eq!(s.recovered_members(), 1);
     collect(&m, 20, &mut got);
@@ -190,7 +190,7 @@ fn restart_continues_numbering_and_sequences_resent_commands_once() {
 #[test]
 fn garbage_is_counted_and_dropped() {
     let dir = tmp("garbage");
-    let mut s = sequencer(&dir, 0);
+    let s = sequencer(&dir, 0);
     let m = member(&s, 1, None);
     let stranger = Socket::bind(
         SocketAddr::from(([127, 0, 0, 1], 0)),
@@ -250,7 +250,7 @@ fn multicast_bus() {
     cfg.store = small_store();
     cfg.wait = WaitStrategy::Park;
     cfg.bus = bus;
-    let mut s = match Sequencer::start(cfg) {
+    let s = match Sequencer::start(cfg) {
         Ok(s) => s,
         Err(e) => {
             eprintln!("skipped: no multicast here ({e})");

@@ -11,7 +11,7 @@ use super::sys::{Batch, Socket, SocketOptions, MAX_UDP_PAYLOAD};
 use super::{validate_sizes, Placement};
 use crate::counter::Counter;
 use crate::wait::{WaitStrategy, Waiter};
-use crate::worker::{Ctx, Worker};
+use crate::worker::{Ctx, Slot, Worker};
 
 /// How to run an [`EchoServer`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -97,7 +97,7 @@ impl EchoStats {
 pub struct EchoServer {
     local: SocketAddr,
     counters: Arc<CachePadded<EchoCounters>>,
-    worker: Option<Worker>,
+    worker: Slot,
     placement: Placement,
     buffers: (usize, usize),
 }
@@ -123,7 +123,7 @@ impl EchoServer {
         Ok(EchoServer {
             local,
             counters,
-            worker: Some(worker),
+            worker: Slot::new(worker),
             placement: Placement {
                 core: cfg.core,
                 pinned,
@@ -150,7 +150,7 @@ impl EchoServer {
 
     /// Whether the thread is still running.
     pub fn is_running(&self) -> bool {
-        self.worker.as_ref().is_some_and(|w| !w.is_finished())
+        self.worker.is_running()
     }
 
     pub fn stats(&self) -> EchoStats {
@@ -172,11 +172,10 @@ impl EchoServer {
     }
 
     /// Stops and joins the thread (idempotent). The port is free on return.
-    /// Blocks: from the BEAM, on a dirty scheduler.
-    pub fn stop(&mut self) {
-        if let Some(w) = self.worker.take() {
-            let _ = w.join();
-        }
+    /// Blocks: from the BEAM, on a dirty scheduler (`stats` never waits
+    /// behind it).
+    pub fn stop(&self) {
+        let _ = self.worker.join();
     }
 }
 

@@ -108,7 +108,7 @@ fn echo_serves_many_clients_at_once() {
 
 #[test]
 fn stopping_frees_the_port_at_once_and_a_port_in_use_is_an_error() {
-    let mut server = echo(WaitStrategy::Park);
+    let server = echo(WaitStrategy::Park);
     let addr = server.local_addr();
     let mut cfg = EchoConfig::new(addr);
     cfg.wait = WaitStrategy::Park;

@@ -1,7 +1,5 @@
 //! `Tachyon.Echo`: an echo server thread per resource.
 
-use std::sync::Mutex;
-
 use rustler::types::atom::Atom;
 use rustler::{Encoder, Env, NifResult, Term};
 use tachyon_core::udp::{EchoConfig, EchoServer, EchoStats};
@@ -13,10 +11,10 @@ use crate::atoms;
 use crate::res::Handle;
 use crate::terms::{get, map};
 
-/// An echo server; the `Mutex` is only taken by `echo_stop` and `echo_stats`.
+/// An echo server (`echo_stats` never waits behind `echo_stop`).
 /// Collected, it stops its thread without waiting (`EchoServer`'s drop).
 pub struct EchoResource {
-    server: Mutex<EchoServer>,
+    server: EchoServer,
 }
 
 crate::hot_resource!(EchoResource, c"EchoResource");
@@ -61,9 +59,7 @@ fn echo_start<'a>(env: Env<'a>, opts: Term<'a>) -> NifResult<Term<'a>> {
             ];
             info.extend(encode_placement(env, &server.placement()));
             let info = map(env, &info)?;
-            let res = Handle::new(EchoResource {
-                server: Mutex::new(server),
-            });
+            let res = Handle::new(EchoResource { server });
             Ok((atoms::ok(), res, info).encode(env))
         }
         Err(e) => Ok(error_term(env, &e)),
@@ -73,13 +69,12 @@ fn echo_start<'a>(env: Env<'a>, opts: Term<'a>) -> NifResult<Term<'a>> {
 /// Stops the server and joins its thread: the port is free on return.
 #[rustler::nif(schedule = "DirtyIo")]
 fn echo_stop(res: &EchoResource) -> Atom {
-    let mut g = res.server.lock().unwrap_or_else(|e| e.into_inner());
-    g.stop();
+    res.server.stop();
     atoms::ok()
 }
 
 #[rustler::nif]
 fn echo_stats<'a>(env: Env<'a>, res: &EchoResource) -> NifResult<Term<'a>> {
-    let s = res.server.lock().unwrap_or_else(|e| e.into_inner()).stats();
+    let s = res.server.stats();
     echo_stats_map(env, &s)
 }

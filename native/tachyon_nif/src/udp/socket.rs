@@ -199,7 +199,10 @@ fn udp_send<'a>(
         Ok(b) => b,
         Err(_) => Binary::from_iolist(data)?,
     };
-    Ok(match res.ep.send_to(bin.as_slice(), &to) {
+    let t0 = std::time::Instant::now();
+    let sent = res.ep.send_to(bin.as_slice(), &to);
+    crate::dirty::charge(env, t0);
+    Ok(match sent {
         Ok(_) => atoms::ok().encode(env),
         Err(SendError::Closed) => (atoms::error(), atoms::closed()).encode(env),
         Err(SendError::Io(e)) => error_term(env, &e),

@@ -5,6 +5,14 @@
 //! calls [`Member::poll`] (a thread of its own, or a BEAM process polling
 //! on its scheduler) and [`Member::tick`] when nothing arrived: resends,
 //! gap requests and hellos are timed there.
+//!
+//! A caller that must not wait (a normal BEAM scheduler, see
+//! `worker::may_block`) never waits for `tx`, which a large publish holds
+//! for as long as it takes to send every fragment: it publishes with
+//! [`Member::try_publish_many`] (and goes to a dirty scheduler when that
+//! says the lock is busy), its poll leaves what it found for the publishing
+//! side to the lock's holder ([`Member::poll`]), its tick skips the resends,
+//! and [`Member::is_closed`] and [`Member::stats`] read atomics only.
 
 mod socks;
 
@@ -14,8 +22,9 @@ pub(crate) use socks::{Batches, SockSink, Sockets};
 use std::io;
 use std::net::SocketAddr;
 use std::os::fd::RawFd;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crossbeam_utils::CachePadded;
 
@@ -23,7 +32,12 @@ use super::core::member::{self as core, Handover, Join, Rx, RxCounters, Tx, TxCo
 use super::core::Nanos;
 use super::{clock, SeqError};
 use crate::counter::Counter;
-use crate::spin::SpinMutex;
+use crate::spin::{SpinGuard, SpinMutex};
+use crate::worker::may_block;
+
+/// How long [`Member::try_publish_many`] polls a busy `tx` lock before it
+/// gives up (another publish holds it: a few microseconds for a small one).
+const TRY_LOCK_FOR: Duration = Duration::from_micros(20);
 
 /// The receive buffers and the ordering state, under one lock.
 struct RxAll {
@@ -41,6 +55,12 @@ pub struct Member {
     tx: SpinMutex<Tx>,
     rx: SpinMutex<RxAll>,
     events: SpinMutex<Vec<MemberEvent>>,
+    /// What polls found for the publishing side while `tx` was busy and
+    /// the poller must not wait: applied in order by the next holder.
+    deferred: SpinMutex<Vec<Handover>>,
+    /// Mirrors of `tx`'s state, read without its lock.
+    closed: AtomicBool,
+    frag: AtomicUsize,
     txc: Arc<CachePadded<TxCounters>>,
     rxc: Arc<CachePadded<RxCounters>>,
 }
@@ -66,6 +86,9 @@ impl Member {
         }
         let (tx, rx) = core::from_welcome(&cfg, &w, unicast, clock::now())?;
         Ok(Member {
+            deferred: SpinMutex::new(Vec::new()),
+            closed: AtomicBool::new(false),
+            frag: AtomicUsize::new(tx.fragment_size()),
             txc: tx.counters().clone(),
             rxc: rx.counters().clone(),
             tx: SpinMutex::new(tx),
@@ -109,7 +132,19 @@ impl Member {
 
     /// Largest fragment: messages above it go out as several.
     pub fn fragment_size(&self) -> usize {
-        self.tx.lock().fragment_size()
+        self.frag.load(Ordering::Relaxed)
+    }
+
+    /// About how many command datagrams publishing `msgs` sends (each
+    /// message with its header, packed, in fragments): what a caller that
+    /// must not block for long weighs before publishing on its thread.
+    pub fn datagrams_for<'a>(&self, msgs: impl IntoIterator<Item = &'a [u8]>) -> usize {
+        let frag = self.fragment_size().max(1);
+        let bytes: usize = msgs
+            .into_iter()
+            .map(|m| m.len() + super::wire::CMD_MSG_HEADER)
+            .sum();
+        bytes.div_ceil(frag)
     }
 
     /// Publishes one message; returns its `member_seq` (of its last
@@ -119,15 +154,86 @@ impl Member {
     }
 
     /// Publishes messages, as many per command datagram as fit; returns
-    /// the `member_seq` of the last.
+    /// the `member_seq` of the last. Waits for the `tx` lock.
     pub fn publish_many<'a, I>(&self, msgs: I) -> Result<u64, PublishError>
+    where
+        I: IntoIterator<Item = &'a [u8]>,
+        I::IntoIter: Clone,
+    {
+        if self.closed.load(Ordering::Acquire) {
+            return Err(PublishError::Closed);
+        }
+        self.publish_locked(self.tx.lock(), msgs)
+    }
+
+    /// [`Member::publish_many`], or `None` if another publish holds the
+    /// `tx` lock past a few microseconds (the caller publishes from a
+    /// thread that may wait instead).
+    pub fn try_publish_many<'a, I>(&self, msgs: I) -> Option<Result<u64, PublishError>>
+    where
+        I: IntoIterator<Item = &'a [u8]>,
+        I::IntoIter: Clone,
+    {
+        if self.closed.load(Ordering::Acquire) {
+            return Some(Err(PublishError::Closed));
+        }
+        let tx = self.try_lock_tx(TRY_LOCK_FOR)?;
+        Some(self.publish_locked(tx, msgs))
+    }
+
+    fn publish_locked<'a, I>(&self, mut tx: SpinGuard<'_, Tx>, msgs: I) -> Result<u64, PublishError>
     where
         I: IntoIterator<Item = &'a [u8]>,
         I::IntoIter: Clone,
     {
         // Sent under the tx lock: commands leave in member_seq order.
         let mut sink = self.sink();
-        self.tx.lock().publish_many(clock::now(), msgs, &mut sink)
+        let r = tx.publish_many(clock::now(), msgs, &mut sink);
+        self.apply_deferred(&mut tx, &mut sink);
+        r
+    }
+
+    /// The `tx` lock, polled for at most `d`.
+    fn try_lock_tx(&self, d: Duration) -> Option<SpinGuard<'_, Tx>> {
+        if let Some(g) = self.tx.try_lock() {
+            return Some(g);
+        }
+        let t0 = Instant::now();
+        loop {
+            std::hint::spin_loop();
+            if let Some(g) = self.tx.try_lock() {
+                return Some(g);
+            }
+            if t0.elapsed() >= d {
+                return None;
+            }
+        }
+    }
+
+    /// The `tx` lock: waited for where the caller may wait, else only if
+    /// free now.
+    fn tx_if_free(&self) -> Option<SpinGuard<'_, Tx>> {
+        if may_block() {
+            Some(self.tx.lock())
+        } else {
+            self.tx.try_lock()
+        }
+    }
+
+    /// Applies what polls left while `tx` was busy (the caller holds it).
+    fn apply_deferred(&self, tx: &mut Tx, sink: &mut SockSink<'_>) {
+        let mut d = self.deferred.lock();
+        if d.is_empty() {
+            return;
+        }
+        let mut events = Vec::new();
+        for h in d.drain(..) {
+            self.apply_handover(tx, h, clock::now(), sink, &mut events);
+        }
+        drop(d);
+        if !events.is_empty() {
+            self.events.lock().append(&mut events);
+        }
     }
 
     /// Reads what waits on the member's sockets (up to `max` datagrams per
@@ -161,16 +267,34 @@ impl Member {
     }
 
     /// What the receive side found for the publishing side: own commands
-    /// delivered, a new primary (reconnected to), its welcome, nacks.
+    /// delivered, a new primary (reconnected to), its welcome, nacks. If
+    /// the caller must not wait and a publish holds `tx`, it is left for
+    /// the holder (or the next poll or tick), in order.
     fn hand_over(&self, h: Handover, now: Nanos, events: &mut Vec<MemberEvent>) {
-        let mut tx = self.tx.lock();
+        let Some(mut tx) = self.tx_if_free() else {
+            self.deferred.lock().push(h);
+            return;
+        };
+        let mut sink = self.sink();
+        self.apply_deferred(&mut tx, &mut sink);
+        self.apply_handover(&mut tx, h, now, &mut sink, events);
+    }
+
+    fn apply_handover(
+        &self,
+        tx: &mut Tx,
+        h: Handover,
+        now: Nanos,
+        sink: &mut SockSink<'_>,
+        events: &mut Vec<MemberEvent>,
+    ) {
         if let Some(to) = h.switch_to.filter(|_| self.connected) {
             let _ = self.socks.sock.connect(&to);
         }
-        let mut sink = self.sink();
-        if let Some(e) = h.apply(&mut tx, now, &mut sink) {
+        if let Some(e) = h.apply(tx, now, sink) {
             events.push(e);
         }
+        self.frag.store(tx.fragment_size(), Ordering::Relaxed);
     }
 
     /// Timed work, when `poll` found nothing: resends, gap requests,
@@ -179,8 +303,16 @@ impl Member {
         let now = clock::now();
         let mut sink = self.sink();
         let mut due = self.rx.lock().rx.tick(now, &mut sink);
-        if let Some(d) = self.tx.lock().tick(now, &mut sink) {
-            due = due.min(d);
+        // A publish holding `tx` where the caller must not wait: the
+        // resends are looked at again soon.
+        match self.tx_if_free() {
+            Some(mut tx) => {
+                self.apply_deferred(&mut tx, &mut sink);
+                if let Some(d) = tx.tick(now, &mut sink) {
+                    due = due.min(d);
+                }
+            }
+            None => due = due.min(now + 100_000),
         }
         Duration::from_nanos(due.saturating_sub(now))
     }
@@ -192,14 +324,32 @@ impl Member {
     }
 
     /// Leaves the bus: no more publishes; the member id is free again (and
-    /// a unicast member leaves the fan-out).
+    /// a unicast member leaves the fan-out). Waits for the `tx` lock to say
+    /// goodbye (see [`Member::try_close`]).
     pub fn close(&self) {
+        self.closed.store(true, Ordering::Release);
         let mut sink = self.sink();
         self.tx.lock().close(&mut sink);
     }
 
+    /// [`Member::close`] without waiting: publishes are refused from now
+    /// on; false if a publish holds the `tx` lock, so that the goodbye is
+    /// still to be said (by a [`Member::close`] from a thread that may
+    /// wait).
+    pub fn try_close(&self) -> bool {
+        self.closed.store(true, Ordering::Release);
+        let Some(mut tx) = self.tx.try_lock() else {
+            return false;
+        };
+        let mut sink = self.sink();
+        tx.close(&mut sink);
+        true
+    }
+
+    /// Closed by [`Member::close`] or [`Member::try_close`] (an atomic: never
+    /// waits).
     pub fn is_closed(&self) -> bool {
-        self.tx.lock().is_closed()
+        self.closed.load(Ordering::Acquire)
     }
 
     /// The counters, read without taking the receive lock.

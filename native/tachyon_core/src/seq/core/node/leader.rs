@@ -13,33 +13,10 @@
 use std::collections::{BTreeMap, HashMap};
 use std::net::SocketAddr;
 
-use super::{Binding, Node, Role, TwoNodes, TICK_CAP};
-use crate::seq::core::{Env, Log, Nanos, NodeEvent, Replay};
-use crate::seq::wire::{self, BusKind, Cmd, CmdKind, Msg, Published, WelcomeBody, CONTROL, TAKEN};
-
-/// Bytes of commands held per member at most.
-const WINDOW_BYTES: usize = 1 << 20;
-
-/// A member's commands held until an earlier one arrives.
-#[derive(Debug)]
-pub struct Window {
-    held: BTreeMap<u64, (u8, Vec<u8>)>,
-    bytes: usize,
-    nacked: Option<(u64, Nanos)>,
-    /// Where the member's commands come from (its nacks go there).
-    addr: SocketAddr,
-}
-
-impl Window {
-    fn new(addr: SocketAddr) -> Window {
-        Window {
-            held: BTreeMap::new(),
-            bytes: 0,
-            nacked: None,
-            addr,
-        }
-    }
-}
+use super::commands::Window;
+use super::{Node, Role, TwoNodes, TICK_CAP};
+use crate::seq::core::{Env, Log, Nanos, NodeEvent};
+use crate::seq::wire::{self, BusKind, Msg, CONTROL};
 
 /// A hole is nacked again after this long (the resent command was lost).
 const RENACK_AFTER: Nanos = 2_000_000;
@@ -61,7 +38,7 @@ pub(super) struct Lead {
     /// The commit position the bus was last told.
     commit_sent: u64,
     pub windows: BTreeMap<u32, Window>,
-    replays: HashMap<SocketAddr, (u64, Nanos)>,
+    pub replays: HashMap<SocketAddr, (u64, Nanos)>,
 }
 
 impl Lead {
@@ -192,7 +169,7 @@ impl<L: Log> Node<L> {
     }
 
     /// Appends one entry and adds it to the data datagram being built.
-    fn emit(
+    pub(super) fn emit(
         &mut self,
         member_id: u32,
         member_seq: u64,
@@ -368,265 +345,5 @@ impl<L: Log> Node<L> {
             next,
             env,
         );
-    }
-
-    /// A command from a member (any role: hellos are recorded by every
-    /// node, the rest is for the primary).
-    pub(super) fn on_command(
-        &mut self,
-        now: Nanos,
-        from: SocketAddr,
-        cmd: &Cmd<'_>,
-        env: &mut dyn Env,
-    ) {
-        match cmd.kind {
-            CmdKind::Hello => self.on_hello(now, from, cmd, env),
-            CmdKind::Bye => {
-                if self
-                    .bindings
-                    .get(&cmd.member_id)
-                    .is_some_and(|b| b.addr == from)
-                {
-                    self.bindings.remove(&cmd.member_id);
-                    self.ld.windows.remove(&cmd.member_id);
-                    self.retarget();
-                }
-            }
-            _ if self.role != Role::Leader => self.c.not_primary.bump(1),
-            CmdKind::Replay => {
-                let node = self.cfg.group.contains(&from);
-                if cmd.session != self.ls.session && !(node && cmd.session == 0) {
-                    self.c.wrong_session.bump(1);
-                    return;
-                }
-                let (a, z) = cmd.range();
-                self.replay(now, from, a, z, env);
-            }
-            CmdKind::Publish => {
-                if cmd.session != self.ls.session {
-                    self.c.wrong_session.bump(1);
-                    return;
-                }
-                if self.bind(now, cmd.member_id, from, 0, false).is_err() {
-                    self.c.taken.bump(cmd.count as u64);
-                    self.welcome(from, cmd.member_id, None, TAKEN, env);
-                    return;
-                }
-                for p in cmd.published() {
-                    self.accept(now, cmd.member_id, from, &p, env);
-                }
-            }
-        }
-    }
-
-    /// Binds `id` to the member at `from`; `Err` if another member holds it
-    /// (heard within the lease).
-    fn bind(
-        &mut self,
-        now: Nanos,
-        id: u32,
-        from: SocketAddr,
-        incarnation: u64,
-        unicast: bool,
-    ) -> Result<(), ()> {
-        let lease = self.cfg.binding_lease;
-        let changed;
-        match self.bindings.get_mut(&id) {
-            Some(b) if b.addr == from || (incarnation != 0 && b.incarnation == incarnation) => {
-                if incarnation != 0 {
-                    b.incarnation = incarnation;
-                }
-                changed = b.addr != from || (unicast && !b.unicast);
-                b.addr = from;
-                b.heard = now;
-                b.unicast |= unicast;
-            }
-            Some(b) if now.saturating_sub(b.heard) < lease => return Err(()),
-            _ => {
-                if self.bindings.len() >= 4 * super::MAX_MEMBERS {
-                    self.bindings
-                        .retain(|_, b| now.saturating_sub(b.heard) < lease);
-                }
-                self.bindings.insert(
-                    id,
-                    Binding {
-                        addr: from,
-                        incarnation,
-                        heard: now,
-                        unicast,
-                    },
-                );
-                changed = unicast;
-            }
-        }
-        if changed {
-            self.retarget();
-        }
-        Ok(())
-    }
-
-    fn on_hello(&mut self, now: Nanos, from: SocketAddr, cmd: &Cmd<'_>, env: &mut dyn Env) {
-        let Some(h) = cmd.hello() else { return };
-        let unicast = h.flags & wire::UNICAST != 0;
-        let taken = self
-            .bind(now, cmd.member_id, from, h.incarnation, unicast)
-            .is_err();
-        if taken {
-            self.c.taken.bump(1);
-        }
-        if self.role == Role::Leader {
-            let flags = if taken { TAKEN } else { 0 };
-            self.welcome(from, cmd.member_id, Some(&h), flags, env);
-        }
-    }
-
-    fn welcome(
-        &mut self,
-        to: SocketAddr,
-        id: u32,
-        h: Option<&wire::HelloBody>,
-        flags: u8,
-        env: &mut dyn Env,
-    ) {
-        let (epoch, epoch_end) = match h {
-            Some(h) if h.epoch == u32::MAX => {
-                // A member joining asks which epoch its starting point is in.
-                let at = h.next.min(self.ls.next).saturating_sub(1);
-                self.ls.epoch_end(self.ls.term_at(at))
-            }
-            Some(h) => self.ls.epoch_end(h.epoch),
-            None => (0, 0),
-        };
-        let w = WelcomeBody {
-            last: self.ls.last_of(id),
-            epoch_end,
-            epoch,
-            max_datagram: self.cfg.max_datagram.min(u16::MAX as usize) as u16,
-        };
-        let hd = self.bus_header(self.ls.next);
-        wire::welcome(&mut self.scratch, &hd, flags, &w);
-        env.send(&[to], &self.scratch);
-    }
-
-    /// A member's message: sequenced if it is the member's next, held if
-    /// an earlier one is missing (and the member told), dropped if it was
-    /// sequenced already.
-    fn accept(
-        &mut self,
-        now: Nanos,
-        id: u32,
-        from: SocketAddr,
-        p: &Published<'_>,
-        env: &mut dyn Env,
-    ) {
-        let last = self.ls.last_of(id);
-        if p.member_seq <= last {
-            self.c.duplicates.bump(1);
-            return;
-        }
-        if self.ls.next.saturating_sub(self.commit) >= self.cfg.max_uncommitted {
-            self.c.backpressure.bump(1);
-            return;
-        }
-        if p.member_seq == last + 1 {
-            if self.emit(id, p.member_seq, p.flags, p.data, env) {
-                self.drain_window(now, id, from, env);
-            }
-            return;
-        }
-        let max = self.cfg.window;
-        let w = self
-            .ld
-            .windows
-            .entry(id)
-            .or_insert_with(|| Window::new(from));
-        w.addr = from;
-        if p.member_seq - last <= max as u64 && w.bytes + p.data.len() <= WINDOW_BYTES {
-            if !w.held.contains_key(&p.member_seq) {
-                w.bytes += p.data.len();
-                w.held.insert(p.member_seq, (p.flags, p.data.to_vec()));
-                self.c.held.bump(1);
-            } else {
-                self.c.duplicates.bump(1);
-            }
-        } else {
-            self.c.out_of_order.bump(1);
-        }
-        self.nack(now, id, from, last + 1, env);
-    }
-
-    /// Sequences what the member's window holds in order after its last.
-    fn drain_window(&mut self, now: Nanos, id: u32, from: SocketAddr, env: &mut dyn Env) {
-        loop {
-            let last = self.ls.last_of(id);
-            let Some(w) = self.ld.windows.get_mut(&id) else {
-                return;
-            };
-            while w.held.first_key_value().is_some_and(|(s, _)| *s <= last) {
-                let (_, (_, d)) = w.held.pop_first().expect("first");
-                w.bytes -= d.len();
-            }
-            let Some((flags, d)) = w.held.remove(&(last + 1)) else {
-                if w.held.is_empty() {
-                    self.ld.windows.remove(&id);
-                } else {
-                    self.nack(now, id, from, last + 1, env);
-                }
-                return;
-            };
-            w.bytes -= d.len();
-            if !self.emit(id, last + 1, flags, &d, env) {
-                return;
-            }
-        }
-    }
-
-    /// Tells a member that its command `member_seq` is missing (at most once
-    /// a millisecond for the same one).
-    fn nack(&mut self, now: Nanos, id: u32, to: SocketAddr, member_seq: u64, env: &mut dyn Env) {
-        let w = self.ld.windows.entry(id).or_insert_with(|| Window::new(to));
-        if w.nacked
-            .is_some_and(|(s, at)| s == member_seq && now.saturating_sub(at) < 1_000_000)
-        {
-            return;
-        }
-        w.nacked = Some((member_seq, now));
-        self.c.nacks.bump(1);
-        let h = self.bus_header(self.ls.next);
-        wire::nack(&mut self.scratch, &h, member_seq);
-        env.send(&[to], &self.scratch);
-    }
-
-    /// A replay request: handed to the replayer (the same request from
-    /// the same place within half a retransmit delay is one).
-    fn replay(&mut self, now: Nanos, from: SocketAddr, a: u64, z: u64, env: &mut dyn Env) {
-        self.c.replay_requests.bump(1);
-        let z = z
-            .min(self.ls.next)
-            .min(a.saturating_add(self.cfg.replay_max));
-        if a >= z {
-            return;
-        }
-        let guard = self.cfg.retransmit_after / 2;
-        if self
-            .ld
-            .replays
-            .get(&from)
-            .is_some_and(|&(f, at)| f == a && now.saturating_sub(at) < guard)
-        {
-            return;
-        }
-        if self.ld.replays.len() >= 4096 {
-            self.ld.replays.clear();
-        }
-        self.ld.replays.insert(from, (a, now));
-        self.c.replays.bump(1);
-        env.replay(Replay {
-            to_addr: from,
-            from: a,
-            to: z,
-            header: self.bus_header(a),
-            max_datagram: self.cfg.max_datagram,
-        });
     }
 }

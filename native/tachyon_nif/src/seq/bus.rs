@@ -1,300 +1,16 @@
-//! `Tachyon.Native.seq_*`, `bus_*`: `Tachyon.Sequencer` and `Tachyon.Bus`
-//! over `tachyon_core::seq`.
-//!
-//! * `SeqResource`: a sequencer thread; `seq_stop` joins it (dirty).
-//! * `BusResource`: a member of the bus, in one of two modes (as
-//!   `Tachyon.UDP`): `:messages`, a thread drives the member and sends
-//!   `{:tachyon_bus, bus, seq, member_id, data}` to the owner; `:poll`, the
-//!   process that calls `bus_recv` drives it on its own scheduler (through
-//!   the shared [`Poller`]).
+//! `bus_*` but the publishes: a member of the bus (`Tachyon.Bus`), its
+//! thread in the `:messages` mode, its poll in the `:poll` mode.
 
-use std::net::{IpAddr, SocketAddr};
-use std::sync::{Arc, Mutex};
-use std::time::Duration;
-
-use rustler::types::atom::Atom;
-use rustler::{Binary, Encoder, Env, LocalPid, Monitor, NewBinary, NifResult, Term};
-use tachyon_core::credit::Credits;
-use tachyon_core::report::{Report, Reporter};
-use tachyon_core::seq::member::PublishError;
-use tachyon_core::seq::{
-    BusMode, Member, MemberConfig, MemberEvent, MemberStats, SeqError, Sequencer, SequencerConfig,
-    SequencerStats, TwoNodes,
-};
-use tachyon_core::wait::Waiter;
-use tachyon_core::worker::Worker;
-
-use crate::atoms;
-use crate::deliver::ProcessSender;
-use crate::owner::Owner;
-use crate::res::{Handle, Obj};
-use crate::terms::{atom, get, map};
-use crate::udp::Poller;
-use crate::udp::{decode_addr, decode_ip, decode_socket_opts, decode_wait, encode_addr};
-
-mod seq_atoms {
-    rustler::atoms! {
-        tachyon_bus,
-        tachyon_bus_ready,
-        tachyon_bus_event,
-        not_poll,
-        unicast,
-        multicast,
-    }
-}
-
-fn seq_error<'a>(env: Env<'a>, e: &SeqError) -> Term<'a> {
-    (atoms::error(), atom(env, &e.reason())).encode(env)
-}
-
-fn micros<'a>(env: Env<'a>, opts: Term<'a>, key: &str) -> NifResult<Duration> {
-    Ok(Duration::from_micros(
-        get::<u64>(env, opts, key)?.min(3_600_000_000),
-    ))
-}
-
-/// `:unicast` or `{:multicast, {group_ip, port}, iface_ip, ttl, loop}`.
-fn decode_bus<'a>(term: Term<'a>) -> NifResult<BusMode> {
-    if let Ok(a) = term.decode::<Atom>() {
-        return if a == seq_atoms::unicast() {
-            Ok(BusMode::Unicast)
-        } else {
-            Err(rustler::Error::BadArg)
-        };
-    }
-    let (tag, group, iface, ttl, looped): (Atom, Term, Term, u8, bool) = term.decode()?;
-    if tag != seq_atoms::multicast() {
-        return Err(rustler::Error::BadArg);
-    }
-    let (gip, gport): (Term, u16) = group.decode()?;
-    let (IpAddr::V4(g), IpAddr::V4(i)) = (decode_ip(gip)?, decode_ip(iface)?) else {
-        return Err(rustler::Error::BadArg);
-    };
-    if !g.is_multicast() {
-        return Err(rustler::Error::BadArg);
-    }
-    Ok(BusMode::Multicast {
-        group: SocketAddr::new(IpAddr::V4(g), gport),
-        iface: i,
-        ttl,
-        looped,
-    })
-}
-
-// -- the sequencer ---------------------------------------------------------------
-
-/// A sequencer node (a group of one, or one node of a group).
-pub struct SeqResource {
-    node: Mutex<Sequencer>,
-    /// Where the node's events go (`seq_report_to`); kept until then.
-    events: Arc<Mutex<Events>>,
-}
-
-/// The node's events: kept until a process listens (a bounded few: the
-/// first role change can come before the server's `init` runs).
-struct Events {
-    id: u64,
-    to: Option<(LocalPid, Reporter)>,
-    early: Vec<Report>,
-}
-
-impl Events {
-    fn send(&mut self, r: Report) {
-        match self.to.as_mut() {
-            Some((_, rep)) => rep(r),
-            None if self.early.len() < 64 => self.early.push(r),
-            None => {}
-        }
-    }
-
-    /// From now on to `pid`, the kept ones first.
-    fn listen(&mut self, pid: LocalPid) {
-        let mut rep = crate::deliver::reporter(pid, "sequencer", self.id);
-        for r in self.early.drain(..) {
-            rep(r);
-        }
-        self.to = Some((pid, rep));
-    }
-}
-
-crate::hot_resource!(SeqResource, c"SeqResource");
-
-fn seq_reporter(events: Arc<Mutex<Events>>) -> Reporter {
-    Box::new(move |r: Report| events.lock().unwrap_or_else(|e| e.into_inner()).send(r))
-}
-
-fn seq_stats_map<'a>(env: Env<'a>, s: &SequencerStats) -> NifResult<Term<'a>> {
-    map(
-        env,
-        &[
-            ("messages", s.messages.encode(env)),
-            ("datagrams", s.datagrams.encode(env)),
-            ("heartbeats", s.heartbeats.encode(env)),
-            ("duplicates", s.duplicates.encode(env)),
-            ("held", s.held.encode(env)),
-            ("out_of_order", s.out_of_order.encode(env)),
-            ("nacks", s.nacks.encode(env)),
-            ("replays", s.replays.encode(env)),
-            ("replayed", s.replayed.encode(env)),
-            ("replays_dropped", s.replays_dropped.encode(env)),
-            ("malformed", s.malformed.encode(env)),
-            ("strangers", s.strangers.encode(env)),
-            ("wrong_session", s.wrong_session.encode(env)),
-            ("oversized", s.oversized.encode(env)),
-            ("send_errors", s.send_errors.encode(env)),
-            ("store_errors", s.store_errors.encode(env)),
-            ("members", s.members.encode(env)),
-            ("backpressure", s.backpressure.encode(env)),
-            ("not_primary", s.not_primary.encode(env)),
-            ("taken", s.taken.encode(env)),
-            ("elections", s.elections.encode(env)),
-            ("terms_led", s.terms_led.encode(env)),
-            ("stepped_down", s.stepped_down.encode(env)),
-            ("truncated", s.truncated.encode(env)),
-            ("copied", s.copied.encode(env)),
-            ("acks", s.acks.encode(env)),
-            ("next_seq", s.next_seq.encode(env)),
-            ("commit", s.commit.encode(env)),
-            ("epoch", s.epoch.encode(env)),
-            ("role", atom(env, s.role)),
-            (
-                "leader",
-                s.leader.map_or(atoms::nil().encode(env), |l| l.encode(env)),
-            ),
-            ("session", s.session.encode(env)),
-        ],
-    )
-}
-
-/// Starts a sequencer node. `opts`: ip, port, path, bus, wait, core, batch,
-/// max_datagram, batching, heartbeat_us, heartbeat_after_us, replay_max,
-/// segment_size, recbuf, sndbuf, reuseaddr, group (a list of `{ip, port}`,
-/// empty for a group of one), election_timeout_us, two_nodes (`:safe` or
-/// `:available`), eager, report_id. Returns `{:ok, ref, info}` or
-/// `{:error, reason}`.
-#[rustler::nif(schedule = "DirtyIo")]
-fn seq_start<'a>(env: Env<'a>, opts: Term<'a>) -> NifResult<Term<'a>> {
-    let path: String = get(env, opts, "path")?;
-    let mut cfg = SequencerConfig::new(decode_addr(env, opts)?, path);
-    cfg.bus = decode_bus(get(env, opts, "bus")?)?;
-    cfg.wait = decode_wait(env, get(env, opts, "wait")?)?;
-    cfg.core = get::<Option<u64>>(env, opts, "core")?.map(|c| c as usize);
-    cfg.batch = get::<u64>(env, opts, "batch")? as usize;
-    cfg.max_datagram = get::<u64>(env, opts, "max_datagram")? as usize;
-    cfg.batching = get(env, opts, "batching")?;
-    cfg.heartbeat = micros(env, opts, "heartbeat_us")?;
-    cfg.heartbeat_after = micros(env, opts, "heartbeat_after_us")?;
-    cfg.replay_max = get::<u64>(env, opts, "replay_max")? as usize;
-    cfg.store.segment_size = get::<u64>(env, opts, "segment_size")? as usize;
-    cfg.store.max_message_size = cfg.max_datagram;
-    cfg.store.prepared_segments = 1;
-    cfg.socket = decode_socket_opts(env, opts)?;
-    for (ip, port) in get::<Vec<(Term, u16)>>(env, opts, "group")? {
-        cfg.group.push(SocketAddr::new(decode_ip(ip)?, port));
-    }
-    cfg.election_timeout = micros(env, opts, "election_timeout_us")?;
-    let two: Atom = get(env, opts, "two_nodes")?;
-    cfg.two_nodes = match two.to_term(env).atom_to_string()?.as_str() {
-        "safe" => TwoNodes::Safe,
-        "available" => TwoNodes::Available,
-        _ => return Err(rustler::Error::BadArg),
-    };
-    cfg.eager = get(env, opts, "eager")?;
-    let events = Arc::new(Mutex::new(Events {
-        id: get(env, opts, "report_id")?,
-        to: None,
-        early: Vec::new(),
-    }));
-    let rep = seq_reporter(events.clone());
-    let s = match Sequencer::start_reporting(cfg, Some(rep)) {
-        Ok(s) => s,
-        Err(e) => return Ok(seq_error(env, &e)),
-    };
-    let p = s.placement();
-    let st = s.stats();
-    let info = map(
-        env,
-        &[
-            ("address", encode_addr(env, &s.local_addr())),
-            ("session", s.session().encode(env)),
-            ("recovered_members", s.recovered_members().encode(env)),
-            ("next_seq", s.first_next().encode(env)),
-            ("epoch", st.epoch.encode(env)),
-            ("node_id", s.id().encode(env)),
-            ("core", p.core.encode(env)),
-            ("pinned", p.pinned.encode(env)),
-            ("wait", atom(env, p.wait.name())),
-        ],
-    )?;
-    let res = Handle::new(SeqResource {
-        node: Mutex::new(s),
-        events,
-    });
-    Ok((atoms::ok(), res, info).encode(env))
-}
-
-/// Sends the node's events, from now on (and those it kept until now), to
-/// `pid` as `{:tachyon_report, :sequencer, id, kind, fields}`.
-#[rustler::nif]
-fn seq_report_to(res: &SeqResource, pid: LocalPid) -> Atom {
-    res.events
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .listen(pid);
-    atoms::ok()
-}
-
-/// Stops the node and joins its threads: the port is free and the log
-/// closed on return.
-#[rustler::nif(schedule = "DirtyIo")]
-fn seq_stop(res: &SeqResource) -> Atom {
-    res.node.lock().unwrap_or_else(|e| e.into_inner()).stop();
-    atoms::ok()
-}
-
-/// Holds an election now (the primary's BEAM node went down); in a group of
-/// two the witness's vote too.
-#[rustler::nif]
-fn seq_takeover(res: &SeqResource) -> Atom {
-    res.node
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .take_over();
-    atoms::ok()
-}
-
-/// The witness (this BEAM node) saw node `id`'s BEAM node go down.
-#[rustler::nif]
-fn seq_witness_down(res: &SeqResource, id: u8) -> Atom {
-    res.node
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .witness_down(id);
-    atoms::ok()
-}
-
-/// `{:ok, stats}` (with `:role`, `:epoch`, `:leader`, `:commit`), or
-/// `{:error, :closed}` once stopped.
-#[rustler::nif]
-fn seq_stats<'a>(env: Env<'a>, res: &SeqResource) -> NifResult<Term<'a>> {
-    let node = res.node.lock().unwrap_or_else(|e| e.into_inner());
-    if !node.is_running() {
-        return Ok((atoms::error(), atoms::closed()).encode(env));
-    }
-    let m = seq_stats_map(env, &node.stats())?;
-    Ok((atoms::ok(), m).encode(env))
-}
-
-// -- the members -----------------------------------------------------------------
+use super::*;
 
 /// A member of the bus.
 pub struct BusResource {
-    member: Arc<Member>,
+    pub(super) member: Arc<Member>,
     owner: Owner,
     /// Also gets the member's events (`Tachyon.Bus.Events`: telemetry).
     relay: Option<LocalPid>,
     /// `:messages` mode: the thread that drives the member.
-    worker: Mutex<Option<Worker>>,
+    worker: Slot,
     /// `:poll` mode.
     poll: Option<Poller<()>>,
     /// `:messages` mode: messages delivered and acknowledged (`bus_ack`),
@@ -316,14 +32,16 @@ impl BusResource {
     fn on_stop(&self, _fd: std::os::fd::RawFd, _direct: bool) {}
 }
 
-/// Closes without waiting: no more publishes, the thread (if any) is told
-/// to stop (the reaper joins it), a process waiting in `recv` is woken.
+/// Closes without waiting: no more publishes (the goodbye is said from the
+/// reaper thread if a publish holds the send lock), the thread (if any) is
+/// told to stop (the reaper joins it), a process waiting in `recv` is woken.
 fn close_now(res: &Obj<'_, BusResource>, env: Env<'_>) {
-    res.member.close();
-    if let Some(w) = res.worker.lock().unwrap_or_else(|e| e.into_inner()).take() {
-        w.stop();
-        drop(w);
+    if !res.member.try_close() {
+        let h = res.handle();
+        worker::defer(move || h.member.close());
     }
+    // Dropped: stopped, and joined by the reaper.
+    drop(res.worker.take());
     if let Some(p) = &res.poll {
         p.close(env, res, Some(res.member.poll_fd()), || {});
     }
@@ -463,7 +181,7 @@ fn bus_open<'a>(env: Env<'a>, opts: Term<'a>, owner: LocalPid) -> NifResult<Term
         member: member.clone(),
         owner: Owner::new(owner),
         relay: get(env, opts, "events")?,
-        worker: Mutex::new(None),
+        worker: Slot::default(),
         poll: poll.then(|| Poller::new(wait, spin, (), seq_atoms::tachyon_bus_ready())),
         credits: Credits::new(get(env, opts, "max_queue")?),
     });
@@ -515,7 +233,7 @@ fn bus_open<'a>(env: Env<'a>, opts: Term<'a>, owner: LocalPid) -> NifResult<Term
             }
         });
         match spawned {
-            Ok(w) => *res.worker.lock().unwrap_or_else(|e| e.into_inner()) = Some(w),
+            Ok(w) => res.worker.set(w),
             Err(e) => {
                 res.member.close();
                 return Ok((atoms::error(), crate::terms::errno_atom(env, &e)).encode(env));
@@ -537,31 +255,6 @@ fn bus_open<'a>(env: Env<'a>, opts: Term<'a>, owner: LocalPid) -> NifResult<Term
         ],
     )?;
     Ok((atoms::ok(), res, info).encode(env))
-}
-
-fn publish_result<'a>(env: Env<'a>, r: Result<u64, PublishError>) -> Term<'a> {
-    match r {
-        Ok(n) => (atoms::ok(), n).encode(env),
-        Err(PublishError::TooLarge) => (atoms::error(), atoms::too_large()).encode(env),
-        Err(PublishError::Busy) => (atoms::error(), atoms::busy()).encode(env),
-        Err(PublishError::Closed) => (atoms::error(), atoms::closed()).encode(env),
-        Err(PublishError::Taken) => (atoms::error(), atom(env, "member_id_taken")).encode(env),
-    }
-}
-
-/// Publishes a binary: `{:ok, member_seq}` or `{:error, :too_large | :busy | :closed}`.
-#[rustler::nif]
-fn bus_publish<'a>(env: Env<'a>, res: &BusResource, data: Binary<'a>) -> Term<'a> {
-    publish_result(env, res.member.publish(data.as_slice()))
-}
-
-/// Publishes a list of binaries, packed into as few commands as fit.
-#[rustler::nif]
-fn bus_publish_many<'a>(env: Env<'a>, res: &BusResource, list: Vec<Binary<'a>>) -> Term<'a> {
-    publish_result(
-        env,
-        res.member.publish_many(list.iter().map(|b| b.as_slice())),
-    )
 }
 
 /// Polls a `:poll` member: `{:ok, [{seq, member_id, data}]}` (never

@@ -1,0 +1,164 @@
+//! A node's options, counters and roles.
+
+use super::*;
+
+/// What a two-node group does when it cannot tell a dead peer from a cut
+/// link.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TwoNodes {
+    /// The primary commits only with the standby's acknowledgement, and the
+    /// standby takes over only with a third vote: its witness (the
+    /// primary's BEAM node reported down, [`Node::witness_down`]). A
+    /// partition stops the bus instead of forking it.
+    Safe,
+    /// A silent peer is taken for dead after the election timeout: the
+    /// standby takes over if the primary does not answer a pre-vote, the
+    /// primary commits alone. A partition can fork the bus (members report
+    /// it).
+    Available,
+}
+
+/// A node's options.
+#[derive(Debug, Clone)]
+pub struct NodeConfig {
+    /// This node's id: its index in `group`.
+    pub id: u8,
+    /// Every node's command address, by id (the same list on every node).
+    pub group: Vec<SocketAddr>,
+    pub bus: BusMode,
+    /// Largest bus datagram.
+    pub max_datagram: usize,
+    /// Several messages per bus datagram when several are waiting.
+    pub batching: bool,
+    /// The longest gap between two datagrams of an idle primary.
+    pub heartbeat: Nanos,
+    /// The first heartbeat after data (then ten times longer each time, up
+    /// to `heartbeat`).
+    pub heartbeat_after: Nanos,
+    /// The minimum election timeout; each wait is drawn in `[t, 2t)`.
+    pub election_timeout: Nanos,
+    pub two_nodes: TwoNodes,
+    /// Entries appended and not committed at most: beyond, commands wait
+    /// (members resend them).
+    pub max_uncommitted: u64,
+    /// Commands held per member when an earlier one is missing.
+    pub window: usize,
+    /// Most entries one replay request is answered with.
+    pub replay_max: u64,
+    /// A follower's gap fill: entries per request, first repeat after.
+    pub replay_chunk: u64,
+    pub retransmit_after: Nanos,
+    /// A member id is bound to its member while heard within this.
+    pub binding_lease: Nanos,
+    /// Start an election at once (the preferred primary).
+    pub eager: bool,
+    /// The session of a new log (the first primary of a group writes it).
+    pub new_session: u64,
+    pub seed: u64,
+}
+
+impl NodeConfig {
+    /// A node of a group of one at `addr`.
+    pub fn single(addr: SocketAddr) -> NodeConfig {
+        NodeConfig::new(0, vec![addr])
+    }
+
+    pub fn new(id: u8, group: Vec<SocketAddr>) -> NodeConfig {
+        NodeConfig {
+            id,
+            group,
+            bus: BusMode::Unicast,
+            max_datagram: 1472,
+            batching: true,
+            heartbeat: 10 * MILLI,
+            heartbeat_after: 10_000,
+            election_timeout: 50 * MILLI,
+            two_nodes: TwoNodes::Safe,
+            max_uncommitted: 1 << 16,
+            window: 1024,
+            replay_max: 1024,
+            replay_chunk: 1024,
+            retransmit_after: MILLI,
+            binding_lease: 3_000 * MILLI,
+            eager: true,
+            new_session: 1,
+            seed: 1,
+        }
+    }
+
+    pub fn check(&self) -> bool {
+        !self.group.is_empty()
+            && self.group.len() <= 64
+            && (self.id as usize) < self.group.len()
+            && self.max_datagram > wire::BUS_HEADER + wire::MSG_HEADER
+            && self.max_datagram <= crate::udp::MAX_UDP_PAYLOAD
+            && self.election_timeout > 0
+            && self.heartbeat > 0
+            && self.new_session != 0
+    }
+}
+
+/// A node's counters (one writer: the thread driving the node).
+#[derive(Debug, Default)]
+pub struct NodeCounters {
+    pub messages: Counter,
+    pub datagrams: Counter,
+    pub heartbeats: Counter,
+    pub duplicates: Counter,
+    /// Commands held until an earlier one of their member arrives.
+    pub held: Counter,
+    /// Commands dropped: too far ahead of their member's next.
+    pub out_of_order: Counter,
+    pub nacks: Counter,
+    pub replays: Counter,
+    pub malformed: Counter,
+    /// Bus or peer datagrams not from a node of the group.
+    pub strangers: Counter,
+    pub wrong_session: Counter,
+    pub oversized: Counter,
+    pub send_errors: Counter,
+    pub store_errors: Counter,
+    pub members: Counter,
+    /// Commands dropped: `max_uncommitted` entries not committed yet.
+    pub backpressure: Counter,
+    /// Commands to a node that is not the primary, dropped.
+    pub not_primary: Counter,
+    /// Hellos and commands refused: the member id is bound to another.
+    pub taken: Counter,
+    pub elections: Counter,
+    pub terms_led: Counter,
+    pub stepped_down: Counter,
+    pub truncated: Counter,
+    pub copied: Counter,
+    pub acks: Counter,
+    pub syncs: Counter,
+    pub stale: Counter,
+    pub replay_requests: Counter,
+    /// Mirrors of the node's state, for stats without a lock.
+    pub term: Counter,
+    /// 0 follower, 1 pre-candidate, 2 candidate, 3 primary.
+    pub role: Counter,
+    pub next_seq: Counter,
+    pub commit: Counter,
+    pub leader: Counter,
+}
+
+/// Raft's roles.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Role {
+    Follower,
+    PreCandidate,
+    Candidate,
+    Leader,
+}
+
+impl Role {
+    pub fn name(self) -> &'static str {
+        match self {
+            Role::Follower => "follower",
+            Role::PreCandidate => "pre_candidate",
+            Role::Candidate => "candidate",
+            Role::Leader => "primary",
+        }
+    }
+}

@@ -1,0 +1,93 @@
+//! Peer datagrams (`"TN"`): between the nodes of a sequencer group.
+
+use super::*;
+
+/// A peer datagram's header.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PeerHeader {
+    pub kind: PeerKind,
+    pub term: u32,
+    pub session: u64,
+    pub node: u8,
+    pub flags: u8,
+}
+
+/// A decoded peer datagram.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Peer {
+    pub h: PeerHeader,
+    /// PreVote/Vote: (last log term, log end); Ack: (0, match end); Sync:
+    /// (last epoch, log end); SyncReply: (epoch, epoch end) with `c` the
+    /// primary's log end.
+    pub a: u64,
+    pub b: u64,
+    pub c: u64,
+}
+
+impl Peer {
+    pub(super) fn body_len(kind: PeerKind) -> usize {
+        match kind {
+            PeerKind::PreVoteReply | PeerKind::VoteReply => 0,
+            PeerKind::SyncReply => 24,
+            _ => 16,
+        }
+    }
+
+    /// Writes the datagram to `out` (cleared).
+    pub fn write(&self, out: &mut Vec<u8>) {
+        out.clear();
+        out.extend_from_slice(&PEER_MAGIC.to_le_bytes());
+        out.push(VERSION);
+        out.push(self.h.kind as u8);
+        out.extend_from_slice(&self.h.term.to_le_bytes());
+        out.extend_from_slice(&self.h.session.to_le_bytes());
+        out.push(self.h.node);
+        out.push(self.h.flags);
+        out.extend_from_slice(&0u16.to_le_bytes());
+        let n = Self::body_len(self.h.kind);
+        for (i, v) in [self.a, self.b, self.c].iter().enumerate() {
+            if i * 8 < n {
+                out.extend_from_slice(&v.to_le_bytes());
+            }
+        }
+    }
+
+    pub fn parse(b: &[u8]) -> Result<Peer, Bad> {
+        if b.len() < PEER_HEADER || u16_at(b, 0) != PEER_MAGIC || b[2] != VERSION {
+            return Err(Bad::Malformed);
+        }
+        let kind = match b[3] {
+            1 => PeerKind::PreVote,
+            2 => PeerKind::PreVoteReply,
+            3 => PeerKind::Vote,
+            4 => PeerKind::VoteReply,
+            5 => PeerKind::Ack,
+            6 => PeerKind::Sync,
+            7 => PeerKind::SyncReply,
+            _ => return Err(Bad::Malformed),
+        };
+        let n = Self::body_len(kind);
+        if b.len() != PEER_HEADER + n {
+            return Err(Bad::Malformed);
+        }
+        let at = |i: usize| {
+            if i * 8 < n {
+                u64_at(b, PEER_HEADER + i * 8)
+            } else {
+                0
+            }
+        };
+        Ok(Peer {
+            h: PeerHeader {
+                kind,
+                term: u32_at(b, 4),
+                session: u64_at(b, 8),
+                node: b[16],
+                flags: b[17],
+            },
+            a: at(0),
+            b: at(1),
+            c: at(2),
+        })
+    }
+}

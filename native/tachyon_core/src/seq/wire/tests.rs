@@ -1,0 +1,173 @@
+//! The wire format: round trips, and garbage refused without a panic.
+
+use super::*;
+
+fn garbage(len: usize, x: &mut u64) -> Vec<u8> {
+    (0..len)
+        .map(|_| {
+            *x ^= *x << 13;
+            *x ^= *x >> 7;
+            *x ^= *x << 17;
+            *x as u8
+        })
+        .collect()
+}
+
+#[test]
+fn bus_round_trip_and_truncations_refused() {
+    let h = BusHeader {
+        term: 3,
+        session: 77,
+        seq: 10,
+        commit: 9,
+        node: 2,
+    };
+    let mut b = Vec::new();
+    bus_header(&mut b, BusKind::Data, &h, 0);
+    write_msg(&mut b, 3, 5, 0, b"hello");
+    write_msg(&mut b, 4, 1, MORE, b"");
+    set_count(&mut b, 2);
+    let bus = Bus::parse(&b).unwrap();
+    assert_eq!((bus.kind, bus.h, bus.count), (BusKind::Data, h, 2));
+    assert_eq!(bus.end(), 12);
+    let got: Vec<_> = bus.messages().collect();
+    assert_eq!(got[0].0, 10);
+    assert_eq!(got[0].1.data, b"hello");
+    assert_eq!(
+        (got[1].0, got[1].1.member_id, got[1].1.flags),
+        (11, 4, MORE)
+    );
+    for cut in 0..b.len() {
+        assert!(Bus::parse(&b[..cut]).is_err(), "cut at {cut}");
+    }
+    let mut longer = b.clone();
+    longer.push(0);
+    assert!(Bus::parse(&longer).is_err());
+    set_commit(&mut b, 11);
+    assert_eq!(Bus::parse(&b).unwrap().h.commit, 11);
+
+    let w = WelcomeBody {
+        last: 8,
+        epoch_end: 99,
+        epoch: 2,
+        max_datagram: 1472,
+    };
+    welcome(&mut b, &h, TAKEN, &w);
+    let bus = Bus::parse(&b).unwrap();
+    assert_eq!((bus.welcome(), bus.flags), (Some(w), TAKEN));
+    for cut in 0..b.len() {
+        assert!(Bus::parse(&b[..cut]).is_err(), "cut at {cut}");
+    }
+    nack(&mut b, &h, 42);
+    assert_eq!(Bus::parse(&b).unwrap().nacked(), Some(42));
+    bus_header(&mut b, BusKind::End, &h, 0);
+    assert_eq!(Bus::parse(&b).unwrap().kind, BusKind::End);
+}
+
+#[test]
+fn commands_round_trip_renumber_and_garbage_refused() {
+    let mut c = Vec::new();
+    cmd_header(&mut c, CmdKind::Publish, 9, 1234);
+    write_cmd_msg(&mut c, 1, 0, b"a");
+    write_cmd_msg(&mut c, 2, MORE, b"bc");
+    set_cmd_count(&mut c, 2);
+    let cmd = Cmd::parse(&c).unwrap();
+    let ps: Vec<_> = cmd.published().collect();
+    assert_eq!(ps.len(), 2);
+    assert_eq!(
+        (ps[1].member_seq, ps[1].flags, ps[1].data),
+        (2, MORE, &b"bc"[..])
+    );
+    for cut in 0..c.len() {
+        assert!(Cmd::parse(&c[..cut]).is_err());
+    }
+    assert_eq!(renumber(&mut c, 40), Some(41));
+    let seqs: Vec<_> = Cmd::parse(&c)
+        .unwrap()
+        .published()
+        .map(|p| p.member_seq)
+        .collect();
+    assert_eq!(seqs, [40, 41]);
+    replay(&mut c, 9, 1, 5, 8);
+    assert_eq!(Cmd::parse(&c).unwrap().range(), (5, 8));
+    let hb = HelloBody {
+        flags: UNICAST,
+        incarnation: 0xdead,
+        epoch: 4,
+        next: 77,
+    };
+    hello(&mut c, 9, 0, &hb);
+    assert_eq!(Cmd::parse(&c).unwrap().hello(), Some(hb));
+    hello(&mut c, 0, 0, &hb);
+    assert!(Cmd::parse(&c).is_err(), "member id 0 is reserved");
+    // A stranger may not publish control entries.
+    cmd_header(&mut c, CmdKind::Publish, 9, 1);
+    write_cmd_msg(&mut c, 1, CONTROL, b"x");
+    set_cmd_count(&mut c, 1);
+    assert!(Cmd::parse(&c).is_err());
+}
+
+#[test]
+fn peers_round_trip() {
+    let kinds = [
+        PeerKind::PreVote,
+        PeerKind::PreVoteReply,
+        PeerKind::Vote,
+        PeerKind::VoteReply,
+        PeerKind::Ack,
+        PeerKind::Sync,
+        PeerKind::SyncReply,
+    ];
+    let mut d = Vec::new();
+    for kind in kinds {
+        let n = Peer::body_len(kind) / 8;
+        let p = Peer {
+            h: PeerHeader {
+                kind,
+                term: 7,
+                session: 5,
+                node: 1,
+                flags: GRANTED,
+            },
+            a: if n > 0 { 11 } else { 0 },
+            b: if n > 1 { 12 } else { 0 },
+            c: if n > 2 { 13 } else { 0 },
+        };
+        p.write(&mut d);
+        assert_eq!(Peer::parse(&d), Ok(p));
+        for cut in 0..d.len() {
+            assert!(Peer::parse(&d[..cut]).is_err());
+        }
+    }
+}
+
+#[test]
+fn garbage_never_panics() {
+    let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+    for len in 0..300 {
+        for _ in 0..20 {
+            let mut g = garbage(len, &mut x);
+            let _ = Cmd::parse(&g);
+            let _ = Bus::parse(&g);
+            let _ = Peer::parse(&g);
+            // With a valid magic and version, the rest garbage.
+            for m in [BUS_MAGIC, CMD_MAGIC, PEER_MAGIC] {
+                if g.len() >= 4 {
+                    g[0..2].copy_from_slice(&m.to_le_bytes());
+                    g[2] = VERSION;
+                    g[3] %= 8;
+                    if let Ok(b) = Bus::parse(&g) {
+                        let _ = b.messages().count();
+                        let _ = (b.welcome(), b.nacked());
+                    }
+                    if let Ok(c) = Cmd::parse(&g) {
+                        let _ = c.published().count();
+                        let _ = (c.range(), c.hello());
+                    }
+                    let _ = Peer::parse(&g);
+                    let _ = renumber(&mut g, 3);
+                }
+            }
+        }
+    }
+}

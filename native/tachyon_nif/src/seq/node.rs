@@ -1,0 +1,196 @@
+//! `seq_*`: a sequencer node (`Tachyon.Sequencer`).
+
+use super::*;
+
+/// A sequencer node (a group of one, or one node of a group).
+pub struct SeqResource {
+    /// Its stop holds no lock its readers take.
+    node: Sequencer,
+    /// Where the node's events go (`seq_report_to`); kept until then.
+    events: Arc<Mutex<Events>>,
+}
+
+/// The node's events: kept until a process listens (a bounded few: the
+/// first role change can come before the server's `init` runs).
+struct Events {
+    id: u64,
+    to: Option<(LocalPid, Reporter)>,
+    early: Vec<Report>,
+}
+
+impl Events {
+    fn send(&mut self, r: Report) {
+        match self.to.as_mut() {
+            Some((_, rep)) => rep(r),
+            None if self.early.len() < 64 => self.early.push(r),
+            None => {}
+        }
+    }
+
+    /// From now on to `pid`, the kept ones first.
+    fn listen(&mut self, pid: LocalPid) {
+        let mut rep = crate::deliver::reporter(pid, "sequencer", self.id);
+        for r in self.early.drain(..) {
+            rep(r);
+        }
+        self.to = Some((pid, rep));
+    }
+}
+
+crate::hot_resource!(SeqResource, c"SeqResource");
+
+fn seq_reporter(events: Arc<Mutex<Events>>) -> Reporter {
+    Box::new(move |r: Report| events.lock().unwrap_or_else(|e| e.into_inner()).send(r))
+}
+
+fn seq_stats_map<'a>(env: Env<'a>, s: &SequencerStats) -> NifResult<Term<'a>> {
+    map(
+        env,
+        &[
+            ("messages", s.messages.encode(env)),
+            ("datagrams", s.datagrams.encode(env)),
+            ("heartbeats", s.heartbeats.encode(env)),
+            ("duplicates", s.duplicates.encode(env)),
+            ("held", s.held.encode(env)),
+            ("out_of_order", s.out_of_order.encode(env)),
+            ("nacks", s.nacks.encode(env)),
+            ("replays", s.replays.encode(env)),
+            ("replayed", s.replayed.encode(env)),
+            ("replays_dropped", s.replays_dropped.encode(env)),
+            ("malformed", s.malformed.encode(env)),
+            ("strangers", s.strangers.encode(env)),
+            ("wrong_session", s.wrong_session.encode(env)),
+            ("oversized", s.oversized.encode(env)),
+            ("send_errors", s.send_errors.encode(env)),
+            ("store_errors", s.store_errors.encode(env)),
+            ("members", s.members.encode(env)),
+            ("backpressure", s.backpressure.encode(env)),
+            ("not_primary", s.not_primary.encode(env)),
+            ("taken", s.taken.encode(env)),
+            ("elections", s.elections.encode(env)),
+            ("terms_led", s.terms_led.encode(env)),
+            ("stepped_down", s.stepped_down.encode(env)),
+            ("truncated", s.truncated.encode(env)),
+            ("copied", s.copied.encode(env)),
+            ("acks", s.acks.encode(env)),
+            ("next_seq", s.next_seq.encode(env)),
+            ("commit", s.commit.encode(env)),
+            ("epoch", s.epoch.encode(env)),
+            ("role", atom(env, s.role)),
+            (
+                "leader",
+                s.leader.map_or(atoms::nil().encode(env), |l| l.encode(env)),
+            ),
+            ("session", s.session.encode(env)),
+        ],
+    )
+}
+
+/// Starts a sequencer node. `opts`: ip, port, path, bus, wait, core, batch,
+/// max_datagram, batching, heartbeat_us, heartbeat_after_us, replay_max,
+/// segment_size, recbuf, sndbuf, reuseaddr, group (a list of `{ip, port}`,
+/// empty for a group of one), election_timeout_us, two_nodes (`:safe` or
+/// `:available`), eager, report_id. Returns `{:ok, ref, info}` or
+/// `{:error, reason}`.
+#[rustler::nif(schedule = "DirtyIo")]
+fn seq_start<'a>(env: Env<'a>, opts: Term<'a>) -> NifResult<Term<'a>> {
+    let path: String = get(env, opts, "path")?;
+    let mut cfg = SequencerConfig::new(decode_addr(env, opts)?, path);
+    cfg.bus = decode_bus(get(env, opts, "bus")?)?;
+    cfg.wait = decode_wait(env, get(env, opts, "wait")?)?;
+    cfg.core = get::<Option<u64>>(env, opts, "core")?.map(|c| c as usize);
+    cfg.batch = get::<u64>(env, opts, "batch")? as usize;
+    cfg.max_datagram = get::<u64>(env, opts, "max_datagram")? as usize;
+    cfg.batching = get(env, opts, "batching")?;
+    cfg.heartbeat = micros(env, opts, "heartbeat_us")?;
+    cfg.heartbeat_after = micros(env, opts, "heartbeat_after_us")?;
+    cfg.replay_max = get::<u64>(env, opts, "replay_max")? as usize;
+    cfg.store.segment_size = get::<u64>(env, opts, "segment_size")? as usize;
+    cfg.store.max_message_size = cfg.max_datagram;
+    cfg.store.prepared_segments = 1;
+    cfg.socket = decode_socket_opts(env, opts)?;
+    for (ip, port) in get::<Vec<(Term, u16)>>(env, opts, "group")? {
+        cfg.group.push(SocketAddr::new(decode_ip(ip)?, port));
+    }
+    cfg.election_timeout = micros(env, opts, "election_timeout_us")?;
+    let two: Atom = get(env, opts, "two_nodes")?;
+    cfg.two_nodes = match two.to_term(env).atom_to_string()?.as_str() {
+        "safe" => TwoNodes::Safe,
+        "available" => TwoNodes::Available,
+        _ => return Err(rustler::Error::BadArg),
+    };
+    cfg.eager = get(env, opts, "eager")?;
+    let events = Arc::new(Mutex::new(Events {
+        id: get(env, opts, "report_id")?,
+        to: None,
+        early: Vec::new(),
+    }));
+    let rep = seq_reporter(events.clone());
+    let s = match Sequencer::start_reporting(cfg, Some(rep)) {
+        Ok(s) => s,
+        Err(e) => return Ok(seq_error(env, &e)),
+    };
+    let p = s.placement();
+    let st = s.stats();
+    let info = map(
+        env,
+        &[
+            ("address", encode_addr(env, &s.local_addr())),
+            ("session", s.session().encode(env)),
+            ("recovered_members", s.recovered_members().encode(env)),
+            ("next_seq", s.first_next().encode(env)),
+            ("epoch", st.epoch.encode(env)),
+            ("node_id", s.id().encode(env)),
+            ("core", p.core.encode(env)),
+            ("pinned", p.pinned.encode(env)),
+            ("wait", atom(env, p.wait.name())),
+        ],
+    )?;
+    let res = Handle::new(SeqResource { node: s, events });
+    Ok((atoms::ok(), res, info).encode(env))
+}
+
+/// Sends the node's events, from now on (and those it kept until now), to
+/// `pid` as `{:tachyon_report, :sequencer, id, kind, fields}`.
+#[rustler::nif]
+fn seq_report_to(res: &SeqResource, pid: LocalPid) -> Atom {
+    res.events
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .listen(pid);
+    atoms::ok()
+}
+
+/// Stops the node and joins its threads: the port is free and the log
+/// closed on return.
+#[rustler::nif(schedule = "DirtyIo")]
+fn seq_stop(res: &SeqResource) -> Atom {
+    res.node.stop();
+    atoms::ok()
+}
+
+/// Holds an election now (the primary's BEAM node went down); in a group of
+/// two the witness's vote too.
+#[rustler::nif]
+fn seq_takeover(res: &SeqResource) -> Atom {
+    res.node.take_over();
+    atoms::ok()
+}
+
+/// The witness (this BEAM node) saw node `id`'s BEAM node go down.
+#[rustler::nif]
+fn seq_witness_down(res: &SeqResource, id: u8) -> Atom {
+    res.node.witness_down(id);
+    atoms::ok()
+}
+
+/// `{:ok, stats}` (with `:role`, `:epoch`, `:leader`, `:commit`), or
+/// `{:error, :closed}` once stopped.
+#[rustler::nif]
+fn seq_stats<'a>(env: Env<'a>, res: &SeqResource) -> NifResult<Term<'a>> {
+    if !res.node.is_running() {
+        return Ok((atoms::error(), atoms::closed()).encode(env));
+    }
+    let m = seq_stats_map(env, &res.node.stats())?;
+    Ok((atoms::ok(), m).encode(env))
+}
