@@ -108,11 +108,13 @@ impl<L: Log> Node<L> {
         self.c.terms_led.bump(1);
         self.leader_flush(now, env);
         self.heartbeat(now, env);
+        // The counters first: whoever hears the event and reads the stats
+        // sees the new term's epoch record in `next_seq`.
+        self.mirror();
         env.event(NodeEvent::Leader {
             term: self.term,
             start: self.ld.term_start,
         });
-        self.mirror();
     }
 
     /// Whether a majority (this node included) was heard within the

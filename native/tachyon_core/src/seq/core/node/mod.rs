@@ -449,11 +449,11 @@ impl<L: Log> Node<L> {
         if leader.is_some() {
             self.silent = 0;
         }
+        self.mirror();
         env.event(NodeEvent::Follower {
             term: self.term,
             leader,
         });
-        self.mirror();
     }
 
     fn on_peer(&mut self, now: Nanos, p: &Peer, env: &mut dyn Env) {
