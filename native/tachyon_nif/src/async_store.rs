@@ -153,7 +153,7 @@ fn async_open<'a>(
     owns_store: bool,
 ) -> NifResult<Term<'a>> {
     let cfg = decode_config(env, opts)?;
-    let shared: Arc<Store> = store.store.clone();
+    let shared: Arc<Store> = Arc::clone(&store.store);
     let rep = report_to.map(|pid| reporter(pid, id));
     match AsyncStore::open(shared, cfg, rep) {
         Ok(inner) => {

@@ -1,9 +1,11 @@
 //! `Tachyon.Native.store_*`: the message log resource.
 
+use std::mem::ManuallyDrop;
 use std::sync::Arc;
 
 use rustler::types::atom::Atom;
 use rustler::{Binary, Encoder, Env, Error, NifResult, OwnedBinary, Term};
+
 use tachyon_core::store::{Config, Event, Mode, Store, StoreError, Verify};
 
 use crate::atoms;
@@ -15,7 +17,20 @@ use crate::terms::{atom, errno_atom, get, map};
 /// joined, maps dropped, lock released) by `store_close` or when the last
 /// reference is garbage-collected.
 pub struct StoreResource {
-    pub store: Arc<Store>,
+    pub store: ManuallyDrop<Arc<Store>>,
+}
+
+impl Drop for StoreResource {
+    /// A handle collected by the BEAM is dropped on whichever scheduler
+    /// collected it; the last reference to a store unmaps every segment
+    /// (milliseconds per large one), so the reference goes to the reaper
+    /// thread and is dropped there.
+    fn drop(&mut self) {
+        // SAFETY: `store` is taken once, here, and never used again: the
+        // resource is being destroyed.
+        let store = unsafe { ManuallyDrop::take(&mut self.store) };
+        tachyon_core::worker::defer(move || drop(store));
+    }
 }
 
 crate::hot_resource!(StoreResource, c"StoreResource");
@@ -102,7 +117,7 @@ fn store_open<'a>(env: Env<'a>, path: String, opts: Term<'a>) -> NifResult<Term<
                 ],
             )?;
             let res = Handle::new(StoreResource {
-                store: Arc::new(store),
+                store: ManuallyDrop::new(Arc::new(store)),
             });
             Ok((atoms::ok(), res, rec).encode(env))
         }

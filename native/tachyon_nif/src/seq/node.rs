@@ -27,12 +27,23 @@ impl Events {
         }
     }
 
-    /// From now on to `pid`, the kept ones first.
-    fn listen(&mut self, pid: LocalPid) {
-        let mut rep = crate::deliver::reporter(pid, "sequencer", self.id);
+    /// From now on to `pid`, the kept ones first, sent from `env`: the
+    /// calling process's (a NIF's thread is a scheduler, where a message
+    /// built in an environment of our own cannot be sent: kept reports
+    /// were lost that way). Called under the lock the node's thread sends
+    /// through, so no new report overtakes a kept one.
+    fn listen(&mut self, env: Env, pid: LocalPid) {
         for r in self.early.drain(..) {
-            rep(r);
+            let msg = (
+                atom(env, "tachyon_report"),
+                atom(env, "sequencer"),
+                self.id,
+                atom(env, r.kind),
+                crate::deliver::report_map(env, &r.fields),
+            );
+            let _ = env.send(&pid, msg);
         }
+        let rep = crate::deliver::reporter(pid, "sequencer", self.id);
         self.to = Some((pid, rep));
     }
 }
@@ -153,11 +164,11 @@ fn seq_start<'a>(env: Env<'a>, opts: Term<'a>) -> NifResult<Term<'a>> {
 /// Sends the node's events, from now on (and those it kept until now), to
 /// `pid` as `{:tachyon_report, :sequencer, id, kind, fields}`.
 #[rustler::nif]
-fn seq_report_to(res: &SeqResource, pid: LocalPid) -> Atom {
+fn seq_report_to(env: Env, res: &SeqResource, pid: LocalPid) -> Atom {
     res.events
         .lock()
         .unwrap_or_else(|e| e.into_inner())
-        .listen(pid);
+        .listen(env, pid);
     atoms::ok()
 }
 
