@@ -150,7 +150,7 @@ defmodule Tachyon.SchedulerLatenessTest do
 
   # A sequencer under ExUnit's supervisor, as child `label`.
   defp sequencer(label) do
-    opts = [path: tmp_dir(label), wait: :park, stats_interval: nil]
+    opts = [path: tmp_dir(label), wait: :park, stats_interval_ms: nil]
     seq = start_supervised!(Supervisor.child_spec({Sequencer, opts}, id: label))
     {seq, Sequencer.address(seq)}
   end
@@ -366,7 +366,7 @@ defmodule Tachyon.SchedulerLatenessTest do
       send(owner, :exit)
       # The member id is free again: the goodbye was said.
       assert wait_until(fn ->
-               case Bus.open(sequencer: addr, member_id: 7, connect_timeout: 1_000) do
+               case Bus.open(sequencer: addr, member_id: 7, connect_timeout_ms: 1_000) do
                  {:ok, b} -> Bus.close(b) == :ok
                  {:error, _} -> false
                end
