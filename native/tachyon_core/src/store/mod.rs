@@ -286,6 +286,15 @@ pub struct Store {
     recovery: Recovery,
 }
 
+/// Removes a prepared, never activated segment file; one already gone (a
+/// closed store's pre-touch thread removes its own on the way out) is fine.
+fn remove_unused(path: &Path) -> io::Result<()> {
+    match fs::remove_file(path) {
+        Err(e) if e.kind() != io::ErrorKind::NotFound => Err(e),
+        _ => Ok(()),
+    }
+}
+
 fn list_segments(dir: &Path) -> io::Result<Vec<(u64, PathBuf)>> {
     let mut v = Vec::new();
     for e in fs::read_dir(dir)? {
@@ -431,7 +440,7 @@ pub fn truncate_dir(dir: &Path, from: u64) -> Result<u64, StoreError> {
         match Segment::open(&path, seq, true)? {
             Some(s) => segs.push((s, path)),
             // Prepared, never activated: removed (a reopen prepares anew).
-            None => fs::remove_file(&path)?,
+            None => remove_unused(&path)?,
         }
     }
     let Some(first) = segs.first().map(|(s, _)| s.base()) else {
@@ -526,7 +535,7 @@ impl Store {
             match Segment::open(path, *seq, true)? {
                 Some(s) => segs.push(Arc::new(s)),
                 None => {
-                    fs::remove_file(path)?;
+                    remove_unused(path)?;
                     rec.removed_unused += 1;
                 }
             }

@@ -90,7 +90,15 @@ impl Segment {
     /// created but never activated (no magic): a leftover of a prepared
     /// segment.
     pub fn open(path: &Path, seq: u64, writable: bool) -> Result<Option<Segment>, OpenError> {
-        let file = OpenOptions::new().read(true).write(writable).open(path)?;
+        let file = match OpenOptions::new().read(true).write(writable).open(path) {
+            Ok(f) => f,
+            // Gone between the listing and here: a prepared segment that a
+            // closed store's pre-touch thread removed on its way out (it never
+            // held an entry; activated segments go only by this store's own
+            // retention).
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(e.into()),
+        };
         let len = file.metadata()?.len() as usize;
         if len < HEADER_SIZE {
             return Ok(None);
