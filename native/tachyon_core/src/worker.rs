@@ -17,6 +17,10 @@
 //!   joined, shortly after.
 //! * A worker dropped or joined on its own thread (the last owner went away
 //!   inside its loop) is detached, never self-joined.
+//!
+//! The reaper also takes other slow work a destructor must not do on the
+//! thread that runs it: [`defer`] hands it a job (unmapping a segment's
+//! pages, closing a table), run in the order given.
 
 use std::io;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
@@ -90,9 +94,23 @@ impl Worker {
     where
         F: FnOnce(&Ctx) + Send + 'static,
     {
+        Self::spawn_with_wake(name, core, Arc::new(Wake::new()?), body)
+    }
+
+    /// [`Worker::spawn`] with a wake-up line made beforehand: for a part
+    /// whose shared state wakes the thread and exists before it.
+    pub fn spawn_with_wake<F>(
+        name: &str,
+        core: Option<usize>,
+        wake: Arc<Wake>,
+        body: F,
+    ) -> io::Result<Worker>
+    where
+        F: FnOnce(&Ctx) + Send + 'static,
+    {
         let ctx = Arc::new(Ctx {
             stop: CachePadded::new(AtomicBool::new(false)),
-            wake: Arc::new(Wake::new()?),
+            wake,
             pinned: AtomicU8::new(0),
             finished: AtomicBool::new(false),
         });
@@ -210,24 +228,46 @@ pub fn start_reaper() -> bool {
     reaper().is_some()
 }
 
+/// Slow work handed to the reaper thread.
+type Job = Box<dyn FnOnce() + Send>;
+
 /// Hands `h` to the reaper thread, which joins it. If the reaper cannot be
 /// started the thread is detached (it still stops: its stop flag is set).
 fn reap(h: JoinHandle<()>) {
-    if let Some(tx) = reaper() {
-        let _ = crate::sys::lock(tx).send(h);
+    let _ = to_reaper(Box::new(move || {
+        let _ = h.join();
+    }));
+}
+
+/// Runs `job` on the reaper thread (after the joins and jobs handed to it
+/// before), so that the caller does not wait for it: for a destructor that
+/// runs on a BEAM scheduler and holds something slow to let go (a mapped
+/// segment, a table to close). Never blocks. If the reaper cannot be
+/// started, `job` runs here (slow, but nothing is leaked).
+pub fn defer(job: impl FnOnce() + Send + 'static) {
+    if let Err(job) = to_reaper(Box::new(job)) {
+        job();
     }
 }
 
-fn reaper() -> Option<&'static Mutex<Sender<JoinHandle<()>>>> {
-    static REAPER: OnceLock<Option<Mutex<Sender<JoinHandle<()>>>>> = OnceLock::new();
+fn to_reaper(job: Job) -> Result<(), Job> {
+    match reaper() {
+        Some(tx) => crate::sys::lock(tx).send(job).map_err(|e| e.0),
+        None => Err(job),
+    }
+}
+
+fn reaper() -> Option<&'static Mutex<Sender<Job>>> {
+    static REAPER: OnceLock<Option<Mutex<Sender<Job>>>> = OnceLock::new();
     REAPER
         .get_or_init(|| {
-            let (tx, rx) = mpsc::channel::<JoinHandle<()>>();
+            let (tx, rx) = mpsc::channel::<Job>();
             std::thread::Builder::new()
                 .name("tachyon-reaper".into())
                 .spawn(move || {
-                    for h in rx {
-                        let _ = h.join();
+                    for job in rx {
+                        // A panicking job must not take the reaper down.
+                        let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(job));
                     }
                 })
                 .ok()
@@ -345,6 +385,24 @@ mod tests {
         assert!(t0.elapsed() < Duration::from_millis(250));
         assert_eq!(refused_joins(), before + 1);
         assert!(wait_until(|| threads_named("tw-refuse") == 0));
+    }
+
+    #[test]
+    fn deferred_jobs_run_on_the_reaper() {
+        let (tx, rx) = mpsc::channel();
+        defer(move || {
+            let name = std::thread::current().name().map(str::to_owned);
+            let _ = tx.send(name);
+        });
+        let name = rx.recv_timeout(Duration::from_secs(10)).unwrap();
+        assert_eq!(name.as_deref(), Some("tachyon-reaper"));
+        // A panicking job leaves the reaper running.
+        defer(|| panic!("job"));
+        let (tx, rx) = mpsc::channel();
+        defer(move || {
+            let _ = tx.send(());
+        });
+        assert!(rx.recv_timeout(Duration::from_secs(10)).is_ok());
     }
 
     #[test]
