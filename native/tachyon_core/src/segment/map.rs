@@ -17,9 +17,11 @@
 //!
 //! Unmapping 64 MiB of dirty, mapped pages holds the process's mmap lock
 //! for milliseconds, and every page fault of the process (the BEAM's heap,
-//! the writer's) waits behind it; so a released writable map is *retired*:
-//! handed to the reaper thread ([`crate::worker::defer`]), which drops its
-//! page table entries a chunk at a time and unmaps it.
+//! the writer's) waits behind it; so a writable map is released a chunk of
+//! page table entries at a time before it is unmapped, and never on the
+//! writer's thread: a background thread releases it
+//! ([`Maps::release_writable`]), a writer *retires* it ([`retire`]): hands
+//! it to the reaper thread ([`crate::worker::defer`]).
 
 use std::fs::File;
 use std::io;
@@ -128,11 +130,13 @@ impl Maps {
         lock(&self.rw).take()
     }
 
-    /// Lets the writable map go (the segment is sealed): retired, so that it
-    /// is unmapped by the reaper once no writer or prepare thread holds it.
+    /// Lets the writable map go (the segment is sealed), on this thread: a
+    /// background thread's (the caller's thread unmaps it if no writer or
+    /// prepare thread holds it any more, its pages released a chunk at a
+    /// time first). A writer retires its map instead ([`retire`]).
     pub fn release_writable(&self) {
         if let Some(w) = self.take_writable() {
-            retire(w);
+            release(w);
         }
     }
 
@@ -260,12 +264,16 @@ impl WriteMap {
 /// last: a reader or the prepare thread, never the writer, which retires its
 /// own hold).
 pub fn retire(w: Arc<WriteMap>) {
-    crate::worker::defer(move || {
-        if Arc::strong_count(&w) == 1 {
-            w.release_pages();
-        }
-        drop(w);
-    });
+    crate::worker::defer(move || release(w));
+}
+
+/// Drops `w`, its pages released first, a chunk at a time, if this was the
+/// last hold.
+fn release(w: Arc<WriteMap>) {
+    if Arc::strong_count(&w) == 1 {
+        w.release_pages();
+    }
+    drop(w);
 }
 
 /// How [`populate`] faults pages in.

@@ -120,5 +120,53 @@ pub fn remove_if_same_file(file: &File, path: &Path) {
     }
 }
 
+/// `From<io::Error>` (a full disk, `ENOSPC` or `EDQUOT`, is `NoSpace`),
+/// `Display` and `Error` for the error enums of the parts on segment files
+/// (the store's and the table's: the same variant names for the same
+/// failures). `$corrupt` starts the text of a `Corrupt` error.
+macro_rules! segment_error_impls {
+    ($t:ident, $corrupt:literal) => {
+        impl From<std::io::Error> for $t {
+            fn from(e: std::io::Error) -> Self {
+                match e.raw_os_error() {
+                    Some(libc::ENOSPC) | Some(libc::EDQUOT) => $t::NoSpace,
+                    _ => $t::Io(e),
+                }
+            }
+        }
+
+        impl std::fmt::Display for $t {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                match self {
+                    $t::Corrupt { segment, offset } => {
+                        write!(f, concat!($corrupt, " {} at offset {}"), segment, offset)
+                    }
+                    $t::BadConfig(s) => write!(f, "bad config: {s}"),
+                    $t::Io(e) => write!(f, "{e}"),
+                    other => write!(f, "{other:?}"),
+                }
+            }
+        }
+
+        impl std::error::Error for $t {}
+    };
+}
+pub(crate) use segment_error_impls;
+
+/// A fresh directory path for a test (`tachyon-<what>-test-<pid>-<n>`),
+/// removed if it exists; the test creates it.
+#[cfg(test)]
+pub(crate) fn test_dir(what: &str) -> PathBuf {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    static N: AtomicUsize = AtomicUsize::new(0);
+    let d = std::env::temp_dir().join(format!(
+        "tachyon-{what}-test-{}-{}",
+        std::process::id(),
+        N.fetch_add(1, Ordering::Relaxed)
+    ));
+    let _ = std::fs::remove_dir_all(&d);
+    d
+}
+
 #[cfg(test)]
 mod tests;

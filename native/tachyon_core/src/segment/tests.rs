@@ -1,20 +1,12 @@
 use super::*;
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use crate::worker::Worker;
 
-static N: AtomicUsize = AtomicUsize::new(0);
-
 fn tmp() -> PathBuf {
-    let d = std::env::temp_dir().join(format!(
-        "tachyon-segment-test-{}-{}",
-        std::process::id(),
-        N.fetch_add(1, Ordering::Relaxed)
-    ));
-    let _ = std::fs::remove_dir_all(&d);
+    let d = test_dir("segment");
     std::fs::create_dir_all(&d).unwrap();
     d
 }
@@ -103,10 +95,12 @@ fn maps_share_the_file_and_a_retired_write_map_is_unmapped() {
     // SAFETY: as above.
     assert_eq!(unsafe { maps.slice(len - 8, 9) }, None);
     maps.sync_range(&f, 0, len).unwrap();
-    // The writer's hold and the segment's: retired once both let go.
-    drop(w);
+    // The segment's hold, then the writer's, retired: unmapped by the
+    // reaper.
     maps.release_writable();
     assert!(maps.writable().is_none());
+    assert_eq!(maps_of(&path).len(), 2);
+    map::retire(w);
     assert!(wait_until(|| maps_of(&path) == ["r--s"]));
     // The bytes are the file's.
     // SAFETY: as above.

@@ -61,15 +61,7 @@ pub enum StoreError {
     Io(io::Error),
 }
 
-impl From<io::Error> for StoreError {
-    fn from(e: io::Error) -> Self {
-        if e.raw_os_error() == Some(libc::ENOSPC) || e.raw_os_error() == Some(libc::EDQUOT) {
-            StoreError::NoSpace
-        } else {
-            StoreError::Io(e)
-        }
-    }
-}
+crate::segment::segment_error_impls!(StoreError, "corrupt record in segment");
 
 impl From<OpenError> for StoreError {
     fn from(e: OpenError) -> Self {
@@ -79,21 +71,6 @@ impl From<OpenError> for StoreError {
         }
     }
 }
-
-impl std::fmt::Display for StoreError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            StoreError::Corrupt { segment, offset } => {
-                write!(f, "corrupt record in segment {segment} at offset {offset}")
-            }
-            StoreError::BadConfig(s) => write!(f, "bad config: {s}"),
-            StoreError::Io(e) => write!(f, "{e}"),
-            other => write!(f, "{other:?}"),
-        }
-    }
-}
-
-impl std::error::Error for StoreError {}
 
 /// Writer or reader.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -268,6 +245,10 @@ pub struct Store {
 }
 
 impl Store {
+    pub fn is_closed(&self) -> bool {
+        self.closed.load(Ordering::Acquire)
+    }
+
     pub fn dir(&self) -> &Path {
         &self.dir
     }
@@ -278,10 +259,6 @@ impl Store {
 
     pub fn recovery(&self) -> &Recovery {
         &self.recovery
-    }
-
-    pub fn is_closed(&self) -> bool {
-        self.closed.load(Ordering::Acquire)
     }
 
     /// Takes the queued events (rolls) for telemetry.

@@ -1,18 +1,9 @@
 use super::*;
 use std::fs;
-use std::sync::atomic::AtomicUsize;
 use std::time::Duration;
 
-static N: AtomicUsize = AtomicUsize::new(0);
-
 fn tmp() -> PathBuf {
-    let d = std::env::temp_dir().join(format!(
-        "tachyon-core-test-{}-{}",
-        std::process::id(),
-        N.fetch_add(1, Ordering::Relaxed)
-    ));
-    let _ = fs::remove_dir_all(&d);
-    d
+    crate::segment::test_dir("core")
 }
 
 fn small() -> Config {
