@@ -9,6 +9,8 @@
 //! * [`prefetch`]: write prefetches for the next record of a hot path.
 //! * [`report`]: the report channel (stats and events) from a part's threads.
 //! * [`ring`]: the SPSC byte ring.
+//! * [`segment`]: segment files shared by the store and the table (names,
+//!   creation, maps, populating, the prepared-segment queue).
 //! * [`seq`]: the sequencer and the members of its total-order bus.
 //! * [`spin`]: the hot paths' mutex (release-store unlock).
 //! * [`store`]: the append-only message log on memory-mapped segment files.
@@ -34,6 +36,7 @@ pub mod hist;
 pub mod prefetch;
 pub mod report;
 pub mod ring;
+pub mod segment;
 pub mod seq;
 pub mod spin;
 pub mod store;

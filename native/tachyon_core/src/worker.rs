@@ -24,6 +24,10 @@
 //!   joined, shortly after.
 //! * A worker dropped or joined on its own thread (the last owner went away
 //!   inside its loop) is detached, never self-joined.
+//!
+//! The reaper also takes other slow work a destructor must not do on the
+//! thread that runs it: [`defer`] hands it a job (unmapping a segment's
+//! pages, closing a table), run in the order given.
 
 use std::io;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
@@ -100,9 +104,23 @@ impl Worker {
     where
         F: FnOnce(&Ctx) + Send + 'static,
     {
+        Self::spawn_with_wake(name, core, Arc::new(Wake::new()?), body)
+    }
+
+    /// [`Worker::spawn`] with a wake-up line made beforehand: for a part
+    /// whose shared state wakes the thread and exists before it.
+    pub fn spawn_with_wake<F>(
+        name: &str,
+        core: Option<usize>,
+        wake: Arc<Wake>,
+        body: F,
+    ) -> io::Result<Worker>
+    where
+        F: FnOnce(&Ctx) + Send + 'static,
+    {
         let ctx = Arc::new(Ctx {
             stop: CachePadded::new(AtomicBool::new(false)),
-            wake: Arc::new(Wake::new()?),
+            wake,
             pinned: AtomicU8::new(0),
             started: AtomicBool::new(false),
             finished: AtomicBool::new(false),
@@ -280,31 +298,32 @@ pub fn start_reaper() -> bool {
     reaper().is_some()
 }
 
-/// What the reaper thread is given.
-enum Job {
-    Join(JoinHandle<()>),
-    Run(Box<dyn FnOnce() + Send>),
-}
+/// Slow work handed to the reaper thread.
+type Job = Box<dyn FnOnce() + Send>;
 
 /// Hands `h` to the reaper thread, which joins it. If the reaper cannot be
 /// started the thread is detached (it still stops: its stop flag is set).
 fn reap(h: JoinHandle<()>) {
-    if let Some(tx) = reaper() {
-        let _ = crate::sys::lock(tx).send(Job::Join(h));
+    let _ = to_reaper(Box::new(move || {
+        let _ = h.join();
+    }));
+}
+
+/// Runs `job` on the reaper thread (after the joins and jobs handed to it
+/// before), so that the caller does not wait for it: for a destructor that
+/// runs on a BEAM scheduler and holds something slow to let go (a mapped
+/// segment, a table to close). Never blocks. If the reaper cannot be
+/// started, `job` runs here (slow, but nothing is leaked).
+pub fn defer(job: impl FnOnce() + Send + 'static) {
+    if let Err(job) = to_reaper(Box::new(job)) {
+        job();
     }
 }
 
-/// Runs `f` on the reaper thread, after what it was given before: work a
-/// caller that must not wait hands off (a close that may wait behind a
-/// lock, say). `f` must not wait for the reaper itself (a [`Worker`]'s
-/// join from there is fine: the reaper may block). Runs `f` here if the
-/// reaper cannot be started.
-pub fn defer(f: impl FnOnce() + Send + 'static) {
+fn to_reaper(job: Job) -> Result<(), Job> {
     match reaper() {
-        Some(tx) => {
-            let _ = crate::sys::lock(tx).send(Job::Run(Box::new(f)));
-        }
-        None => f(),
+        Some(tx) => crate::sys::lock(tx).send(job).map_err(|e| e.0),
+        None => Err(job),
     }
 }
 
@@ -317,14 +336,8 @@ fn reaper() -> Option<&'static Mutex<Sender<Job>>> {
                 .name("tachyon-reaper".into())
                 .spawn(move || {
                     for job in rx {
-                        match job {
-                            Job::Join(h) => {
-                                let _ = h.join();
-                            }
-                            Job::Run(f) => {
-                                let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f));
-                            }
-                        }
+                        // A panicking job must not take the reaper down.
+                        let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(job));
                     }
                 })
                 .ok()

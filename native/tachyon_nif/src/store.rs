@@ -1,6 +1,5 @@
 //! `Tachyon.Native.store_*`: the message log resource.
 
-use std::mem::ManuallyDrop;
 use std::sync::Arc;
 
 use rustler::types::atom::Atom;
@@ -15,22 +14,10 @@ use crate::terms::{atom, errno_atom, get, map};
 /// The BEAM's handle on a store. `Arc` so that other resources (the
 /// AsyncStore writer thread) can share it. The store is closed (threads
 /// joined, maps dropped, lock released) by `store_close` or when the last
-/// reference is garbage-collected.
+/// reference is garbage-collected (then the store's own drop hands the
+/// unmapping to the reaper thread, off the scheduler that collected it).
 pub struct StoreResource {
-    pub store: ManuallyDrop<Arc<Store>>,
-}
-
-impl Drop for StoreResource {
-    /// A handle collected by the BEAM is dropped on whichever scheduler
-    /// collected it; the last reference to a store unmaps every segment
-    /// (milliseconds per large one), so the reference goes to the reaper
-    /// thread and is dropped there.
-    fn drop(&mut self) {
-        // SAFETY: `store` is taken once, here, and never used again: the
-        // resource is being destroyed.
-        let store = unsafe { ManuallyDrop::take(&mut self.store) };
-        tachyon_core::worker::defer(move || drop(store));
-    }
+    pub store: Arc<Store>,
 }
 
 crate::hot_resource!(StoreResource, c"StoreResource");
@@ -117,7 +104,7 @@ fn store_open<'a>(env: Env<'a>, path: String, opts: Term<'a>) -> NifResult<Term<
                 ],
             )?;
             let res = Handle::new(StoreResource {
-                store: ManuallyDrop::new(Arc::new(store)),
+                store: Arc::new(store),
             });
             Ok((atoms::ok(), res, rec).encode(env))
         }

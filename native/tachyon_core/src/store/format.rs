@@ -110,16 +110,15 @@ pub fn header_word(payload: &[u8]) -> u64 {
 
 /// The segment file name for sequence number `seq`.
 pub fn segment_file_name(seq: u64) -> String {
-    format!("{seq:020}.seg")
+    crate::segment::file_name(seq, "seg")
 }
 
 /// Parses a segment file name back into its sequence number.
 pub fn parse_segment_file_name(name: &str) -> Option<u64> {
-    let stem = name.strip_suffix(".seg")?;
-    if stem.len() != 20 || !stem.bytes().all(|b| b.is_ascii_digit()) {
-        return None;
+    match crate::segment::parse_file_name(name)? {
+        (seq, "seg") => Some(seq),
+        _ => None,
     }
-    stem.parse().ok()
 }
 
 #[cfg(test)]

@@ -4,11 +4,11 @@
 use std::fs::{File, OpenOptions};
 use std::io;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
-
-use memmap2::{MmapOptions, MmapRaw};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use std::sync::Arc;
 
 use super::format::*;
+use crate::segment::{self, Maps, WriteMap};
 
 /// Why a record could not be read.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -19,71 +19,82 @@ pub enum RecordError {
     Corrupt,
 }
 
-/// A mapped segment file.
+/// A mapped segment file: read through its read-only map; written, while it
+/// is the active segment (or recovery repairs it), through its writable one
+/// (see [`crate::segment::map`]).
 pub struct Segment {
     pub seq: u64,
     /// Index of the first record. Set when the segment is activated.
     pub base: AtomicU64,
     pub path: PathBuf,
     pub layout: Layout,
-    pub writable: bool,
     file: File,
-    map: MmapRaw,
-    /// Set once the file was unlinked by retention (the map stays valid).
+    maps: Maps,
+    /// Set once the file was unlinked by retention (the maps stay valid).
     pub deleted: AtomicBool,
+    /// File offset up to which the pre-touch thread faulted the segment in.
+    pub touched: AtomicUsize,
 }
 
-// The raw map is shared memory accessed only through atomics (headers, slots)
-// or through ranges that are published before being read (payloads), so the
-// segment can be shared between threads.
-// SAFETY: see above; every access to `map` goes through the methods below.
+// Headers and slots are accessed only through atomics, payloads through
+// ranges that are published (a release store of their header) before
+// being read, through either map: both map the same pages of the same file,
+// and the hardware keeps them coherent as it does for another process's map
+// of the file. So the segment can be shared between threads.
+// SAFETY: see above; every access to the maps goes through the methods
+// below.
 unsafe impl Send for Segment {}
 // SAFETY: as for Send.
 unsafe impl Sync for Segment {}
-
-static POPULATE_WRITE_OK: AtomicBool = AtomicBool::new(true);
-
-/// Bytes per `madvise` call of `populate` and `release_pages`: 1 MiB (256
-/// pages), a fraction of a millisecond with the mmap lock held.
-pub const MM_CHUNK: usize = 1 << 20;
 
 /// Bytes after a record that `write_record` prefetches for writing: a
 /// 256-byte record and its header span five cache lines.
 const PREFETCH_BYTES: usize = 320;
 
+/// The word at `off` of a map starting at `base`, as an atomic.
+///
+/// # Safety
+/// `off` is 8-aligned and `off + 8` inside the map, which outlives the
+/// returned reference; the word is only ever accessed atomically.
+#[inline]
+unsafe fn word<'a>(base: *const u8, off: usize) -> &'a AtomicU64 {
+    // SAFETY: the caller's contract (the map is page aligned).
+    unsafe { &*(base.add(off) as *const AtomicU64) }
+}
+
+/// As [`word`], for a 4-byte slot (4-aligned).
+///
+/// # Safety
+/// As for [`word`], with 4-byte alignment.
+#[inline]
+unsafe fn slot_word<'a>(base: *const u8, off: usize) -> &'a AtomicU32 {
+    // SAFETY: the caller's contract.
+    unsafe { &*(base.add(off) as *const AtomicU32) }
+}
+
 impl Segment {
+    fn build(seq: u64, base: u64, path: PathBuf, layout: Layout, file: File, maps: Maps) -> Self {
+        Segment {
+            seq,
+            base: AtomicU64::new(base),
+            path,
+            layout,
+            file,
+            maps,
+            deleted: AtomicBool::new(false),
+            touched: AtomicUsize::new(0),
+        }
+    }
+
     /// Creates a new, not yet activated segment file of `data_cap` bytes of
-    /// data, with every block allocated (so writes through the map can never
-    /// hit ENOSPC, which would be a SIGBUS).
+    /// data, with every block allocated (see [`crate::segment::create`]).
     pub fn create(dir: &Path, seq: u64, data_cap: usize) -> io::Result<Segment> {
         let layout = Layout::new(data_cap);
-        let path = dir.join(segment_file_name(seq));
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create_new(true)
-            .open(&path)?;
-        let res = (|| {
-            crate::sys::fallocate(&file, layout.file_len)?;
-            let map = MmapOptions::new().len(layout.file_len).map_raw(&file)?;
-            Ok(map)
-        })();
-        match res {
-            Ok(map) => Ok(Segment {
-                seq,
-                base: AtomicU64::new(0),
-                path,
-                layout,
-                writable: true,
-                file,
-                map,
-                deleted: AtomicBool::new(false),
-            }),
-            Err(e) => {
-                let _ = std::fs::remove_file(&path);
-                Err(e)
-            }
-        }
+        let name = segment_file_name(seq);
+        let (file, path, maps) = segment::create(dir, &name, layout.file_len, |f| {
+            Maps::new(f, layout.file_len, true)
+        })?;
+        Ok(Segment::build(seq, 0, path, layout, file, maps))
     }
 
     /// Opens an existing segment file. Returns `Ok(None)` for a file that was
@@ -103,71 +114,48 @@ impl Segment {
         if len < HEADER_SIZE {
             return Ok(None);
         }
-        let map = if writable {
-            MmapOptions::new().len(len).map_raw(&file)?
-        } else {
-            MmapOptions::new().len(len).map_raw_read_only(&file)?
-        };
-        let ptr = map.as_ptr();
+        let maps = Maps::new(&file, len, writable)?;
         let mut head = [0u8; 64];
-        // SAFETY: the map is at least HEADER_SIZE bytes long.
-        unsafe { std::ptr::copy_nonoverlapping(ptr, head.as_mut_ptr(), 64) };
+        // SAFETY: the map is at least HEADER_SIZE bytes long; a header being
+        // activated by another process reads as not activated or fails its
+        // CRC (it is written magic last).
+        head.copy_from_slice(unsafe { maps.slice(0, 64) }.ok_or(OpenError::Corrupt {
+            segment: seq,
+            offset: 0,
+        })?);
         if head[..8] == [0u8; 8] {
             return Ok(None);
         }
-        let corrupt = OpenError::Corrupt {
-            segment: seq,
-            offset: 0,
-        };
-        if head[H_MAGIC..H_MAGIC + 8] != MAGIC {
-            return Err(corrupt);
-        }
-        let u64_at = |o: usize| u64::from_le_bytes(head[o..o + 8].try_into().unwrap());
-        let u32_at = |o: usize| u32::from_le_bytes(head[o..o + 4].try_into().unwrap());
-        if crc32c::crc32c(&head[..H_HCRC]) != u32_at(H_HCRC) || u32_at(H_VERSION) != VERSION {
-            return Err(corrupt);
-        }
-        let data_cap = u64_at(H_DATA_CAP) as usize;
-        let layout = Layout::new(data_cap);
-        if u64_at(H_SEQ) != seq
-            || u64_at(H_SLOTS) as usize != layout.slots
-            || layout.file_len > len
-            || !(MIN_DATA_CAP..=MAX_DATA_CAP).contains(&data_cap)
-        {
-            return Err(corrupt);
-        }
-        Ok(Some(Segment {
+        let layout = check_header(&head, seq, len)?;
+        let base = u64::from_le_bytes(head[H_BASE..H_BASE + 8].try_into().unwrap_or([0; 8]));
+        Ok(Some(Segment::build(
             seq,
-            base: AtomicU64::new(u64_at(H_BASE)),
-            path: path.to_path_buf(),
+            base,
+            path.to_path_buf(),
             layout,
-            writable,
             file,
-            map,
-            deleted: AtomicBool::new(false),
-        }))
+            maps,
+        )))
+    }
+
+    /// The writable map, while the segment has one.
+    pub fn writable(&self) -> Option<Arc<WriteMap>> {
+        self.maps.writable()
+    }
+
+    /// Takes the segment's hold on its writable map (the caller retires or
+    /// drops it, see [`crate::segment::map`]).
+    pub fn take_writable(&self) -> Option<Arc<WriteMap>> {
+        self.maps.take_writable()
     }
 
     /// Writes the header, making this segment part of the log with its first
     /// record at `base`. The magic is written last.
     pub fn activate(&self, base: u64) {
-        let mut head = [0u8; 64];
-        head[H_VERSION..H_VERSION + 4].copy_from_slice(&VERSION.to_le_bytes());
-        head[H_SEQ..H_SEQ + 8].copy_from_slice(&self.seq.to_le_bytes());
-        head[H_BASE..H_BASE + 8].copy_from_slice(&base.to_le_bytes());
-        head[H_DATA_CAP..H_DATA_CAP + 8]
-            .copy_from_slice(&(self.layout.data_cap as u64).to_le_bytes());
-        head[H_SLOTS..H_SLOTS + 8].copy_from_slice(&(self.layout.slots as u64).to_le_bytes());
-        let now = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_nanos() as u64)
-            .unwrap_or(0);
-        head[H_CREATED..H_CREATED + 8].copy_from_slice(&now.to_le_bytes());
-        head[H_MAGIC..H_MAGIC + 8].copy_from_slice(&MAGIC);
-        let crc = crc32c::crc32c(&head[..H_HCRC]);
-        head[H_HCRC..H_HCRC + 4].copy_from_slice(&crc.to_le_bytes());
+        let Some(w) = self.writable() else { return };
+        let head = encode_header(self.seq, base, &self.layout);
         self.base.store(base, Ordering::Release);
-        let p = self.map.as_mut_ptr();
+        let p = w.ptr();
         // SAFETY: writable map of at least HEADER_SIZE bytes; bytes 8..64
         // first, then the magic, then a release fence so that a reader that
         // sees the magic sees the rest.
@@ -179,26 +167,42 @@ impl Segment {
         std::sync::atomic::fence(Ordering::Release);
     }
 
+    /// The header word at `off`, to read.
     #[inline]
     fn atomic_u64(&self, off: usize) -> &AtomicU64 {
         debug_assert!(off.is_multiple_of(8) && off + 8 <= self.layout.file_len);
-        // SAFETY: `off` is 8-aligned (the map is page aligned) and inside the
-        // map, which lives as long as `self`; the word is only ever accessed
-        // atomically by writers.
-        unsafe { &*(self.map.as_ptr().add(off) as *const AtomicU64) }
+        // SAFETY: 8-aligned and inside the read-only map, which lives as
+        // long as `self`.
+        unsafe { word(self.maps.ptr(), off) }
     }
 
-    #[inline]
-    fn atomic_u32(&self, off: usize) -> &AtomicU32 {
-        debug_assert!(off.is_multiple_of(4) && off + 4 <= self.layout.file_len);
-        // SAFETY: as for atomic_u64, with 4-byte alignment.
-        unsafe { &*(self.map.as_ptr().add(off) as *const AtomicU32) }
+    /// Stores `v` into the word at `off` through the writable map (nothing
+    /// without one: a read-only segment is never changed).
+    fn store_u64(&self, off: usize, v: u64, order: Ordering) {
+        if let Some(w) = self.writable() {
+            debug_assert!(off.is_multiple_of(8) && off + 8 <= w.len());
+            // SAFETY: as for `atomic_u64`, in the writable map (held by `w`).
+            unsafe { word(w.ptr(), off) }.store(v, order);
+        }
     }
 
-    /// The index slot of record `k` of this segment.
+    /// The index slot of record `k` of this segment, to read.
     #[inline]
     pub fn slot(&self, k: usize) -> &AtomicU32 {
-        self.atomic_u32(self.layout.index_start + k * 4)
+        let off = self.layout.index_start + k * 4;
+        debug_assert!(k < self.layout.slots);
+        // SAFETY: 4-aligned and inside the read-only map (k < slots).
+        unsafe { slot_word(self.maps.ptr(), off) }
+    }
+
+    /// Stores slot `k` (recovery only; the writer uses `write_record`).
+    pub fn set_slot(&self, k: usize, off: u32) {
+        if let Some(w) = self.writable() {
+            debug_assert!(k < self.layout.slots);
+            // SAFETY: as for `slot`, in the writable map (held by `w`).
+            unsafe { slot_word(w.ptr(), self.layout.index_start + k * 4) }
+                .store(off, Ordering::Relaxed);
+        }
     }
 
     pub fn base(&self) -> u64 {
@@ -211,11 +215,9 @@ impl Segment {
 
     /// Makes a sealed segment active again (recovery only).
     pub fn clear_seal(&self) {
-        if self.writable {
-            self.atomic_u64(H_SEALED).store(0, Ordering::Release);
-            self.atomic_u64(H_SEALED_COUNT).store(0, Ordering::Relaxed);
-            self.atomic_u64(H_SEALED_END).store(0, Ordering::Relaxed);
-        }
+        self.store_u64(H_SEALED, 0, Ordering::Release);
+        self.store_u64(H_SEALED_COUNT, 0, Ordering::Relaxed);
+        self.store_u64(H_SEALED_END, 0, Ordering::Relaxed);
     }
 
     /// Records in a sealed segment (None while active).
@@ -229,10 +231,9 @@ impl Segment {
 
     /// Marks the segment full: no record will be added.
     pub fn seal(&self, count: u64, end: u64) {
-        self.atomic_u64(H_SEALED_COUNT)
-            .store(count, Ordering::Relaxed);
-        self.atomic_u64(H_SEALED_END).store(end, Ordering::Relaxed);
-        self.atomic_u64(H_SEALED).store(1, Ordering::Release);
+        self.store_u64(H_SEALED_COUNT, count, Ordering::Relaxed);
+        self.store_u64(H_SEALED_END, end, Ordering::Relaxed);
+        self.store_u64(H_SEALED, 1, Ordering::Release);
     }
 
     /// Records present: the sealed count, or the length of the filled prefix
@@ -277,182 +278,135 @@ impl Segment {
         if off + record_size(len) > l.file_len {
             return Err(RecordError::Corrupt);
         }
-        // SAFETY: the range is inside the map (checked above) and the record
-        // was published before its header (acquire load above).
-        let payload =
-            unsafe { std::slice::from_raw_parts(self.map.as_ptr().add(off + REC_HEADER), len) };
-        if record_crc(payload) != (h >> 32) as u32 {
-            return Err(RecordError::Corrupt);
+        // SAFETY: the record was published before its header (acquire load
+        // above) and is never written again.
+        let payload = unsafe { self.maps.slice(off + REC_HEADER, len) };
+        match payload {
+            Some(p) if record_crc(p) == (h >> 32) as u32 => Ok(p),
+            _ => Err(RecordError::Corrupt),
         }
-        Ok(payload)
     }
 
     /// Writes a record at data offset `pos` (relative to the data region) as
-    /// record `k` of the segment. The caller checked that it fits and is the
-    /// only writer.
+    /// record `k` of the segment, through `w`, this segment's writable map.
+    /// The caller checked that it fits and is the only writer.
     #[inline]
-    pub fn write_record(&self, pos: usize, k: usize, payload: &[u8]) {
-        let off = self.layout.data_start + pos;
-        debug_assert!(self.writable && off + record_size(payload.len()) <= self.layout.file_len);
+    pub fn write_record(&self, w: &WriteMap, pos: usize, k: usize, payload: &[u8]) {
+        let l = &self.layout;
+        let off = l.data_start + pos;
+        assert!(w.len() == l.file_len && off + record_size(payload.len()) <= l.file_len);
+        debug_assert!(k < l.slots);
         // SAFETY: the writer owns [off, off + record_size) (nobody reads it
-        // before the header below is published) and it is inside the map.
+        // before the header below is published) and it is inside the map
+        // (asserted above).
         unsafe {
             std::ptr::copy_nonoverlapping(
                 payload.as_ptr(),
-                self.map.as_mut_ptr().add(off + REC_HEADER),
+                w.ptr().add(off + REC_HEADER),
                 payload.len(),
             );
         }
-        self.atomic_u64(off)
-            .store(header_word(payload), Ordering::Release);
-        self.slot(k).store(off as u32, Ordering::Release);
+        // SAFETY: `off` is 8-aligned (records are) and inside the map.
+        unsafe { word(w.ptr(), off) }.store(header_word(payload), Ordering::Release);
+        // SAFETY: slot k is inside the index region of the map.
+        unsafe { slot_word(w.ptr(), l.index_start + k * 4) }.store(off as u32, Ordering::Release);
         // Ask for the lines the next record will be written to, for
         // writing, now: the caller goes back to its work while they come
         // (see `crate::prefetch`).
         let next = off + record_size(payload.len());
-        let len = PREFETCH_BYTES.min(self.layout.file_len - next);
-        // SAFETY: `next <= file_len` (the record fit), so the pointer is
-        // inside the map or one past its end (then `len` is 0).
-        crate::prefetch::write_range(unsafe { self.map.as_ptr().add(next) }, len);
+        w.prefetch_write(next, PREFETCH_BYTES);
     }
 
     /// Zeroes the data bytes `[from, to)` (file offsets) that are not already
     /// zero, a page at a time. Used to cut a torn tail.
     pub fn zero_range(&self, from: usize, to: usize) {
+        let Some(w) = self.writable() else { return };
         let to = to.min(self.layout.file_len);
         let mut off = from;
         while off < to {
             let end = (align_up(off + 1, PAGE)).min(to);
             // SAFETY: [off, end) is inside the writable map; the writer owns
             // it (recovery runs before any append).
-            unsafe {
-                let s = std::slice::from_raw_parts_mut(self.map.as_mut_ptr().add(off), end - off);
-                if s.iter().any(|&b| b != 0) {
-                    s.fill(0);
-                }
+            let s = unsafe { w.slice_mut(off, end - off) };
+            if s.iter().any(|&b| b != 0) {
+                s.fill(0);
             }
             off = end;
         }
     }
 
-    /// Faults in `[from, to)` (file offsets) writable without changing the
-    /// bytes (MADV_POPULATE_WRITE), so the writer takes no page fault there.
-    ///
-    /// In chunks of [`MM_CHUNK`]: the call holds the process's mmap lock
-    /// (shared) while it faults pages in, and an `mmap`/`munmap` anywhere in
-    /// the VM (which takes it exclusively), then every page fault behind
-    /// that (the BEAM heap's, the appender's) waits for it. 32 MiB at once
-    /// held it for milliseconds.
+    /// Faults `[from, to)` (file offsets) in without changing the bytes,
+    /// writable for the writer and readable for readers, in chunks (see
+    /// [`Maps::populate`]).
     pub fn populate(&self, from: usize, to: usize) {
-        if !self.writable {
-            return;
-        }
-        let from = from & !(PAGE - 1);
-        let to = align_up(to.min(self.layout.file_len), PAGE).min(self.layout.file_len);
-        let mut at = from;
-        while at < to && POPULATE_WRITE_OK.load(Ordering::Relaxed) {
-            let end = (at + MM_CHUNK).min(to);
-            // SAFETY: [at, end) is page aligned and inside the map;
-            // MADV_POPULATE_WRITE only faults pages in, it never changes
-            // contents.
-            let rc = unsafe {
-                libc::madvise(
-                    self.map.as_mut_ptr().add(at) as *mut libc::c_void,
-                    end - at,
-                    libc::MADV_POPULATE_WRITE,
-                )
-            };
-            if rc != 0 && io::Error::last_os_error().raw_os_error() == Some(libc::EINVAL) {
-                // Kernel older than 5.14: no pre-faulting (the writer then
-                // takes its own minor faults).
-                POPULATE_WRITE_OK.store(false, Ordering::Relaxed);
-            }
-            at = end;
-        }
-    }
-
-    /// Drops this map's page table entries ahead of its unmap, in chunks of
-    /// [`MM_CHUNK`] (`MADV_DONTNEED`, which holds the mmap lock shared):
-    /// unmapping 64 MiB of mapped, dirty pages at once holds it exclusively
-    /// for milliseconds. The data is untouched: for a shared file map the
-    /// pages stay in the page cache (dirty ones are written back as usual)
-    /// and a later access through this map faults them back in.
-    pub fn release_pages(&self) {
-        let len = self.layout.file_len;
-        let mut at = 0;
-        while at < len {
-            let end = (at + MM_CHUNK).min(len);
-            // SAFETY: [at, end) is page aligned and inside the map; for a
-            // shared file mapping MADV_DONTNEED only drops page table
-            // entries (see above), the bytes stay the file's.
-            unsafe {
-                libc::madvise(
-                    self.map.as_ptr().add(at) as *mut libc::c_void,
-                    end - at,
-                    libc::MADV_DONTNEED,
-                );
-            }
-            at = end;
-        }
+        self.maps.populate(from, to, true);
     }
 
     /// msync (MS_SYNC) of `[from, to)` (file offsets): durable on return.
+    /// A sealed segment has no writable map: its file is `fdatasync`ed.
     pub fn sync_range(&self, from: usize, to: usize) -> io::Result<()> {
-        if !self.writable {
-            // A read-only map has nothing of its own to flush; the pages
-            // written through the writer's (now gone) map are the file's.
-            return self.file.sync_data();
-        }
-        let from = from & !(PAGE - 1);
         let to = align_up(to.min(self.layout.file_len), PAGE).min(self.layout.file_len);
-        if to <= from {
-            return Ok(());
-        }
-        self.map.flush_range(from, to - from)
-    }
-
-    /// A read-only twin of this (sealed) segment: the same file (a
-    /// duplicate descriptor) mapped without write permission.
-    ///
-    /// The writer swaps a sealed segment for its twin so that the writable
-    /// map goes away. While a shared file map is writable, every page the
-    /// kernel writes back (after 30 s, under dirty-page pressure, or on
-    /// `sync`) must first be write-protected in it, and that costs a
-    /// TLB-shootdown interrupt on every CPU running the BEAM, the appending
-    /// scheduler included. A read-only map has no writable entries to clean.
-    pub fn read_only_twin(&self) -> io::Result<Segment> {
-        let file = self.file.try_clone()?;
-        let map = MmapOptions::new()
-            .len(self.layout.file_len)
-            .map_raw_read_only(&file)?;
-        Ok(Segment {
-            seq: self.seq,
-            base: AtomicU64::new(self.base()),
-            path: self.path.clone(),
-            layout: self.layout,
-            writable: false,
-            file,
-            map,
-            deleted: AtomicBool::new(self.deleted.load(Ordering::Acquire)),
-        })
+        self.maps.sync_range(&self.file, from, to)
     }
 
     /// Starts writeback of the whole file without waiting.
     pub fn sync_async(&self) {
-        let _ = self.map.flush_async();
+        if let Some(w) = self.writable() {
+            w.flush_async();
+        }
     }
 
     /// Unlinks the file at `self.path` only if it is still this segment's
-    /// file (same device and inode): a name taken over by someone else is
-    /// left alone.
+    /// file: a name taken over by someone else is left alone.
     pub fn remove_if_same_file(&self) {
-        use std::os::unix::fs::MetadataExt;
-        if let (Ok(mine), Ok(there)) = (self.file.metadata(), std::fs::metadata(&self.path)) {
-            if mine.dev() == there.dev() && mine.ino() == there.ino() {
-                let _ = std::fs::remove_file(&self.path);
-            }
-        }
+        segment::remove_if_same_file(&self.file, &self.path);
     }
+}
+
+/// The header of an activated segment (magic last in the write order, CRC
+/// over bytes 0..56).
+fn encode_header(seq: u64, base: u64, layout: &Layout) -> [u8; 64] {
+    let mut head = [0u8; 64];
+    head[H_VERSION..H_VERSION + 4].copy_from_slice(&VERSION.to_le_bytes());
+    head[H_SEQ..H_SEQ + 8].copy_from_slice(&seq.to_le_bytes());
+    head[H_BASE..H_BASE + 8].copy_from_slice(&base.to_le_bytes());
+    head[H_DATA_CAP..H_DATA_CAP + 8].copy_from_slice(&(layout.data_cap as u64).to_le_bytes());
+    head[H_SLOTS..H_SLOTS + 8].copy_from_slice(&(layout.slots as u64).to_le_bytes());
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos() as u64)
+        .unwrap_or(0);
+    head[H_CREATED..H_CREATED + 8].copy_from_slice(&now.to_le_bytes());
+    head[H_MAGIC..H_MAGIC + 8].copy_from_slice(&MAGIC);
+    let crc = crc32c::crc32c(&head[..H_HCRC]);
+    head[H_HCRC..H_HCRC + 4].copy_from_slice(&crc.to_le_bytes());
+    head
+}
+
+/// Checks the header of segment `seq` (a file of `len` bytes) and returns
+/// its layout.
+fn check_header(head: &[u8; 64], seq: u64, len: usize) -> Result<Layout, OpenError> {
+    let corrupt = OpenError::Corrupt {
+        segment: seq,
+        offset: 0,
+    };
+    let u64_at = |o: usize| u64::from_le_bytes(head[o..o + 8].try_into().unwrap_or([0; 8]));
+    let u32_at = |o: usize| u32::from_le_bytes(head[o..o + 4].try_into().unwrap_or([0; 4]));
+    if head[H_MAGIC..H_MAGIC + 8] != MAGIC
+        || crc32c::crc32c(&head[..H_HCRC]) != u32_at(H_HCRC)
+        || u32_at(H_VERSION) != VERSION
+    {
+        return Err(corrupt);
+    }
+    let data_cap = u64_at(H_DATA_CAP) as usize;
+    if !(MIN_DATA_CAP..=MAX_DATA_CAP).contains(&data_cap) {
+        return Err(corrupt);
+    }
+    let layout = Layout::new(data_cap);
+    if u64_at(H_SEQ) != seq || u64_at(H_SLOTS) as usize != layout.slots || layout.file_len > len {
+        return Err(corrupt);
+    }
+    Ok(layout)
 }
 
 /// Errors opening a segment.

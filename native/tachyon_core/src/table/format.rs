@@ -67,23 +67,18 @@ pub fn entry_cost(klen: usize, vlen: usize) -> u64 {
 }
 
 pub fn segment_file_name(id: u64) -> String {
-    format!("{id:020}.seg")
+    crate::segment::file_name(id, "seg")
 }
 
 pub fn hint_file_name(id: u64) -> String {
-    format!("{id:020}.hint")
+    crate::segment::file_name(id, "hint")
 }
 
 /// The id of a segment (`.seg`) or hint (`.hint`) file name.
 pub fn parse_file_name(name: &str) -> Option<(u64, &'static str)> {
-    let (stem, ext) = name.rsplit_once('.')?;
-    if stem.len() != 20 || !stem.bytes().all(|b| b.is_ascii_digit()) {
-        return None;
-    }
-    let id = stem.parse().ok()?;
-    match ext {
-        "seg" => Some((id, "seg")),
-        "hint" => Some((id, "hint")),
+    match crate::segment::parse_file_name(name)? {
+        (id, "seg") => Some((id, "seg")),
+        (id, "hint") => Some((id, "hint")),
         _ => None,
     }
 }

@@ -1,8 +1,8 @@
 //! One segment file of a table's log.
 //!
 //! In the `Memory` and `Mapped` modes the file is memory-mapped (shared),
-//! twice while it is written: the writer copies records into a writable
-//! mapping ([`WriteMap`]), and readers (`Mapped` gets, hint writing,
+//! twice while it is written ([`crate::segment::map`]): the writer copies
+//! records into a writable mapping ([`WriteMap`]), and readers (`Mapped` gets, hint writing,
 //! compaction, recovery) read through a read-only one. The writable mapping
 //! goes as soon as the segment is sealed, before the background thread
 //! `fdatasync`s it: writeback write-protects every writable, dirty page
@@ -23,12 +23,11 @@ use std::fs::{File, OpenOptions};
 use std::io;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
-
-use memmap2::{MmapOptions, MmapRaw};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::Arc;
 
 use super::format::*;
+use crate::segment::{self, Maps, WriteMap};
 
 /// A segment file and its counters.
 pub struct Segment {
@@ -37,11 +36,9 @@ pub struct Segment {
     pub slot: u32,
     pub path: PathBuf,
     file: File,
-    /// Read-only mapping (`Memory` and `Mapped` modes).
-    map: Option<MmapRaw>,
-    /// Writable mapping, while the segment may be written (see the module
-    /// doc); taken by [`Segment::release_writable`].
-    wmap: Mutex<Option<Arc<WriteMap>>>,
+    /// The maps (`Memory` and `Mapped` modes): read-only, and writable while
+    /// the segment may be written (see the module doc).
+    maps: Option<Maps>,
     /// Bytes of the file that may be written (preallocated), or the file
     /// length for a read-only segment.
     pub cap: usize,
@@ -64,7 +61,7 @@ pub struct Segment {
     /// Bytes known to be on stable storage.
     pub synced: AtomicU64,
     /// Bytes faulted in ahead of the writer (prepare thread).
-    pub touched: std::sync::atomic::AtomicUsize,
+    pub touched: AtomicUsize,
 }
 
 impl std::fmt::Debug for Segment {
@@ -79,89 +76,18 @@ impl std::fmt::Debug for Segment {
     }
 }
 
-// SAFETY: the raw maps are shared memory. The writer only stores into bytes
-// at or after `end`, which no reader looks at, and publishes them through the
-// table's locks before any reader can learn their offsets; readers only read
-// below `end`. Everything else is atomics, a mutex or immutable.
-unsafe impl Send for Segment {}
-// SAFETY: as for Send.
-unsafe impl Sync for Segment {}
-
-/// The writable mapping of a segment being written. Shared (`Arc`) by the
-/// segment, the writer and the prepare thread; unmapped when the last holder
-/// lets go.
-pub struct WriteMap {
-    map: MmapRaw,
-}
-
-// SAFETY: as for Segment: only the single writer (which holds the table's
-// writer lock, or is the background thread writing a compaction output)
-// stores into it, past `end`; `populate` changes no byte.
-unsafe impl Send for WriteMap {}
-// SAFETY: as for Send.
-unsafe impl Sync for WriteMap {}
-
-impl WriteMap {
-    /// A mutable view of `[off, off + len)`, to encode a record in place (no
-    /// intermediate buffer).
-    ///
-    /// # Safety
-    /// The caller is the only writer, `[off, off + len)` is at or after the
-    /// segment's `end` (nobody reads it) and the slice is dropped before the
-    /// bytes are published.
-    #[inline]
-    #[allow(clippy::mut_from_ref)]
-    pub unsafe fn slice_mut(&self, off: usize, len: usize) -> &mut [u8] {
-        assert!(off + len <= self.map.len(), "write outside the segment");
-        // SAFETY: in bounds; exclusivity is the caller's contract.
-        unsafe { std::slice::from_raw_parts_mut(self.map.as_mut_ptr().add(off), len) }
-    }
-
-    /// Starts bringing the cache lines of `[off, off + len)` in for
-    /// writing (`prefetchw`), so that the next record's stores do not wait
-    /// for them: otherwise the first atomic instruction after the record is
-    /// copied (a lock) waits until those cold lines have come from memory.
-    #[inline]
-    pub fn prefetch_write(&self, off: usize, len: usize) {
-        let off = off.min(self.map.len());
-        let len = len.min(self.map.len() - off);
-        // SAFETY: `off <= map.len()`, so the pointer is inside the map or
-        // one past its end (then `len` is 0).
-        crate::prefetch::write_range(unsafe { self.map.as_ptr().add(off) }, len);
-    }
-
-    /// Writes a whole record (header included) at `off`: payload first,
-    /// then the CRC (bytes 0..4), so a reader of the file after a crash sees
-    /// a whole record or a zero / non-verifying header.
-    ///
-    /// # Safety
-    /// As for [`WriteMap::slice_mut`].
-    unsafe fn write_record(&self, off: usize, rec: &[u8]) {
-        // SAFETY: the caller's contract.
-        let dst = unsafe { self.slice_mut(off, rec.len()) };
-        dst[4..].copy_from_slice(&rec[4..]);
-        std::sync::atomic::compiler_fence(Ordering::Release);
-        dst[..4].copy_from_slice(&rec[..4]);
-    }
-}
-
-/// `madvise(advice)` over the page-aligned part of `[from, to)` of `map`.
-fn advise(map: &MmapRaw, from: usize, to: usize, advice: libc::c_int) {
-    let from = from & !4095;
-    let to = to.min(map.len()) & !4095;
-    if to <= from {
-        return;
-    }
-    // SAFETY: the range is page aligned and inside the map; the populate
-    // advices only fault pages in and change no byte (kernel >= 5.14; an
-    // older kernel returns EINVAL and nothing happens).
-    unsafe {
-        libc::madvise(
-            map.as_mut_ptr().add(from) as *mut libc::c_void,
-            to - from,
-            advice,
-        );
-    }
+/// Writes a whole record (header included) at `off` of `w`: payload
+/// first, then the CRC (bytes 0..4), so a reader of the file after a crash
+/// sees a whole record or a zero / non-verifying header.
+///
+/// # Safety
+/// As for [`WriteMap::slice_mut`].
+unsafe fn write_record_at(w: &WriteMap, off: usize, rec: &[u8]) {
+    // SAFETY: the caller's contract.
+    let dst = unsafe { w.slice_mut(off, rec.len()) };
+    dst[4..].copy_from_slice(&rec[4..]);
+    std::sync::atomic::compiler_fence(Ordering::Release);
+    dst[..4].copy_from_slice(&rec[..4]);
 }
 
 impl Segment {
@@ -170,21 +96,16 @@ impl Segment {
         slot: u32,
         path: PathBuf,
         file: File,
-        maps: Option<(MmapRaw, Option<MmapRaw>)>,
+        maps: Option<Maps>,
         cap: usize,
         writable: bool,
     ) -> Segment {
-        let (map, wmap) = match maps {
-            Some((r, w)) => (Some(r), w.map(|map| Arc::new(WriteMap { map }))),
-            None => (None, None),
-        };
         Segment {
             id,
             slot,
             path,
             file,
-            map,
-            wmap: Mutex::new(wmap),
+            maps,
             cap,
             writable,
             end: AtomicU64::new(SEG_HEADER as u64),
@@ -196,37 +117,18 @@ impl Segment {
             sealed: AtomicBool::new(false),
             hinted: AtomicBool::new(false),
             synced: AtomicU64::new(0),
-            touched: std::sync::atomic::AtomicUsize::new(0),
+            touched: AtomicUsize::new(0),
         }
     }
 
     /// Creates segment `id` with `cap` bytes preallocated and its header
-    /// written. On any error the file is removed again.
+    /// written (see [`crate::segment::create`]).
     pub fn create(dir: &Path, id: u64, slot: u32, cap: usize, mapped: bool) -> io::Result<Segment> {
-        let path = dir.join(segment_file_name(id));
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create_new(true)
-            .open(&path)?;
-        let res = (|| {
-            crate::sys::fallocate(&file, cap)?;
-            file.write_all_at(&segment_header(id), 0)?;
-            if mapped {
-                let o = MmapOptions::new().len(cap).clone();
-                Ok(Some((o.map_raw_read_only(&file)?, Some(o.map_raw(&file)?))))
-            } else {
-                Ok(None)
-            }
-        })();
-        match res {
-            Ok(maps) => Ok(Segment::build(id, slot, path, file, maps, cap, true)),
-            Err(e) => {
-                drop(file);
-                let _ = std::fs::remove_file(&path);
-                Err(e)
-            }
-        }
+        let (file, path, maps) = segment::create(dir, &segment_file_name(id), cap, |f| {
+            f.write_all_at(&segment_header(id), 0)?;
+            mapped.then(|| Maps::new(f, cap, true)).transpose()
+        })?;
+        Ok(Segment::build(id, slot, path, file, maps, cap, true))
     }
 
     /// Opens an existing segment. With `write_cap`, it is extended (and
@@ -253,13 +155,7 @@ impl Segment {
             None => (len, false),
         };
         let maps = if mapped && cap > 0 {
-            let o = MmapOptions::new().len(cap).clone();
-            let w = if writable {
-                Some(o.map_raw(&file)?)
-            } else {
-                None
-            };
-            Some((o.map_raw_read_only(&file)?, w))
+            Some(Maps::new(&file, cap, writable)?)
         } else {
             None
         };
@@ -302,20 +198,22 @@ impl Segment {
     }
 
     pub fn is_mapped(&self) -> bool {
-        self.map.is_some()
+        self.maps.is_some()
     }
 
     /// The writable mapping, if the segment is mapped and still writable.
     pub fn writable_map(&self) -> Option<Arc<WriteMap>> {
-        self.wmap.lock().unwrap_or_else(|p| p.into_inner()).clone()
+        self.maps.as_ref()?.writable()
     }
 
-    /// Drops the segment's hold on its writable mapping (unmapped once no
-    /// writer or prepare thread holds it either). Call once the segment is
-    /// sealed and before syncing it (see the module doc).
+    /// Drops the segment's hold on its writable mapping: retired, unmapped
+    /// off this thread once no writer or prepare thread holds it either.
+    /// Call once the segment is sealed and before syncing it (see the
+    /// module doc).
     pub fn release_writable(&self) {
-        let w = self.wmap.lock().unwrap_or_else(|p| p.into_inner()).take();
-        drop(w);
+        if let Some(m) = &self.maps {
+            m.release_writable();
+        }
     }
 
     /// Current file length.
@@ -335,18 +233,18 @@ impl Segment {
     /// the caller itself), so no concurrent store touches it.
     #[inline]
     pub fn map_slice(&self, off: usize, len: usize) -> &[u8] {
-        let map = self.map.as_ref().expect("mapped segment");
+        let maps = self.maps.as_ref().expect("mapped segment");
         assert!(off + len <= self.cap, "range outside the segment");
-        // SAFETY: in bounds (checked above); the bytes are published and
-        // never written again (append-only log).
-        unsafe { std::slice::from_raw_parts(map.as_ptr().add(off), len) }
+        // SAFETY: the bytes are published and never written again
+        // (append-only log); the range is checked by `slice`.
+        unsafe { maps.slice(off, len) }.expect("range outside the segment")
     }
 
     /// Copies `[off, off + dst.len())` into `dst` (from the map, or with
     /// `pread`).
     #[inline]
     pub fn read_into(&self, off: usize, dst: &mut [u8]) -> io::Result<()> {
-        if self.map.is_some() {
+        if self.maps.is_some() {
             dst.copy_from_slice(self.map_slice(off, dst.len()));
             Ok(())
         } else {
@@ -356,7 +254,7 @@ impl Segment {
 
     /// The bytes `[0, end)`: borrowed from the map, or read from the file.
     pub fn data(&self, end: usize) -> io::Result<Cow<'_, [u8]>> {
-        if self.map.is_some() {
+        if self.maps.is_some() {
             Ok(Cow::Borrowed(self.map_slice(0, end.min(self.cap))))
         } else {
             let mut v = vec![0u8; end];
@@ -367,7 +265,7 @@ impl Segment {
 
     /// Writes `rec` (a whole record, header included) at file offset `off`.
     /// Into the writable map: payload first, then the CRC (see
-    /// [`WriteMap::write_record`]). With `pwrite`: one call.
+    /// [`write_record_at`]). With `pwrite`: one call.
     ///
     /// The caller is the segment's only writer and owns
     /// `[off, off + rec.len())`, inside `cap`.
@@ -377,7 +275,7 @@ impl Segment {
             self.writable && off + rec.len() <= self.cap,
             "write outside the segment"
         );
-        if self.map.is_none() {
+        if self.maps.is_none() {
             return self.file.write_all_at(rec, off as u64);
         }
         let Some(w) = self.writable_map() else {
@@ -385,19 +283,20 @@ impl Segment {
         };
         // SAFETY: the caller is the only writer and `[off, off + len)` is at
         // or after `end`, which no reader looks at (the caller's contract).
-        unsafe { w.write_record(off, rec) };
+        unsafe { write_record_at(&w, off, rec) };
         Ok(())
     }
 
     /// Faults `[from, to)` in writable without changing its bytes, so the
     /// writer takes no page fault there; with `read`, the read-only mapping
     /// too, so `Mapped` readers of fresh values take none either.
+    /// In chunks, with the fallback for older kernels (see
+    /// [`Maps::populate`]); nothing once the segment is sealed.
     pub fn populate(&self, from: usize, to: usize, read: bool) {
-        let Some(w) = self.writable_map() else { return };
-        advise(&w.map, from, to, libc::MADV_POPULATE_WRITE);
-        drop(w);
-        if let (true, Some(map)) = (read, &self.map) {
-            advise(map, from, to, libc::MADV_POPULATE_READ);
+        if let Some(m) = &self.maps {
+            if m.writable().is_some() {
+                m.populate(from, to, read);
+            }
         }
     }
 

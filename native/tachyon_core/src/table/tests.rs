@@ -1,21 +1,15 @@
 use super::*;
 use std::collections::HashMap;
-use std::sync::atomic::AtomicUsize;
-
-static N: AtomicUsize = AtomicUsize::new(0);
+use std::fs;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
 
 /// A fresh directory, removed on drop.
 struct TmpDir(PathBuf);
 
 impl TmpDir {
     fn new() -> TmpDir {
-        let d = std::env::temp_dir().join(format!(
-            "tachyon-table-test-{}-{}",
-            std::process::id(),
-            N.fetch_add(1, Ordering::Relaxed)
-        ));
-        let _ = fs::remove_dir_all(&d);
-        TmpDir(d)
+        TmpDir(crate::segment::test_dir("table"))
     }
 }
 

@@ -1,0 +1,236 @@
+//! Opening a store: the writer (lock, recovery, the pre-touch thread) and
+//! the reader (the segments listed so far).
+
+use std::collections::VecDeque;
+use std::fs::{self, File};
+use std::io;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::Instant;
+
+use crossbeam_utils::CachePadded;
+
+use super::format::*;
+use super::recover::verify_segments;
+use super::roll::Touch;
+use super::{Config, Mode, OpenError, Recovery, Segment, Store, StoreError, Writer};
+use crate::spin::SpinMutex;
+
+/// The segment files of `dir`, by sequence number.
+/// Removes a prepared, never activated segment file; one already gone (a
+/// closed store's prepare thread removes its own on the way out) is fine.
+pub(super) fn remove_unused(path: &Path) -> io::Result<()> {
+    match fs::remove_file(path) {
+        Err(e) if e.kind() != io::ErrorKind::NotFound => Err(e),
+        _ => Ok(()),
+    }
+}
+
+pub(super) fn list_segments(dir: &Path) -> io::Result<Vec<(u64, PathBuf)>> {
+    let mut v = Vec::new();
+    for e in fs::read_dir(dir)? {
+        let e = e?;
+        if let Some(seq) = e.file_name().to_str().and_then(parse_segment_file_name) {
+            v.push((seq, e.path()));
+        }
+    }
+    v.sort_by_key(|(s, _)| *s);
+    Ok(v)
+}
+
+/// The first index kept and the next index of `segs`.
+pub(super) fn bounds(segs: &[Arc<Segment>]) -> (u64, u64) {
+    match (segs.first(), segs.last()) {
+        (Some(f), Some(l)) => (f.base(), l.base() + l.count()),
+        _ => (0, 0),
+    }
+}
+
+/// Takes the directory's writer lock.
+pub(super) fn lock_dir(dir: &Path) -> Result<File, StoreError> {
+    crate::segment::lock_dir(dir)?.ok_or(StoreError::Locked)
+}
+
+impl Store {
+    /// Opens (creating if needed, for a writer) the store in `dir`.
+    pub fn open(dir: impl AsRef<Path>, cfg: Config) -> Result<Store, StoreError> {
+        cfg.validate()?;
+        let dir = dir.as_ref().to_path_buf();
+        match cfg.mode {
+            Mode::Write => Self::open_writer(dir, cfg),
+            Mode::Read => Self::open_reader(dir, cfg),
+        }
+    }
+
+    fn open_writer(dir: PathBuf, cfg: Config) -> Result<Store, StoreError> {
+        let t0 = Instant::now();
+        fs::create_dir_all(&dir)?;
+        let lock_file = lock_dir(&dir)?;
+        let mut rec = Recovery::default();
+        let mut segs = open_segments(&dir, &mut rec)?;
+        // (records, data bytes) of the last segment, from its scan.
+        let (active_count, active_end) = verify_segments(&mut segs, &cfg, &mut rec)?;
+        let dir_dirty = segs.is_empty();
+        if segs.is_empty() {
+            let s = Segment::create(&dir, 0, cfg.segment_size)?;
+            s.activate(0);
+            segs.push(Arc::new(s));
+        }
+        let (active, sealed) = segs.split_last().ok_or(StoreError::NotFound)?;
+        // The last segment is the active one, even if a crash left it sealed.
+        active.clear_seal();
+        // Recovery is over: the sealed segments are read through their
+        // read-only maps only from now on (open runs on a dirty scheduler:
+        // unmapped here).
+        for s in sealed {
+            drop(s.take_writable());
+        }
+        let writer = Writer::resume(active.clone(), active_count, active_end, dir_dirty)?;
+        let first = segs[0].base();
+        rec.segments = segs.len() as u64;
+        rec.messages = writer.next_index - first;
+        let touch = cfg.pretouch.then(|| {
+            // The whole active segment is faulted in now (open runs on a
+            // dirty scheduler), the next ones by the thread.
+            let l = active.layout;
+            active.populate(0, l.data_start);
+            active.populate(l.data_start + active_end, l.file_len);
+            active.touched.store(l.file_len, Ordering::Release);
+            Arc::new(Touch::new(
+                active.clone(),
+                active_end,
+                cfg.prepared_segments,
+            ))
+        });
+        rec.duration = t0.elapsed();
+        let next = writer.next_index;
+        let store = Store::build(dir, cfg, Some(writer), segs, (first, next), rec);
+        *super::lock(&store.lock_file) = Some(lock_file);
+        store.retain_at_open();
+        match touch {
+            Some(t) => store.start_pretouch(t),
+            None => Ok(store),
+        }
+    }
+
+    fn open_reader(dir: PathBuf, cfg: Config) -> Result<Store, StoreError> {
+        let t0 = Instant::now();
+        if !dir.is_dir() {
+            return Err(StoreError::Io(io::Error::from_raw_os_error(libc::ENOENT)));
+        }
+        let segs = load_reader_segments(&dir, &[])?;
+        let (first, next) = bounds(&segs);
+        let rec = Recovery {
+            segments: segs.len() as u64,
+            messages: next - first,
+            duration: t0.elapsed(),
+            ..Recovery::default()
+        };
+        Ok(Store::build(dir, cfg, None, segs, (first, next), rec))
+    }
+
+    fn build(
+        dir: PathBuf,
+        cfg: Config,
+        writer: Option<Writer>,
+        segs: Vec<Arc<Segment>>,
+        (first, next): (u64, u64),
+        recovery: Recovery,
+    ) -> Store {
+        Store {
+            dir,
+            cfg,
+            writer: SpinMutex::new(writer),
+            segments: RwLock::new(segs),
+            next_index: CachePadded::new(AtomicU64::new(next)),
+            first_index: CachePadded::new(AtomicU64::new(first)),
+            closed: AtomicBool::new(false),
+            touch: None,
+            toucher: Mutex::new(None),
+            events: Mutex::new(VecDeque::new()),
+            lock_file: Mutex::new(None),
+            recovery,
+        }
+    }
+}
+
+impl Writer {
+    /// The writer of `active`, whose scan found `count` records in `end`
+    /// data bytes.
+    fn resume(
+        active: Arc<Segment>,
+        count: usize,
+        end: usize,
+        dir_dirty: bool,
+    ) -> Result<Writer, StoreError> {
+        let wmap = active.writable().ok_or(StoreError::Io(io::Error::other(
+            "active segment not writable",
+        )))?;
+        Ok(Writer {
+            next_index: active.base() + count as u64,
+            active,
+            wmap,
+            pos: end,
+            slot: count,
+            unsynced: Vec::new(),
+            synced_pos: end,
+            synced_slot: count,
+            dir_dirty,
+            appended: 0,
+            appended_bytes: 0,
+            rolls: 0,
+            prepared_rolls: 0,
+            deleted: 0,
+        })
+    }
+}
+
+/// Opens every segment of `dir` writable (recovery may repair them),
+/// removing the ones a crash left prepared but never activated, and checks
+/// that they follow each other.
+fn open_segments(dir: &Path, rec: &mut Recovery) -> Result<Vec<Arc<Segment>>, StoreError> {
+    let mut segs: Vec<Arc<Segment>> = Vec::new();
+    for (seq, path) in list_segments(dir)? {
+        match Segment::open(&path, seq, true)? {
+            Some(s) => segs.push(Arc::new(s)),
+            None => {
+                // (So the next roll can create it again.)
+                remove_unused(&path)?;
+                rec.removed_unused += 1;
+            }
+        }
+    }
+    // Sequence numbers must be contiguous and each base follow the last.
+    for w in segs.windows(2) {
+        if w[1].seq != w[0].seq + 1 || w[1].base() != w[0].base() + w[0].count() {
+            return Err(StoreError::Corrupt {
+                segment: w[1].seq,
+                offset: 0,
+            });
+        }
+    }
+    Ok(segs)
+}
+
+/// A reader's segments: those of `current` still listed, and new ones
+/// opened read-only, up to the first one not activated yet.
+pub(super) fn load_reader_segments(
+    dir: &Path,
+    current: &[Arc<Segment>],
+) -> Result<Vec<Arc<Segment>>, StoreError> {
+    let mut segs = Vec::new();
+    for (seq, path) in list_segments(dir)? {
+        if let Some(s) = current.iter().find(|s| s.seq == seq) {
+            segs.push(s.clone());
+            continue;
+        }
+        match Segment::open(&path, seq, false) {
+            Ok(Some(s)) => segs.push(Arc::new(s)),
+            Ok(None) => break, // prepared but not activated yet: the end
+            Err(OpenError::Io(e)) if e.kind() == io::ErrorKind::NotFound => continue, // deleted meanwhile
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Ok(segs)
+}

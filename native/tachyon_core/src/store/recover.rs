@@ -1,0 +1,265 @@
+//! Recovery of a writer's segments: scanning records, cutting a torn tail
+//! or repairing damage, and cutting the log on request ([`truncate_dir`]).
+
+use std::fs;
+use std::path::Path;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use super::format::*;
+use super::open::{list_segments, lock_dir, remove_unused};
+use super::{Config, RecordError, Recovery, Segment, StoreError, Verify};
+use crate::sys::fsync_dir;
+
+/// Result of scanning one segment's records.
+struct Scan {
+    count: usize,
+    end: usize,
+    bad: Option<usize>,
+}
+
+/// Walks the records of `seg` from the start, checking CRCs and rebuilding the
+/// index when `fix_index` is set. Stops at the end of the log or at the first
+/// record that does not verify.
+fn scan_segment(seg: &Segment, fix_index: bool) -> Scan {
+    let l = seg.layout;
+    let mut pos = 0usize;
+    let mut k = 0usize;
+    loop {
+        let off = l.data_start + pos;
+        if k >= l.slots || off + REC_HEADER > l.file_len {
+            return Scan {
+                count: k,
+                end: pos,
+                bad: None,
+            };
+        }
+        match seg.record_at(off) {
+            Ok(payload) => {
+                if fix_index && seg.slot(k).load(Ordering::Relaxed) != off as u32 {
+                    seg.set_slot(k, off as u32);
+                }
+                pos += record_size(payload.len());
+                k += 1;
+            }
+            Err(RecordError::Empty) => {
+                // A zero header ends the log, unless the index says a record
+                // was there (a hole): that is damage, not an end.
+                let s = seg.slot(k).load(Ordering::Relaxed) as usize;
+                if s == off {
+                    return Scan {
+                        count: k,
+                        end: pos,
+                        bad: Some(off),
+                    };
+                }
+                return Scan {
+                    count: k,
+                    end: pos,
+                    bad: None,
+                };
+            }
+            Err(RecordError::Corrupt) => {
+                return Scan {
+                    count: k,
+                    end: pos,
+                    bad: Some(off),
+                }
+            }
+        }
+    }
+}
+
+/// Whether any verified record lies after slot `k` (damage in the middle
+/// rather than a torn tail). Looks at the next index slots.
+fn valid_records_after(seg: &Segment, k: usize, bad_off: usize) -> u64 {
+    let mut n = 0;
+    for j in (k + 1)..seg.layout.slots {
+        let off = seg.slot(j).load(Ordering::Relaxed) as usize;
+        if off == 0 {
+            break;
+        }
+        if off > bad_off && seg.record_at(off).is_ok() {
+            n += 1;
+        }
+    }
+    n
+}
+
+/// Cuts `seg` at file offset `off` (record `k`): zeroes the data from there to
+/// the last non-zero byte and clears the index slots from `k`. Returns the
+/// bytes cut.
+fn cut_segment(seg: &Segment, k: usize, off: usize) -> u64 {
+    let l = seg.layout;
+    // The end of the damage: the furthest record the index knows of, or the
+    // claimed length of the damaged header, or at least one page.
+    let mut end = off + REC_HEADER;
+    for j in k..l.slots {
+        let o = seg.slot(j).load(Ordering::Relaxed) as usize;
+        if o == 0 {
+            break;
+        }
+        end = end.max(o + REC_HEADER);
+        seg.set_slot(j, 0);
+    }
+    // Find the last non-zero page of the data region from `off` on.
+    let mut last_nonzero = end;
+    let mut p = off;
+    // Page by page from the cut; stop 16 clean pages past the known end.
+    while p < l.file_len {
+        let next = align_up(p + 1, PAGE).min(l.file_len);
+        if page_nonzero(seg, p, next) {
+            last_nonzero = next;
+        } else if p > end + 16 * PAGE {
+            break;
+        }
+        p = next;
+    }
+    let cut_to = last_nonzero.max(end).min(l.file_len);
+    let bytes = cut_to.saturating_sub(off) as u64;
+    seg.zero_range(off, cut_to);
+    bytes
+}
+
+/// Verifies the segments (all, or only the last one, after `cfg.verify`),
+/// cutting a torn tail, or damage in the middle with `cfg.repair` (the
+/// segments after the cut are removed). Returns the records and data bytes
+/// of the last segment.
+pub(super) fn verify_segments(
+    segs: &mut Vec<Arc<Segment>>,
+    cfg: &Config,
+    rec: &mut Recovery,
+) -> Result<(usize, usize), StoreError> {
+    let first_checked = match cfg.verify {
+        Verify::All => 0,
+        Verify::Active => segs.len().saturating_sub(1),
+    };
+    let mut last = (0usize, 0usize);
+    let mut i = first_checked;
+    while i < segs.len() {
+        let seg = segs[i].clone();
+        let is_last = i + 1 == segs.len();
+        let scan = scan_segment(&seg, is_last);
+        rec.scanned_segment = seg.seq;
+        rec.recovered += scan.count as u64;
+        if let Some(bad) = scan.bad {
+            cut_damage(segs, i, &scan, bad, cfg.repair, rec)?;
+        } else if is_last && seg.is_sealed() && seg.count() != scan.count as u64 {
+            return Err(StoreError::Corrupt {
+                segment: seg.seq,
+                offset: 0,
+            });
+        }
+        if i + 1 == segs.len() {
+            last = (scan.count, scan.end);
+        }
+        i += 1;
+    }
+    Ok(last)
+}
+
+/// Cuts segment `i` at the record that failed (`bad`): a torn tail, or
+/// damage in the middle (records after it) which only `repair` may cut.
+/// Every later segment goes; segment `i` is the active one again.
+fn cut_damage(
+    segs: &mut Vec<Arc<Segment>>,
+    i: usize,
+    scan: &Scan,
+    bad: usize,
+    repair: bool,
+    rec: &mut Recovery,
+) -> Result<(), StoreError> {
+    let seg = segs[i].clone();
+    let after = valid_records_after(&seg, scan.count, bad);
+    let later: u64 = segs[i + 1..].iter().map(|s| s.count()).sum();
+    let middle = after > 0 || later > 0;
+    if middle && !repair {
+        return Err(StoreError::Corrupt {
+            segment: seg.seq,
+            offset: bad as u64,
+        });
+    }
+    rec.truncated_bytes += cut_segment(&seg, scan.count, bad);
+    rec.cut = Some(if middle { "repaired" } else { "torn_tail" });
+    rec.cut_segment = Some(seg.seq);
+    rec.cut_offset = Some(bad as u64);
+    rec.lost_records += after + later;
+    for s in segs.drain(i + 1..) {
+        rec.truncated_bytes += s.layout.file_len as u64;
+        fs::remove_file(&s.path)?;
+    }
+    seg.clear_seal();
+    Ok(())
+}
+
+/// Removes every entry from index `from` on from the store in `dir`, which
+/// no [`Store`] has open (it takes the directory's lock): the entries of
+/// the segment holding `from` are cut there, later segments are deleted,
+/// and a reopened store continues at `from`. Returns the entries removed.
+/// A sequencer node drops an uncommitted tail this way (rarely, after a
+/// change of primary): closing the store, truncating, reopening keeps the
+/// live writer, its pre-touch thread and prepared segments out of it.
+pub fn truncate_dir(dir: &Path, from: u64) -> Result<u64, StoreError> {
+    let _lock = lock_dir(dir)?;
+    let mut segs = Vec::new();
+    for (seq, path) in list_segments(dir)? {
+        match Segment::open(&path, seq, true)? {
+            Some(s) => segs.push((s, path)),
+            // Prepared, never activated: removed (a reopen prepares anew).
+            None => remove_unused(&path)?,
+        }
+    }
+    let Some(first) = segs.first().map(|(s, _)| s.base()) else {
+        return if from == 0 {
+            Ok(0)
+        } else {
+            Err(StoreError::NotFound)
+        };
+    };
+    let counts: Vec<u64> = segs
+        .iter()
+        .map(|(s, _)| scan_segment(s, false).count as u64)
+        .collect();
+    let end = segs.last().map(|(s, _)| s.base()).unwrap_or(0) + counts.last().copied().unwrap_or(0);
+    if from < first || from > end {
+        return Err(StoreError::NotFound);
+    }
+    let mut removed = 0;
+    let mut dirty = false;
+    for (i, (seg, path)) in segs.iter().enumerate().rev() {
+        let (base, count) = (seg.base(), counts[i]);
+        if base + count <= from {
+            break;
+        }
+        if base >= from && i > 0 {
+            // Entirely at or after `from`, and not the first: deleted.
+            fs::remove_file(path)?;
+            removed += count;
+            dirty = true;
+            continue;
+        }
+        let k = (from - base) as usize;
+        let off = seg.slot(k).load(Ordering::Acquire) as usize;
+        if off != 0 {
+            cut_segment(seg, k, off);
+        }
+        seg.clear_seal();
+        removed += count - k as u64;
+        seg.sync_async();
+    }
+    if dirty {
+        fsync_dir(dir)?;
+    }
+    Ok(removed)
+}
+
+fn page_nonzero(seg: &Segment, from: usize, to: usize) -> bool {
+    let mut o = from;
+    while o + 8 <= to {
+        if seg.header_at(o) != 0 {
+            return true;
+        }
+        o += 8;
+    }
+    false
+}
