@@ -138,16 +138,18 @@ defmodule Tachyon.FailoverTest do
     {first, others, group} = OSProcess.start_group(ds)
     per = String.to_integer(System.get_env("FAILOVER_PER", "33334"))
 
-    {{killed_at, took}, results} =
+    {{killed, killed_at, took}, results} =
       traffic(group, per, fn ->
+        {victim, others, _} = OSProcess.current_primary([first | others], first)
         at = System.os_time(:microsecond)
-        OSProcess.kill(first)
-        {:ok, took} = OSProcess.await_role(others, "primary", 10_000)
-        {at, took}
+        OSProcess.kill(victim)
+        {:ok, took} = OSProcess.await_role(others, "primary", 10_000, victim.epoch)
+        {victim, at, took}
       end)
 
     IO.puts("\n  takeover: kill -9 to the new primary's role line #{took.at_us - killed_at} us")
-    assert took.epoch > 1
+    assert took.epoch > killed.epoch
+    others = Enum.reject([first | others], &(&1.id == killed.id))
     [{_, stats, events} | _] = results
     # On a loaded machine a node can miss an election timeout's worth of
     # heartbeats later on: a later term is no fault; an earlier one is.
@@ -156,14 +158,14 @@ defmodule Tachyon.FailoverTest do
     assert Enum.any?(events, &match?({:epoch, %{epoch: ^epoch}}, &1))
 
     # The old primary comes back (same log, same port) as a follower.
-    {_, port} = Enum.at(group, first.id)
+    {_, port} = Enum.at(group, killed.id)
     arg = Enum.map_join(group, ",", fn {_, p} -> "127.0.0.1:#{p}" end)
 
     {:ok, r} =
       OSProcess.start(
         [
           "--path",
-          Enum.at(ds, first.id),
+          Enum.at(ds, killed.id),
           "--port",
           "#{port}",
           "--group",
@@ -185,17 +187,18 @@ defmodule Tachyon.FailoverTest do
   test "SIGSTOP of the primary for 300 ms during traffic: the others elect a new one; the old one resumes, steps down and delivers nothing" do
     {first, others, group} = OSProcess.start_group(dirs(3))
 
-    {took, _} =
+    {{stopped, took}, _} =
       traffic(group, 3000, fn ->
-        OSProcess.signal(first, "STOP")
-        {:ok, took} = OSProcess.await_role(others, "primary", 10_000)
+        {victim, others, _} = OSProcess.current_primary([first | others], first)
+        OSProcess.signal(victim, "STOP")
+        {:ok, took} = OSProcess.await_role(others, "primary", 10_000, victim.epoch)
         Process.sleep(300)
-        OSProcess.signal(first, "CONT")
-        assert {:ok, _} = OSProcess.await_role([first], "follower", 10_000)
-        took
+        OSProcess.signal(victim, "CONT")
+        assert {:ok, _} = OSProcess.await_role([victim], "follower", 10_000, victim.epoch)
+        {victim, took}
       end)
 
-    assert took.epoch > 1
+    assert took.epoch > stopped.epoch
     OSProcess.kill_all([first | others])
   end
 

@@ -155,16 +155,38 @@ defmodule Tachyon.UDPPollTimeoutTest do
     {sock, addr}
   end
 
+  # Runs `measure` up to 3 times until `ok?` holds for its result; returns
+  # every result (the last one the best try). A poll that overstays its
+  # timeout, or starves the ticker, does so every time; a loaded machine's
+  # preemptions (tens of ms with a busy loop pinned on one core, seen once
+  # in a few runs) come and go.
+  defp tries(measure, ok?) do
+    Enum.reduce_while(1..3, [], fn _, acc ->
+      r = measure.()
+      if ok?.(r), do: {:halt, [r | acc]}, else: {:cont, [r | acc]}
+    end)
+  end
+
   test "a recv timeout is honoured within a millisecond, for every wait strategy" do
     for wait <- [:busy_spin, :yield, :backoff, :park], timeout <- [0, 5, 20] do
-      {sock, _} = open_poll(wait: wait)
-      t0 = System.monotonic_time(:microsecond)
-      assert {:error, :timeout} = UDP.recv(sock, timeout)
-      took = System.monotonic_time(:microsecond) - t0
-      assert took >= timeout * 1000, "#{wait} #{timeout} ms took #{took} us"
-      # Within 1 ms, plus scheduling slack on a loaded 2-core machine.
-      assert took <= timeout * 1000 + 1_000 + 4_000, "#{wait} #{timeout} ms took #{took} us"
-      UDP.close(sock)
+      took =
+        tries(
+          fn ->
+            {sock, _} = open_poll(wait: wait)
+            t0 = System.monotonic_time(:microsecond)
+            assert {:error, :timeout} = UDP.recv(sock, timeout)
+            took = System.monotonic_time(:microsecond) - t0
+            UDP.close(sock)
+            # Never early.
+            assert took >= timeout * 1000, "#{wait} #{timeout} ms took #{took} us"
+            took
+          end,
+          # Within 1 ms, plus scheduling slack on a loaded 2-core machine.
+          &(&1 <= timeout * 1000 + 1_000 + 4_000)
+        )
+
+      assert hd(took) <= timeout * 1000 + 1_000 + 4_000,
+             "#{wait} #{timeout} ms took #{inspect(Enum.reverse(took))} us in #{length(took)} tries"
     end
   end
 
@@ -174,13 +196,29 @@ defmodule Tachyon.UDPPollTimeoutTest do
     n = System.schedulers_online()
     parent = self()
 
+    runs = tries(fn -> ticker_beside_pollers(n, parent) end, &ticker_ok?/1)
+    last = hd(runs)
+
+    if System.get_env("TACHYON_TEST_VERBOSE"), do: IO.puts("ticker runs: #{inspect(runs)}")
+
+    # The ticker sleeps 1 ms between ticks: it must keep being scheduled
+    # (at least a quarter of the ticks it got alone), and not be late by
+    # more than a few time slices beyond what it saw alone.
+    assert ticker_ok?(last),
+           "ticks, worst lateness (us) with pollers and alone, in #{length(runs)} tries: " <>
+             inspect(Enum.reverse(runs))
+  end
+
+  defp ticker_ok?(%{ticks: t, worst: w, base_ticks: bt, base_worst: bw}),
+    do: t >= div(bt, 4) and w < 20_000 + 2 * bw
+
+  defp ticker_beside_pollers(n, parent) do
     # The same ticker first runs 300 ms with no poller: what this machine
     # gives it now (another load may be running) sets the margins.
     base_ticker = spawn(fn -> tick(parent, System.monotonic_time(:microsecond), 0) end)
     Process.sleep(300)
     Process.exit(base_ticker, :kill)
     base = collect_ticks([])
-    {base_n, base_worst} = {length(base), Enum.max(base, fn -> 0 end)}
 
     socks = for _ <- 1..n, do: elem(open_poll(wait: :busy_spin), 0)
     ticker = spawn(fn -> tick(parent, System.monotonic_time(:microsecond), 0) end)
@@ -188,21 +226,14 @@ defmodule Tachyon.UDPPollTimeoutTest do
     for _ <- socks, do: assert_receive({:polled, {:error, :timeout}}, 5_000)
     Process.exit(ticker, :kill)
     ticks = collect_ticks([])
-    # The ticker sleeps 1 ms between ticks: it must keep being scheduled
-    # (at least a quarter of the ticks it got alone), and not be late by
-    # more than a few time slices beyond what it saw alone.
-    worst = Enum.max(ticks)
-
-    if System.get_env("TACHYON_TEST_VERBOSE"),
-      do: IO.puts("ticks=#{length(ticks)} worst_late_us=#{worst} alone: #{base_n} #{base_worst}")
-
-    assert length(ticks) >= div(base_n, 4),
-           "only #{length(ticks)} ticks in 300 ms (#{base_n} alone)"
-
-    assert worst < 20_000 + 2 * base_worst,
-           "a tick was #{worst} us late (#{base_worst} us at worst alone)"
-
     Enum.each(socks, &UDP.close/1)
+
+    %{
+      ticks: length(ticks),
+      worst: Enum.max(ticks, fn -> 0 end),
+      base_ticks: length(base),
+      base_worst: Enum.max(base, fn -> 0 end)
+    }
   end
 
   defp tick(parent, last, n) do

@@ -33,18 +33,55 @@ defmodule Tachyon.Sequencer.OSProcess do
         Map.put(p, :id, i)
       end
 
-    {:ok, %{node: primary}} = await_role(nodes, "primary", 20_000)
-    {primary, List.delete(nodes, primary), group}
+    {:ok, %{node: primary, epoch: e}} = await_role(nodes, "primary", 20_000)
+    {Map.put(primary, :epoch, e), List.delete(nodes, primary), group}
   end
 
   @doc """
-  Waits for a `tachyon.sequencer role ROLE ...` line from any of `nodes`:
+  The primary now, of `nodes`: `known` (a node with its `:epoch`) unless a
+  role line received since says another node became primary of a later
+  epoch (a loaded machine can starve a node past its election timeout
+  before any fault is injected). Consumes the lines received so far.
+  Returns the node (with `:epoch`), the others, and how many elections of
+  a later epoch the lines told of.
+  """
+  def current_primary(nodes, known) do
+    ports = Map.new(nodes, &{&1.port, &1})
+    {primary, n} = latest_primary(ports, known, 0)
+    {primary, Enum.reject(nodes, &(&1.id == primary.id)), n}
+  end
+
+  defp latest_primary(ports, known, n) do
+    receive do
+      {port, {:data, {:eol, "tachyon.sequencer role primary epoch " <> rest}}}
+      when is_map_key(ports, port) ->
+        [e | _] = String.split(rest, " ")
+        e = String.to_integer(e)
+
+        if e > known.epoch,
+          do: latest_primary(ports, Map.put(Map.fetch!(ports, port), :epoch, e), n + 1),
+          else: latest_primary(ports, known, n)
+
+      {port, {:data, _}} when is_map_key(ports, port) ->
+        latest_primary(ports, known, n)
+    after
+      0 -> {known, n}
+    end
+  end
+
+  @doc """
+  Waits for a `tachyon.sequencer role ROLE ...` line from any of `nodes`
+  of an epoch after `after_epoch` (earlier ones are skipped):
   `{:ok, %{node: node, epoch: e, next_seq: n, commit: c, at_us: t}}`.
   """
-  def await_role(nodes, role, timeout) do
+  def await_role(nodes, role, timeout, after_epoch \\ 0) do
     ports = Map.new(nodes, &{&1.port, &1})
     deadline = System.monotonic_time(:millisecond) + timeout
-    await_role_until(ports, "tachyon.sequencer role #{role} ", deadline)
+
+    Stream.repeatedly(fn ->
+      await_role_until(ports, "tachyon.sequencer role #{role} ", deadline)
+    end)
+    |> Enum.find(&(not match?({:ok, %{epoch: e}} when e <= after_epoch, &1)))
   end
 
   defp await_role_until(ports, prefix, deadline) do

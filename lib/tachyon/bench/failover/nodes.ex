@@ -22,8 +22,7 @@ defmodule Tachyon.Bench.Failover.Nodes do
       extra: extra,
       primary: primary,
       others: others,
-      # (start_group consumed the primary's line: any later one is news.)
-      epoch: 0,
+      epoch: primary.epoch,
       unprovoked: 0
     }
   end
@@ -40,30 +39,16 @@ defmodule Tachyon.Bench.Failover.Nodes do
   one known is an election no fault caused; the group follows it.
   """
   def settle(g) do
-    ports = Map.new(all(g), &{&1.port, &1})
-    lines = drain(ports, [])
+    known = Map.put(g.primary, :epoch, g.epoch)
+    {primary, others, elections} = OSProcess.current_primary(all(g), known)
 
-    Enum.reduce(lines, g, fn {node, role, epoch}, g ->
-      if role == "primary" and epoch > g.epoch do
-        others = Enum.reject(all(g), &(&1.port == node.port))
-        %{g | primary: node, others: others, epoch: epoch, unprovoked: g.unprovoked + 1}
-      else
-        g
-      end
-    end)
-  end
-
-  defp drain(ports, acc) do
-    receive do
-      {port, {:data, {:eol, "tachyon.sequencer role " <> rest}}} when is_map_key(ports, port) ->
-        [role, "epoch", e | _] = String.split(rest, " ")
-        drain(ports, [{Map.fetch!(ports, port), role, String.to_integer(e)} | acc])
-
-      {port, {:data, _}} when is_map_key(ports, port) ->
-        drain(ports, acc)
-    after
-      0 -> Enum.reverse(acc)
-    end
+    %{
+      g
+      | primary: primary,
+        others: others,
+        epoch: primary.epoch,
+        unprovoked: g.unprovoked + elections
+    }
   end
 
   @doc """

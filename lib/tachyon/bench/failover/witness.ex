@@ -119,7 +119,7 @@ defmodule Tachyon.Bench.Failover.Witness do
 
   # The node's counters straight from its thread (not through its
   # process, which handles the :nodedown meanwhile).
-  defp watch(s, parent), do: watch_ref(GenServer.call(s, :ref), parent)
+  defp watch(s, parent), do: watch_ref(GenServer.call(s, :handle).ref, parent)
 
   defp watch_ref(ref, parent) do
     case Tachyon.Native.seq_stats(ref) do
