@@ -316,6 +316,13 @@ fn populate(base: *mut u8, len: usize, from: usize, to: usize, how: Access) {
     }
 }
 
+/// Faults `[from, to)` of anonymous memory at `base` in, writable, without
+/// changing a byte (the table's node arena; on a kernel without
+/// `MADV_POPULATE_WRITE` the fallback does nothing for anonymous memory).
+pub(crate) fn populate_anon(base: *mut u8, from: usize, to: usize) {
+    populate(base, to, from, to, Access::Write);
+}
+
 /// `madvise(advice)` of `[from, to)` of the map at `base`; the errno if it
 /// failed.
 fn advise(base: *mut u8, from: usize, to: usize, advice: libc::c_int) -> Option<i32> {

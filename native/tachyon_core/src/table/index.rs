@@ -42,14 +42,16 @@ struct Header {
 
 const HDR: usize = std::mem::size_of::<Header>();
 
-/// Node memory comes from mimalloc, with its segments backed by transparent
-/// huge pages where the kernel allows (`madvise` mode): a large table then
-/// takes one page fault per 2 MiB of nodes instead of one per 4 KiB (a few
-/// microseconds each on a virtual machine, on the writer's path), and
-/// lookups miss the TLB far less.
+/// Nodes come from the node arena ([`super::arena`]: 4 KiB pages faulted in
+/// ahead of the writer by the reaper thread; a first touch of a transparent
+/// huge page on the writer's path took 4-7 ms here); slot arrays from
+/// mimalloc's default heap, allowed large OS pages (allocated at an open or
+/// a resize, zeroed by mimalloc, off the put path).
 fn init_allocator() {
     static INIT: std::sync::Once = std::sync::Once::new();
     INIT.call_once(|| {
+        // Before mimalloc maps anything of its own for the index.
+        super::arena::init();
         // SAFETY: setting an option before (and while) the allocator is in
         // use is supported; it only affects later segment allocations.
         unsafe { libmimalloc_sys::mi_option_set(libmimalloc_sys::mi_option_large_os_pages, 1) };
@@ -58,8 +60,8 @@ fn init_allocator() {
 
 fn node_alloc(layout: Layout) -> *mut u8 {
     init_allocator();
-    // SAFETY: a non-zero size (the header) and a power-of-two alignment.
-    let p = unsafe { libmimalloc_sys::mi_malloc_aligned(layout.size(), layout.align()) } as *mut u8;
+    // (A non-zero size, the header, and a power-of-two alignment.)
+    let p = super::arena::alloc(layout.size(), layout.align());
     if p.is_null() {
         alloc::handle_alloc_error(layout);
     }
@@ -241,6 +243,10 @@ impl SlotArray {
         let Some(ptr) = NonNull::new(p) else {
             alloc::handle_alloc_error(layout)
         };
+        // Huge pages (mimalloc's memory), faulted in here rather than by
+        // the inserts that touch them first (each first touch of a 2 MiB
+        // page is 4-7 ms of compaction here: docs in `super::arena`).
+        crate::segment::map::populate_anon(p as *mut u8, 0, layout.size());
         // All-zero bytes are valid empty slots: hash 0 and `None` (a null
         // pointer, see Node).
         SlotArray { ptr, len }

@@ -29,6 +29,7 @@
 //! See `docs/FORMAT.md` for the bytes and `docs/ARCHITECTURE.md` for the
 //! threads.
 
+pub mod arena;
 mod compact;
 pub mod config;
 pub mod format;
