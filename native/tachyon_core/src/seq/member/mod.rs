@@ -329,7 +329,7 @@ impl Member {
     pub fn close(&self) {
         self.closed.store(true, Ordering::Release);
         let mut sink = self.sink();
-        self.tx.lock().close(&mut sink);
+        self.tx.lock().close(clock::now(), &mut sink);
     }
 
     /// [`Member::close`] without waiting: publishes are refused from now
@@ -342,7 +342,7 @@ impl Member {
             return false;
         };
         let mut sink = self.sink();
-        tx.close(&mut sink);
+        tx.close(clock::now(), &mut sink);
         true
     }
 
@@ -382,6 +382,9 @@ impl Member {
             conflicts: r.conflicts.get(),
             welcomes: r.welcomes.get(),
             commit: r.commit.get(),
+            cwnd: t.cwnd.get(),
+            rto_us: t.rto.get() / 1_000,
+            coalesced: t.coalesced.get(),
         }
     }
 }
