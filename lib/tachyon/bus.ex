@@ -266,8 +266,11 @@ defmodule Tachyon.Bus do
   the primary asked for again), `:renumbered` (commands published again
   after a new primary lacked them), `:strangers` (datagrams from outside
   the group), `:conflicts`, `:welcomes`, `:commit` (the commit index last
-  heard), and `:acked` and `:in_flight` for `:max_queue`) or
-  `{:error, :closed}`.
+  heard), `:cwnd` (the congestion window: command datagrams in flight at
+  most), `:rto_us` (the retransmission timeout from the measured round
+  trip, before backoff), `:coalesced` (messages that joined a command
+  datagram waiting for the window), and `:acked` and `:in_flight` for
+  `:max_queue`) or `{:error, :closed}`.
 
   ## Example
 
