@@ -242,6 +242,9 @@ impl Member {
     pub fn poll(&self, max: usize, deliver: &mut dyn FnMut(u64, u32, &[u8])) -> io::Result<usize> {
         let mut sink = self.sink();
         let now = clock::now();
+        // The publishing side's acknowledgements come through here: its
+        // window holds publishes back only while someone looks.
+        self.txc.looked.set(now);
         let mut guard = self.rx.lock();
         let RxAll { batches, rx } = &mut *guard;
         let (own_before, heard_before) = (rx.own_seen(), rx.own_heard());

@@ -135,6 +135,10 @@ pub struct TxCounters {
     /// Messages (fragments) that joined a command datagram waiting for the
     /// congestion window.
     pub coalesced: Counter,
+    /// When the receive side last looked for datagrams (a poll or a tick;
+    /// the member's clock): the shell sets it at every poll, without the
+    /// `tx` lock.
+    pub looked: Counter,
 }
 
 #[derive(Debug, Default)]

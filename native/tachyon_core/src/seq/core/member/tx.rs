@@ -293,9 +293,20 @@ impl Tx {
         if self.held {
             return;
         }
-        while self.sent_n < self.pending.len() && self.win.open(self.in_flight()) {
+        let clocked = self.clocked();
+        while self.sent_n < self.pending.len() && (!clocked || self.win.open(self.in_flight())) {
             self.send_next(now, sink);
         }
+    }
+
+    /// Whether acknowledgements clock the sends: the receive side looked
+    /// (a poll, a tick) since the oldest command in flight left. A member
+    /// nobody drives (`delivery: :poll` and no `recv`) hears nothing: the
+    /// window would hold its publishes until it is driven again, so they
+    /// go at once, as before there was a window (such a member resends
+    /// nothing either: its publishes are all it sends).
+    fn clocked(&self) -> bool {
+        self.in_flight() == 0 || self.c.looked.get() >= self.pending[self.heard_n].sent
     }
 
     fn send_next(&mut self, now: Nanos, sink: &mut dyn Sink) {
@@ -349,6 +360,7 @@ impl Tx {
     /// a round-trip sample, the window's growth, and room in it.
     /// (Rx's view of the current term, reset with it.)
     pub fn heard(&mut self, now: Nanos, member_seq: u64, sink: &mut dyn Sink) {
+        self.c.looked.set(now);
         self.heard = member_seq;
         let n = self.pending.partition_point(|p| p.last_seq <= member_seq);
         if n > self.heard_n {
@@ -497,6 +509,7 @@ impl Tx {
     /// timeout, doubled per expiry); returns when to look again at the
     /// latest (`None`: nothing in flight).
     pub fn tick(&mut self, now: Nanos, sink: &mut dyn Sink) -> Option<Nanos> {
+        self.c.looked.set(now);
         if self.held {
             return None;
         }

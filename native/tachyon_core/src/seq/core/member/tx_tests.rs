@@ -297,3 +297,17 @@ fn close_sends_what_waits() {
     assert_eq!(sent(&out), vec![(33, 50)]);
     assert_eq!(out.len(), 2, "then the goodbye");
 }
+
+#[test]
+fn a_member_nobody_drives_sends_every_publish_at_once() {
+    let (mut tx, mut out) = (new_tx(), Outbox::new());
+    // Published at 1 ms on: the receive side never looked since.
+    publish(&mut tx, MS, INITIAL_CWND + 10, &mut out);
+    assert_eq!(out.len(), INITIAL_CWND + 10);
+    assert_eq!(tx.waiting(), 0);
+    // It looks (a tick): from now on the window holds publishes back.
+    tx.tick(2 * MS, &mut out);
+    publish(&mut tx, 3 * MS, 5, &mut out);
+    assert_eq!(out.len(), INITIAL_CWND + 10);
+    assert_eq!(tx.waiting(), 1);
+}
