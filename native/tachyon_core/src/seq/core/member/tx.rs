@@ -180,18 +180,17 @@ impl Tx {
             return Err(PublishError::Busy);
         }
         // The last command waits for the window: the messages join it.
-        let mut b = match self.pending.back() {
-            Some(p) if self.sent_n < self.pending.len() && p.count < u16::MAX => {
-                let p = self.pending.pop_back().expect("back");
-                Building {
-                    d: p.dgram,
-                    count: p.count,
-                    first: p.first_seq,
-                    resent: p.resent,
-                    waited: true,
-                }
-            }
-            _ => self.building(),
+        let waiting = self.sent_n < self.pending.len()
+            && self.pending.back().is_some_and(|p| p.count < u16::MAX);
+        let mut b = match waiting.then(|| self.pending.pop_back()).flatten() {
+            Some(p) => Building {
+                d: p.dgram,
+                count: p.count,
+                first: p.first_seq,
+                resent: p.resent,
+                waited: true,
+            },
+            None => self.building(),
         };
         let mut published = 0u64;
         for m in it {
