@@ -27,7 +27,7 @@ pub struct MemberConfig {
     pub max_message_size: usize,
     /// Resend a command not seen sequenced after this long at least: the
     /// floor of the retransmission timeout, which follows the measured
-    /// round trip (doubled per expiry, up to 64 times or 1 s); a nack from
+    /// round trip (doubled per expiry, up to 8 times, 1 s at most); a nack from
     /// the primary resends one at once.
     pub resend_after: Duration,
     /// Ask again for a gap not filled after this long.
