@@ -16,14 +16,18 @@ defmodule Tachyon.Bus do
   A member recognises its own messages by `member_id`. What it does for
   you: a gap (a jump in sequence numbers, or a heartbeat ahead of it) is
   asked for at once and filled in one round trip while later messages
-  wait; a command not seen on the bus within `:resend_after_ms` is resent
-  (the sequencer drops duplicates); messages larger than a datagram are
+  wait; a command not seen on the bus in time is resent (the timeout
+  follows the measured round trip, `:resend_after_ms` at least; the
+  sequencer drops duplicates); at most a congestion window of command
+  datagrams is in flight, and publishes beyond it join the datagram
+  waiting for it (none is refused for it); messages larger than a datagram are
   cut into fragments and reassembled; datagrams of another session are
   dropped; `from: n` rewinds from sequence number `n` (one chunk of
   `replay_max` messages per round trip, so a rewind does not starve live
   traffic) and joins the live stream with no gap and no duplicate. With
   `delivery: :poll`, this timed work runs inside `recv/2`: a member nobody
-  polls does not resend.
+  polls does not resend, and its window holds nothing back (it cannot
+  hear what is acknowledged): its publishes go at once.
 
   ## Example
 
@@ -266,8 +270,11 @@ defmodule Tachyon.Bus do
   the primary asked for again), `:renumbered` (commands published again
   after a new primary lacked them), `:strangers` (datagrams from outside
   the group), `:conflicts`, `:welcomes`, `:commit` (the commit index last
-  heard), and `:acked` and `:in_flight` for `:max_queue`) or
-  `{:error, :closed}`.
+  heard), `:cwnd` (the congestion window: command datagrams in flight at
+  most), `:rto_us` (the retransmission timeout from the measured round
+  trip, before backoff), `:coalesced` (messages that joined a command
+  datagram waiting for the window), and `:acked` and `:in_flight` for
+  `:max_queue`) or `{:error, :closed}`.
 
   ## Example
 

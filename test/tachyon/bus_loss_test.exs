@@ -86,6 +86,19 @@ defmodule Tachyon.BusLossTest do
     end
   end
 
+  # The relay's mailbox, sampled every 10 ms: its longest queue.
+  defp watch_mailbox(relay, max) do
+    receive do
+      {:max, from} -> send(from, {:mailbox_max, max})
+    after
+      10 ->
+        case Process.info(relay, :message_queue_len) do
+          {:message_queue_len, n} -> watch_mailbox(relay, max(n, max))
+          nil -> watch_mailbox(relay, max)
+        end
+    end
+  end
+
   test "3% loss, 1% duplicates and reordering both ways: 3 x 30,000 messages at 4,000/s each, all delivered within 1 s of the last publish" do
     {:ok, seq} = Sequencer.start_link(path: tmp_dir("loss"), wait: :backoff)
 
@@ -93,6 +106,7 @@ defmodule Tachyon.BusLossTest do
       Tachyon.LossyRelay.start_link(Sequencer.address(seq), drop: 0.03, dup: 0.01, reorder: 0.01)
 
     addr = Tachyon.LossyRelay.address(relay)
+    mailbox = spawn_link(fn -> watch_mailbox(relay, 0) end)
     per = String.to_integer(System.get_env("LOSS_PER", "30000"))
     total = 3 * per
     parent = self()
@@ -118,6 +132,8 @@ defmodule Tachyon.BusLossTest do
     last_publish = results |> Enum.map(& &1.last_publish) |> Enum.max()
     late = for r <- results, do: div(r.last_delivery - last_publish, 1000)
     relay_stats = Tachyon.LossyRelay.stats(relay)
+    send(mailbox, {:max, self()})
+    mailbox_max = receive do: ({:mailbox_max, n} -> n), after: (5_000 -> :unknown)
     {:ok, st} = Sequencer.stats(seq)
     resent = results |> Enum.map(& &1.st.resent) |> Enum.sum()
     asked = results |> Enum.map(& &1.st.replay_requests) |> Enum.sum()
@@ -125,7 +141,15 @@ defmodule Tachyon.BusLossTest do
     IO.puts(
       "\n  loss: last delivery #{inspect(late, charlists: :as_lists)} ms after the last publish; relay #{inspect(relay_stats)};" <>
         " members resent #{resent} commands, sent #{asked} replay requests;" <>
-        " sequencer replayed #{st.replayed} entries (#{st.replays} requests), held #{st.held}, nacks #{st.nacks}"
+        " sequencer replayed #{st.replayed} entries (#{st.replays} requests), held #{st.held}, nacks #{st.nacks}" <>
+        "; relay mailbox at most #{mailbox_max}; members " <>
+        inspect(
+          for(
+            r <- results,
+            do: Map.take(r.st, [:commands, :coalesced, :cwnd, :rto_us, :hellos, :welcomes])
+          ),
+          charlists: :as_lists
+        )
     )
 
     assert relay_stats.dropped > 0 and relay_stats.duplicated > 0 and relay_stats.reordered > 0

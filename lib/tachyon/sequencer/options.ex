@@ -230,7 +230,8 @@ defmodule Tachyon.Sequencer.Options do
         type: {:integer, 1, 60_000},
         default: 20,
         formerly: [resend_after: nil],
-        doc: "milliseconds before a command not seen on the bus is resent."
+        doc:
+          "milliseconds before a command not seen on the bus is resent, at least: the floor of the retransmission timeout, which follows the measured round trip."
       ],
       retransmit_after_us: [
         type: {:integer, 1, 60_000_000},

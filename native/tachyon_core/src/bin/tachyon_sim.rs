@@ -6,7 +6,7 @@
 //! ```text
 //! tachyon_sim [--seeds N] [--from S] [--seed S] [--trace] [--faults crash,pause,...]
 //!             [--nodes N] [--two-nodes safe|available] [--members M] [--seconds S]
-//!             [--loss P] [--large P] [--slow MS]
+//!             [--loss P] [--large P] [--slow MS] [--uplink US[:QUEUE]]
 //! ```
 
 use std::collections::BTreeMap;
@@ -15,7 +15,7 @@ use std::time::Instant;
 
 use tachyon_core::seq::core::node::TwoNodes;
 use tachyon_core::seq::core::MILLI;
-use tachyon_core::seq::sim::{self, Fault, Group, Protocol, SimConfig};
+use tachyon_core::seq::sim::{self, Capacity, Fault, Group, Protocol, SimConfig};
 
 fn main() {
     let mut args = std::env::args().skip(1);
@@ -47,6 +47,17 @@ fn main() {
                     .map(|s| Fault::parse(s).unwrap_or_else(|| usage(s)))
                     .collect()
             }
+            "--uplink" => {
+                let v = val();
+                let (per, queue) = v.split_once(':').map_or((v.as_str(), None), |(a, b)| {
+                    (a, Some(b.parse().unwrap_or_else(|_| usage("--uplink"))))
+                });
+                let per: u64 = per.parse().unwrap_or_else(|_| usage("--uplink"));
+                cfg.uplink = Some(Capacity {
+                    per_datagram: per * 1_000,
+                    queue,
+                });
+            }
             "--slow" => slow_ms = val().parse().unwrap_or_else(|_| usage("--slow")),
             "--nodes" => group.nodes = val().parse().unwrap_or_else(|_| usage("--nodes")),
             "--two-nodes" => {
@@ -74,6 +85,7 @@ fn main() {
     let mut faults: BTreeMap<&str, u64> = BTreeMap::new();
     let mut kinds: BTreeMap<&str, Vec<u64>> = BTreeMap::new();
     let (mut steps, mut checks, mut delivered, mut takeovers) = (0u64, 0u64, 0u64, 0u64);
+    let (mut commands, mut resent, mut queue_drops, mut max_queue) = (0u64, 0u64, 0u64, 0u64);
     let mut forks = 0u64;
     let mut failed = 0;
     let mut worst_converge = 0;
@@ -86,6 +98,10 @@ fn main() {
         delivered += r.delivered;
         takeovers += r.takeovers;
         forks += r.forks_reported;
+        commands += r.commands;
+        resent += r.resent;
+        queue_drops += r.net.queue_drops;
+        max_queue = max_queue.max(r.net.max_queue_delay);
         for (k, v) in &r.faults {
             *faults.entry(k).or_default() += v;
         }
@@ -127,6 +143,13 @@ fn main() {
     println!("messages delivered:  {delivered}");
     println!("takeovers:           {takeovers}");
     println!("forks reported:      {forks}");
+    println!("commands sent:       {commands} (resent {resent})");
+    if cfg.uplink.is_some() {
+        println!(
+            "uplink queue:        {queue_drops} dropped, longest wait {:.1} ms",
+            max_queue as f64 / 1e6
+        );
+    }
     println!("faults injected:     {faults:?}");
     println!(
         "worst convergence after the heal: {:.1} ms",
@@ -146,7 +169,8 @@ fn usage(bad: &str) -> ! {
     eprintln!(
         "tachyon_sim: bad argument {bad:?}\nusage: tachyon_sim [--seeds N] [--from S] [--seed S] [--trace] \
          [--faults crash,pause,stall,partition,lossy_link,reorder_link,clock_jump] [--nodes N] \
-         [--two-nodes safe|available] [--members M] [--seconds S] [--loss P] [--large P] [--slow MS]"
+         [--two-nodes safe|available] [--members M] [--seconds S] [--loss P] [--large P] [--slow MS] \
+         [--uplink US[:QUEUE]]"
     );
     std::process::exit(2)
 }

@@ -77,6 +77,9 @@ fn bus_stats_map<'a>(env: Env<'a>, s: &MemberStats) -> NifResult<Term<'a>> {
             ("conflicts", s.conflicts.encode(env)),
             ("welcomes", s.welcomes.encode(env)),
             ("commit", s.commit.encode(env)),
+            ("cwnd", s.cwnd.encode(env)),
+            ("rto_us", s.rto_us.encode(env)),
+            ("coalesced", s.coalesced.encode(env)),
         ],
     )
 }

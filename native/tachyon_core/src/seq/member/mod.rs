@@ -242,6 +242,9 @@ impl Member {
     pub fn poll(&self, max: usize, deliver: &mut dyn FnMut(u64, u32, &[u8])) -> io::Result<usize> {
         let mut sink = self.sink();
         let now = clock::now();
+        // The publishing side's acknowledgements come through here: its
+        // window holds publishes back only while someone looks.
+        self.txc.looked.set(now);
         let mut guard = self.rx.lock();
         let RxAll { batches, rx } = &mut *guard;
         let (own_before, heard_before) = (rx.own_seen(), rx.own_heard());
@@ -329,7 +332,7 @@ impl Member {
     pub fn close(&self) {
         self.closed.store(true, Ordering::Release);
         let mut sink = self.sink();
-        self.tx.lock().close(&mut sink);
+        self.tx.lock().close(clock::now(), &mut sink);
     }
 
     /// [`Member::close`] without waiting: publishes are refused from now
@@ -342,7 +345,7 @@ impl Member {
             return false;
         };
         let mut sink = self.sink();
-        tx.close(&mut sink);
+        tx.close(clock::now(), &mut sink);
         true
     }
 
@@ -382,6 +385,9 @@ impl Member {
             conflicts: r.conflicts.get(),
             welcomes: r.welcomes.get(),
             commit: r.commit.get(),
+            cwnd: t.cwnd.get(),
+            rto_us: t.rto.get() / 1_000,
+            coalesced: t.coalesced.get(),
         }
     }
 }

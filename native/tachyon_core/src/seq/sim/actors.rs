@@ -70,6 +70,10 @@ pub trait Actor {
     fn describe(&self) -> String {
         String::new()
     }
+    /// A member's command datagrams sent, and resent.
+    fn tx_counts(&self) -> (u64, u64) {
+        (0, 0)
+    }
 }
 
 // -- members -----------------------------------------------------------------
@@ -264,6 +268,16 @@ impl Actor for SimMember {
         }
     }
 
+    fn tx_counts(&self) -> (u64, u64) {
+        match &self.state {
+            MState::Joined { tx, .. } => {
+                let c = tx.counters();
+                (c.commands.get(), c.resent.get())
+            }
+            _ => (0, 0),
+        }
+    }
+
     fn describe(&self) -> String {
         match &self.state {
             MState::Joining(_) => format!("member {} joining", self.id),
@@ -271,12 +285,15 @@ impl Actor for SimMember {
             MState::Joined { tx, rx } => {
                 let (t, r) = (tx.counters(), rx.counters());
                 format!(
-                    "member {} term {} next {} commit {} pending {} oldest {:?} published {} resent {} nacked {} delivered {} gaps {} replay_requests {} dup {} forks {}",
+                    "member {} term {} next {} commit {} pending {} in_flight {} cwnd {} rto {} us oldest {:?} published {} resent {} nacked {} delivered {} gaps {} replay_requests {} dup {} forks {}",
                     self.id,
                     rx.epoch(),
                     rx.next_seq(),
                     rx.commit(),
                     tx.pending(),
+                    tx.in_flight(),
+                    tx.cwnd(),
+                    tx.rto() / MICRO,
                     tx.oldest_pending(),
                     t.published.get(),
                     t.resent.get(),

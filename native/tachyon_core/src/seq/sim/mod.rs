@@ -31,6 +31,7 @@ use check::Checker;
 pub use check::Violation;
 pub use faults::Fault;
 pub use group::Group;
+pub use net::Capacity;
 use net::{Link, Net, NetStats};
 
 /// How the protocol under test is set up.
@@ -77,6 +78,8 @@ pub struct SimConfig {
     pub faults: Vec<Fault>,
     /// Time between two faults: uniform in this range.
     pub fault_every: (Nanos, Nanos),
+    /// Every member's link to every node carries this much at most.
+    pub uplink: Option<Capacity>,
     pub trace: bool,
 }
 
@@ -92,6 +95,7 @@ impl SimConfig {
             base_loss: 0.0,
             faults: Fault::ALL.to_vec(),
             fault_every: (100 * MILLI, 400 * MILLI),
+            uplink: None,
             trace: false,
         }
     }
@@ -113,6 +117,9 @@ pub struct Report {
     /// From the heal to the last member's last delivery.
     pub converge_after_heal: Option<Nanos>,
     pub net: NetStats,
+    /// The members' command datagrams sent, and resent.
+    pub commands: u64,
+    pub resent: u64,
 }
 
 impl Report {
@@ -194,10 +201,18 @@ pub fn run(cfg: &SimConfig, proto: &dyn Protocol) -> Report {
     }
     let by_addr: HashMap<SocketAddr, usize> =
         procs.iter().enumerate().map(|(i, p)| (p.addr, i)).collect();
+    let mut net = Net::new(Link::healthy(cfg.base_loss));
+    if let Some(c) = cfg.uplink {
+        for m in n..procs.len() {
+            for node in 0..n {
+                net.set_capacity(m, node, c);
+            }
+        }
+    }
     let sim = Sim {
         cfg,
         proto,
-        net: Net::new(Link::healthy(cfg.base_loss)),
+        net,
         rng,
         procs,
         by_addr,
@@ -377,6 +392,7 @@ impl Sim<'_> {
                 }
             }
         }
+        let (commands, resent) = self.tx_counts();
         Report {
             seed: self.cfg.seed,
             steps: self.steps,
@@ -389,8 +405,19 @@ impl Sim<'_> {
             forks_reported: self.check.forks_reported,
             converge_after_heal: converge,
             net: self.net.stats.clone(),
+            commands,
+            resent,
             violations: self.check.violations,
         }
+    }
+
+    /// The members' command datagrams sent and resent.
+    fn tx_counts(&self) -> (u64, u64) {
+        self.procs
+            .iter()
+            .filter_map(|p| p.actor.as_ref())
+            .map(|a| a.tx_counts())
+            .fold((0, 0), |(c, r), (a, b)| (c + a, r + b))
     }
 
     fn local(&self, i: usize) -> Nanos {

@@ -1,6 +1,8 @@
 //! The simulated network: every datagram is lost, duplicated, delayed
 //! (and so reordered) or cut by a partition as its link says, all drawn
-//! from the simulation's one seed.
+//! from the simulation's one seed. A link may also have a finite capacity
+//! ([`Capacity`]): datagrams queue behind it (delayed, in order), and a
+//! bounded queue drops what does not fit (drop-tail).
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap};
@@ -51,6 +53,16 @@ impl Link {
     }
 }
 
+/// A link's capacity: it carries one datagram per `per_datagram`; the
+/// others wait in its queue, at most `queue` of them (`None`: unbounded,
+/// the delay grows with the queue; a relay that reads everything into a
+/// mailbox is one).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Capacity {
+    pub per_datagram: Nanos,
+    pub queue: Option<usize>,
+}
+
 /// Counts of what the network did.
 #[derive(Debug, Default, Clone)]
 pub struct NetStats {
@@ -60,6 +72,10 @@ pub struct NetStats {
     pub duplicated: u64,
     pub cut: u64,
     pub overflowed: u64,
+    /// Dropped by a full link queue ([`Capacity`]).
+    pub queue_drops: u64,
+    /// The longest wait in a link queue.
+    pub max_queue_delay: Nanos,
 }
 
 pub struct Net {
@@ -69,6 +85,10 @@ pub struct Net {
     links: HashMap<(usize, usize), Link>,
     /// The last in-order arrival on each link.
     last_at: HashMap<(usize, usize), Nanos>,
+    /// Links of finite capacity (not faults: no heal lifts them), and
+    /// when each is done with its queue.
+    capacity: HashMap<(usize, usize), Capacity>,
+    busy_until: HashMap<(usize, usize), Nanos>,
     pub default: Link,
     pub stats: NetStats,
 }
@@ -80,6 +100,8 @@ impl Net {
             n: 0,
             links: HashMap::new(),
             last_at: HashMap::new(),
+            capacity: HashMap::new(),
+            busy_until: HashMap::new(),
             default,
             stats: NetStats::default(),
         }
@@ -91,6 +113,29 @@ impl Net {
 
     pub fn set_link(&mut self, from: usize, to: usize, l: Link) {
         self.links.insert((from, to), l);
+    }
+
+    /// The link from `from` to `to` carries this much from now on.
+    pub fn set_capacity(&mut self, from: usize, to: usize, c: Capacity) {
+        self.capacity.insert((from, to), c);
+    }
+
+    /// When a datagram sent now leaves the link's queue (`now` without a
+    /// capacity), or `None` if the queue is full.
+    fn queue(&mut self, now: Nanos, from: usize, to: usize) -> Option<Nanos> {
+        let Some(c) = self.capacity.get(&(from, to)) else {
+            return Some(now);
+        };
+        let busy = self.busy_until.entry((from, to)).or_insert(0);
+        let start = (*busy).max(now);
+        let ahead = (start - now) / c.per_datagram.max(1);
+        if c.queue.is_some_and(|q| ahead >= q as u64) {
+            self.stats.queue_drops += 1;
+            return None;
+        }
+        *busy = start + c.per_datagram;
+        self.stats.max_queue_delay = self.stats.max_queue_delay.max(*busy - now);
+        Some(*busy)
     }
 
     pub fn heal(&mut self, from: usize, to: usize) {
@@ -142,7 +187,10 @@ impl Net {
             1
         };
         for _ in 0..copies {
-            let mut at = now + l.base + rng.range(0, l.jitter + 1);
+            let Some(out) = self.queue(now, from_i, to) else {
+                continue;
+            };
+            let mut at = out + l.base + rng.range(0, l.jitter + 1);
             if rng.chance(l.reorder) {
                 at += rng.range(0, l.reorder_window + 1);
             } else {

@@ -93,3 +93,52 @@ fn one_seed_replays_bit_for_bit() {
     };
     assert_eq!(key(&a), key(&b));
 }
+
+/// A congested uplink: every member's link to the sequencer carries one
+/// datagram per `per` and loses 3%, behind an unbounded queue (its delay
+/// grows with what is offered: the Erlang relay of the bus loss test) or a
+/// bounded one (drop-tail). The members offer more small commands than it
+/// carries; the congestion window and coalescing must keep the queue short
+/// and the resends few (a fixed resend timer over an unbounded queue
+/// resends what is only queued, which queues more: congestion collapse).
+fn congested(seed: u64, nodes: usize, per: Nanos, queue: Option<usize>) -> Report {
+    let mut cfg = SimConfig::new(seed);
+    cfg.faults = Vec::new();
+    cfg.base_loss = 0.03;
+    cfg.uplink = Some(Capacity {
+        per_datagram: per,
+        queue,
+    });
+    let r = run(&cfg, &Group::new(nodes));
+    assert!(r.ok(), "seed {seed}: {:?}", r.violations.first());
+    assert!(r.accepted > 3_000, "seed {seed}: {} accepted", r.accepted);
+    assert!(
+        r.resent * 5 < r.commands,
+        "seed {seed}: {} commands, {} resent",
+        r.commands,
+        r.resent
+    );
+    r
+}
+
+#[test]
+fn a_congested_uplink_with_an_unbounded_queue_delivers_everything_without_amplification() {
+    for seed in 6_000..6_003 {
+        let r = congested(seed, 1, 2 * MILLI, None);
+        // The queue stays short: the window bounds it.
+        assert!(
+            r.net.max_queue_delay < 500 * MILLI,
+            "seed {seed}: {} ms in the queue",
+            r.net.max_queue_delay / MILLI
+        );
+    }
+    congested(6_010, 3, 2 * MILLI, None);
+}
+
+#[test]
+fn a_congested_uplink_with_a_bounded_queue_delivers_everything_without_amplification() {
+    for seed in 6_100..6_103 {
+        let r = congested(seed, 1, 2 * MILLI, Some(16));
+        assert!(r.net.queue_drops > 0, "seed {seed}: the queue never filled");
+    }
+}

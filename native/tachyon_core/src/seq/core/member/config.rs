@@ -25,9 +25,10 @@ pub struct MemberConfig {
     /// Largest message (larger ones are refused by publish; fragments of
     /// a larger one on the bus are dropped).
     pub max_message_size: usize,
-    /// Resend a command not seen sequenced after this long (then twice,
-    /// four and eight times as long); a nack from the primary resends one
-    /// at once.
+    /// Resend a command not seen sequenced after this long at least: the
+    /// floor of the retransmission timeout, which follows the measured
+    /// round trip (doubled per expiry, up to 8 times, 1 s at most); a nack from
+    /// the primary resends one at once.
     pub resend_after: Duration,
     /// Ask again for a gap not filled after this long.
     pub retransmit_after: Duration,
@@ -127,6 +128,17 @@ pub struct TxCounters {
     pub send_errors: Counter,
     /// Mirror of the pending queue's length.
     pub pending: Counter,
+    /// Mirror of the congestion window (command datagrams).
+    pub cwnd: Counter,
+    /// Mirror of the retransmission timeout (nanoseconds, before backoff).
+    pub rto: Counter,
+    /// Messages (fragments) that joined a command datagram waiting for the
+    /// congestion window.
+    pub coalesced: Counter,
+    /// When the receive side last looked for datagrams (a poll or a tick;
+    /// the member's clock): the shell sets it at every poll, without the
+    /// `tx` lock.
+    pub looked: Counter,
 }
 
 #[derive(Debug, Default)]
@@ -204,4 +216,11 @@ pub struct MemberStats {
     pub welcomes: u64,
     /// The commit position (messages below it may be delivered).
     pub commit: u64,
+    /// The congestion window: command datagrams in flight at most.
+    pub cwnd: u64,
+    /// The retransmission timeout from the measured round trip (before
+    /// backoff), in microseconds.
+    pub rto_us: u64,
+    /// Messages that joined a command datagram waiting for the window.
+    pub coalesced: u64,
 }

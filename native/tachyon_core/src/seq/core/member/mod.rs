@@ -5,6 +5,7 @@
 //! while one drives the receive side; the simulator drives both from one
 //! thread. [`Member`] is the glue both use between the two halves.
 
+pub mod cc;
 pub mod config;
 pub mod join;
 pub mod rx;
@@ -94,17 +95,19 @@ impl Handover {
         self.switch_to.is_none() && self.welcome.is_none() && self.nacks.is_empty()
     }
 
-    /// Applied to `tx`; returns events for the owner.
+    /// Applied to `tx`; returns events for the owner. Heard before
+    /// delivered: the commands delivered in this poll were heard in it,
+    /// and give their round-trip samples first.
     pub fn apply(self, tx: &mut Tx, now: Nanos, sink: &mut dyn Sink) -> Option<MemberEvent> {
-        tx.ack(self.own);
         if self.taken {
             tx.set_taken();
         }
         if let Some(to) = self.switch_to {
             tx.retarget(to);
         } else {
-            tx.heard(self.heard);
+            tx.heard(now, self.heard, sink);
         }
+        tx.ack(self.own);
         let mut ev = None;
         if let Some(w) = self.welcome {
             let lost = tx.reconcile(now, &w, w.delivered, sink);

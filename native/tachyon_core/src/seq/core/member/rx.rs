@@ -31,6 +31,12 @@ use crate::seq::wire::{
     self, Bus, BusKind, HelloBody, Msg, CONT, CONTROL, KEEPALIVE, MORE, TAKEN, UNICAST,
 };
 
+/// An unanswered hello to every node doubles the wait for the next, up
+/// to `hello_after` times 2^this (a member behind a congested link, whose
+/// primary's datagrams come late, does not add hellos to the queue; one
+/// whose primary is gone still asks every node every few `hello_after`).
+const HELLO_BACKOFF: u32 = 2;
+
 /// Entries in order, not yet delivered (waiting for the commit position),
 /// back to back in one buffer: no allocation per message.
 #[derive(Default)]
@@ -172,6 +178,8 @@ pub struct Rx {
     /// The last hello to the primary, and to every node.
     hello_at: Option<Nanos>,
     hello_all_at: Option<Nanos>,
+    /// Hellos to every node since the last datagram of the primary.
+    hello_backoff: u32,
     /// A hello to the primary is due (a new term, or its end).
     hello_now: bool,
     keepalive_at: Nanos,
@@ -233,6 +241,7 @@ impl Rx {
             heard_at: now,
             hello_at: Some(now),
             hello_all_at: Some(now),
+            hello_backoff: 0,
             hello_now: false,
             keepalive_at: now,
             switch_to: None,
@@ -335,6 +344,7 @@ impl Rx {
         }
         self.c.datagrams.bump(1);
         self.heard_at = now;
+        self.hello_backoff = 0;
         match b.kind {
             BusKind::Heartbeat => self.known = self.known.max(b.h.seq),
             BusKind::Data => self.data(&b, deliver),
@@ -535,17 +545,20 @@ impl Rx {
     }
 
     /// Timed work when a poll found nothing: gap requests, hellos (to the
-    /// primary until welcomed, to every node after a silence), keepalives.
+    /// primary until welcomed, to every node after a silence, backing off
+    /// while unanswered), keepalives.
     /// Returns when to tick again at the latest.
     pub fn tick(&mut self, now: Nanos, sink: &mut dyn Sink) -> Nanos {
         self.fill_gap(now, sink);
         let since = |t: Option<Nanos>| t.map_or(Nanos::MAX, |h| now.saturating_sub(h));
         let (since_hello, since_all) = (since(self.hello_at), since(self.hello_all_at));
-        if now.saturating_sub(self.heard_at) >= self.hello_after && since_all >= self.hello_after {
+        let every = self.hello_after.saturating_mul(1 << self.hello_backoff);
+        if now.saturating_sub(self.heard_at) >= self.hello_after && since_all >= every {
             // Silence: whichever node is the primary now answers.
             self.hello(0, true, sink);
             self.hello_all_at = Some(now);
             self.hello_at = Some(now);
+            self.hello_backoff = (self.hello_backoff + 1).min(HELLO_BACKOFF);
         } else if !self.welcomed && since_hello >= 4 * self.retransmit_after.max(MILLI) {
             self.hello(0, false, sink);
             self.hello_at = Some(now);
@@ -553,8 +566,9 @@ impl Rx {
             self.keepalive_at = now;
             self.hello(KEEPALIVE, false, sink);
         }
+        let every = self.hello_after.saturating_mul(1 << self.hello_backoff);
         let mut due = (self.heard_at + self.hello_after)
-            .max(self.hello_all_at.map_or(0, |h| h + self.hello_after))
+            .max(self.hello_all_at.map_or(0, |h| h.saturating_add(every)))
             .min(self.keepalive_at + self.keepalive)
             .max(now + MILLI / 10);
         if !self.welcomed {
@@ -566,3 +580,7 @@ impl Rx {
         due
     }
 }
+
+#[cfg(test)]
+#[path = "rx_tests.rs"]
+mod tests;

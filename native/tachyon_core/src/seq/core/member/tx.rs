@@ -2,6 +2,23 @@
 //! delivered, resent when the primary nacks one or when overdue, and
 //! renumbered if a new primary's log lacks commands this member saw
 //! delivered (a fork).
+//!
+//! Congestion control, after TCP's rules ([`super::cc`]), so that a slow
+//! link with a deep queue is never offered more than it carries:
+//! * the retransmission timer follows the measured round trip (RFC 6298):
+//!   samples from commands heard sequenced that were sent once only
+//!   (Karn's rule), floored at `resend_after`, doubled per timeout of a
+//!   command and for every command until a fresh sample;
+//! * at most a window of command datagrams is in flight (sent, not yet
+//!   heard sequenced); it grows by one per window of acknowledgements and
+//!   halves on a timeout-driven loss, once per round trip (RFC 5681,
+//!   RFC 6582). Publishes beyond it are not refused: they join the last
+//!   datagram waiting (up to `max_datagram`), which goes when the window
+//!   opens: many small datagrams become few full ones on a congested link;
+//! * a timeout resends the oldest command in flight only, as TCP's
+//!   retransmission timer does (the primary holds what arrives after a
+//!   hole and nacks the hole); a nack is a fast retransmit (RFC 5681
+//!   (3.2)), at most once per round trip for a command.
 
 use std::collections::VecDeque;
 use std::net::SocketAddr;
@@ -9,32 +26,41 @@ use std::sync::Arc;
 
 use crossbeam_utils::CachePadded;
 
+use super::cc::{Rtt, Window};
 use super::config::{MemberConfig, PublishError, TxCounters};
 use super::join::Welcome;
 use crate::seq::core::{nanos, Nanos, Sink};
 use crate::seq::wire::{self, CmdKind, CONT, MORE};
 
-/// Commands resent at once to a new primary.
-const RESEND_WINDOW: usize = 32;
-/// Commands looked at per tick for a resend.
-const RESEND_SCAN: usize = 64;
-/// Commands resent per tick at most: a timeout probes with the oldest the
-/// primary has not sent on the bus (the primary holds what arrives after a
-/// hole and nacks the hole); a burst of resends would only feed a
-/// congested link.
-const RESEND_BURST: usize = 4;
-/// A nacked command is not resent again within this.
+/// A nacked command is not resent again within this, nor within a
+/// smoothed round trip (its resend could not have been heard sooner:
+/// RFC 5681 (3.2) retransmits once per loss, not once per duplicate
+/// acknowledgement).
 const NACK_GUARD: Nanos = 200_000;
+/// Datagram buffers kept for reuse.
+const POOL: usize = 64;
+/// A tick never asks to be called again sooner than this.
+const MIN_TICK: Nanos = 100_000;
 
 struct Pending {
     first_seq: u64,
     last_seq: u64,
+    /// When it was last sent.
     sent: Nanos,
+    /// Times its timer resent it (its backoff).
     attempts: u32,
+    /// Sent more than once (by a timer, a nack or to a new primary): no
+    /// round-trip sample from it (Karn's rule).
+    resent: bool,
+    count: u16,
     dgram: Vec<u8>,
 }
 
 /// Commands published and not yet seen delivered.
+///
+/// `pending` is in `member_seq` order: the first `heard_n` are heard (the
+/// primary holds them), the first `sent_n` sent; the rest wait for the
+/// window (or a new primary's welcome) and take more messages meanwhile.
 pub struct Tx {
     member_id: u32,
     session: u64,
@@ -42,11 +68,12 @@ pub struct Tx {
     max_datagram: usize,
     max_message_size: usize,
     max_pending: usize,
-    resend_after: Nanos,
     /// Where commands go (the primary).
     target: SocketAddr,
     next_member_seq: u64,
     pending: VecDeque<Pending>,
+    sent_n: usize,
+    heard_n: usize,
     pool: Vec<Vec<u8>>,
     closed: bool,
     taken: bool,
@@ -56,12 +83,19 @@ pub struct Tx {
     /// The primary holds every command up to this `member_seq` (seen on
     /// the bus in its term): those are not resent on a timer.
     heard: u64,
+    rtt: Rtt,
+    win: Window,
     c: Arc<CachePadded<TxCounters>>,
 }
 
 impl Tx {
     /// After the welcome `w`.
     pub fn new(cfg: &MemberConfig, frag: usize, w: &Welcome) -> Tx {
+        let rtt = Rtt::new(nanos(cfg.resend_after));
+        let win = Window::default();
+        let c = Arc::new(CachePadded::new(TxCounters::default()));
+        c.cwnd.set(win.cwnd() as u64);
+        c.rto.set(rtt.rto());
         Tx {
             member_id: cfg.member_id,
             session: w.session,
@@ -71,16 +105,19 @@ impl Tx {
                 .min(w.max_datagram.max(wire::CMD_HEADER + 32)),
             max_message_size: cfg.max_message_size,
             max_pending: cfg.max_pending,
-            resend_after: nanos(cfg.resend_after),
             target: w.from,
             next_member_seq: w.last + 1,
             pending: VecDeque::new(),
+            sent_n: 0,
+            heard_n: 0,
             pool: Vec::new(),
             closed: false,
             taken: w.taken,
             held: false,
             heard: 0,
-            c: Arc::new(CachePadded::new(TxCounters::default())),
+            rtt,
+            win,
+            c,
         }
     }
 
@@ -117,7 +154,8 @@ impl Tx {
     }
 
     /// Publishes messages, as many per command datagram as fit; returns
-    /// the `member_seq` of the last (of its last fragment).
+    /// the `member_seq` of the last (of its last fragment). Sent at once
+    /// while the window is open; else they join the last datagram waiting.
     pub fn publish_many<'a, I>(
         &mut self,
         now: Nanos,
@@ -141,14 +179,24 @@ impl Tx {
         if self.pending.len() >= self.max_pending {
             return Err(PublishError::Busy);
         }
-        let mut d = self.pool.pop().unwrap_or_default();
-        let mut count = 0u16;
-        let mut first = self.next_member_seq;
+        // The last command waits for the window: the messages join it.
+        let waiting = self.sent_n < self.pending.len()
+            && self.pending.back().is_some_and(|p| p.count < u16::MAX);
+        let mut b = match waiting.then(|| self.pending.pop_back()).flatten() {
+            Some(p) => Building {
+                d: p.dgram,
+                count: p.count,
+                first: p.first_seq,
+                resent: p.resent,
+                waited: true,
+            },
+            None => self.building(),
+        };
         let mut published = 0u64;
         for m in it {
             published += 1;
             if m.is_empty() {
-                self.add_cmd(&mut d, &mut count, &mut first, now, 0, &[], sink);
+                self.add_cmd(&mut b, now, 0, &[], sink);
             }
             let mut chunks = m.chunks(self.frag).peekable();
             let mut start = true;
@@ -158,78 +206,130 @@ impl Tx {
                     flags |= MORE;
                 }
                 start = false;
-                self.add_cmd(&mut d, &mut count, &mut first, now, flags, c, sink);
+                self.add_cmd(&mut b, now, flags, c, sink);
             }
         }
-        self.send_cmd(d, count, first, now, sink);
+        self.push_cmd(b, now);
+        self.flush(now, sink);
         self.c.published.bump(published);
         Ok(self.next_member_seq - 1)
     }
 
-    /// Adds one message to the command being built, sending it first if
-    /// it would not fit.
-    #[allow(clippy::too_many_arguments)]
-    fn add_cmd(
-        &mut self,
-        d: &mut Vec<u8>,
-        count: &mut u16,
-        first: &mut u64,
-        now: Nanos,
-        flags: u8,
-        c: &[u8],
-        sink: &mut dyn Sink,
-    ) {
-        if *count > 0
-            && (d.len() + wire::CMD_MSG_HEADER + c.len() > self.max_datagram || *count == u16::MAX)
-        {
-            let full = std::mem::replace(d, self.pool.pop().unwrap_or_default());
-            self.send_cmd(full, *count, *first, now, sink);
-            *count = 0;
+    fn building(&mut self) -> Building {
+        Building {
+            d: self.pool.pop().unwrap_or_default(),
+            count: 0,
+            first: self.next_member_seq,
+            resent: false,
+            waited: false,
         }
-        if *count == 0 {
-            wire::cmd_header(d, CmdKind::Publish, self.member_id, self.session);
-            *first = self.next_member_seq;
+    }
+
+    /// Adds one message to the command being built, queueing it first if
+    /// it would not fit.
+    fn add_cmd(&mut self, b: &mut Building, now: Nanos, flags: u8, c: &[u8], sink: &mut dyn Sink) {
+        if b.count > 0
+            && (b.d.len() + wire::CMD_MSG_HEADER + c.len() > self.max_datagram
+                || b.count == u16::MAX)
+        {
+            let full = std::mem::replace(b, self.building());
+            self.push_cmd(full, now);
+            self.flush(now, sink);
+        }
+        if b.count == 0 {
+            wire::cmd_header(&mut b.d, CmdKind::Publish, self.member_id, self.session);
+            b.first = self.next_member_seq;
+        } else if b.waited {
+            self.c.coalesced.bump(1);
         }
         let seq = self.next_member_seq;
         self.next_member_seq += 1;
-        wire::write_cmd_msg(d, seq, flags, c);
-        *count += 1;
+        wire::write_cmd_msg(&mut b.d, seq, flags, c);
+        b.count += 1;
     }
 
-    fn send_cmd(
-        &mut self,
-        mut d: Vec<u8>,
-        count: u16,
-        first: u64,
-        now: Nanos,
-        sink: &mut dyn Sink,
-    ) {
-        if count == 0 {
-            self.pool.push(d);
+    /// Queues a command built (unsent: [`Tx::flush`] sends it).
+    fn push_cmd(&mut self, mut b: Building, now: Nanos) {
+        if b.count == 0 {
+            self.pool.push(b.d);
             return;
         }
-        wire::set_cmd_count(&mut d, count);
-        // Commands leave in member_seq order, the order the primary takes
-        // them in (after its welcome, for a new primary).
-        if !self.held {
-            sink.send(&[self.target], &d);
-        }
-        self.c.commands.bump(1);
+        wire::set_cmd_count(&mut b.d, b.count);
         self.pending.push_back(Pending {
-            first_seq: first,
+            first_seq: b.first,
             last_seq: self.next_member_seq - 1,
             sent: now,
             attempts: 0,
-            dgram: d,
+            resent: b.resent,
+            count: b.count,
+            dgram: b.d,
         });
         self.c.pending.set(self.pending.len() as u64);
     }
 
-    fn resend(&mut self, i: usize, now: Nanos, sink: &mut dyn Sink) {
+    /// Command datagrams in flight: sent, not heard sequenced.
+    pub fn in_flight(&self) -> usize {
+        self.sent_n.saturating_sub(self.heard_n)
+    }
+
+    /// Command datagrams waiting for the window (or a welcome).
+    pub fn waiting(&self) -> usize {
+        self.pending.len() - self.sent_n
+    }
+
+    pub fn cwnd(&self) -> usize {
+        self.win.cwnd()
+    }
+
+    /// The retransmission timeout (before backoff).
+    pub fn rto(&self) -> Nanos {
+        self.rtt.rto()
+    }
+
+    /// Sends what waits, in `member_seq` order (the order the primary
+    /// takes them in), while the window is open.
+    fn flush(&mut self, now: Nanos, sink: &mut dyn Sink) {
+        if self.held {
+            return;
+        }
+        let clocked = self.clocked();
+        while self.sent_n < self.pending.len() && (!clocked || self.win.open(self.in_flight())) {
+            self.send_next(now, sink);
+        }
+    }
+
+    /// Whether acknowledgements clock the sends: the receive side looked
+    /// (a poll, a tick) since the oldest command in flight left. A member
+    /// nobody drives (`delivery: :poll` and no `recv`) hears nothing: the
+    /// window would hold its publishes until it is driven again, so they
+    /// go at once, as before there was a window (such a member resends
+    /// nothing either: its publishes are all it sends).
+    fn clocked(&self) -> bool {
+        self.in_flight() == 0 || self.c.looked.get() >= self.pending[self.heard_n].sent
+    }
+
+    fn send_next(&mut self, now: Nanos, sink: &mut dyn Sink) {
+        let p = &mut self.pending[self.sent_n];
+        sink.send(&[self.target], &p.dgram);
+        p.sent = now;
+        if p.resent {
+            self.c.resent.bump(1);
+        } else {
+            self.c.commands.bump(1);
+        }
+        self.sent_n += 1;
+    }
+
+    /// Sends command `i` again (`timer`: its timer expired, which backs it
+    /// off).
+    fn resend(&mut self, i: usize, now: Nanos, timer: bool, sink: &mut dyn Sink) {
         let p = &mut self.pending[i];
         sink.send(&[self.target], &p.dgram);
         p.sent = now;
-        p.attempts += 1;
+        p.resent = true;
+        if timer {
+            p.attempts += 1;
+        }
         self.c.resent.bump(1);
     }
 
@@ -239,14 +339,56 @@ impl Tx {
         self.target = to;
         self.held = true;
         self.heard = 0;
+        self.requeue(0);
+    }
+
+    /// Everything from command `from` on is to be sent (again, for those
+    /// sent: no round-trip sample from them).
+    fn requeue(&mut self, from: usize) {
+        for p in self.pending.range_mut(from.min(self.sent_n)..self.sent_n) {
+            p.resent = true;
+        }
+        self.sent_n = from.min(self.pending.len());
+        self.heard_n = self.heard_n.min(self.sent_n);
+        self.win.reset_recovery();
     }
 
     /// The primary sent this member's commands up to `member_seq` on the
     /// bus: it holds them (their datagrams may still be lost on the way to
-    /// this member; the gap fill brings them).
+    /// this member; the gap fill brings them). That acknowledges them:
+    /// a round-trip sample, the window's growth, and room in it.
     /// (Rx's view of the current term, reset with it.)
-    pub fn heard(&mut self, member_seq: u64) {
+    pub fn heard(&mut self, now: Nanos, member_seq: u64, sink: &mut dyn Sink) {
+        self.c.looked.set(now);
         self.heard = member_seq;
+        let n = self.pending.partition_point(|p| p.last_seq <= member_seq);
+        if n > self.heard_n {
+            let sent = self.sent_n;
+            let newly = self.pending.range(self.heard_n..n);
+            // Karn's rule: no sample if any of them was sent again (the
+            // advance may be the resend's). The oldest's send is the one
+            // the advance answers (as RFC 7323's echo of the earliest
+            // unacknowledged segment).
+            if n <= sent && newly.clone().all(|p| !p.resent) {
+                if let Some(p) = self.pending.get(self.heard_n) {
+                    self.rtt.sample(now.saturating_sub(p.sent));
+                    self.c.rto.set(self.rtt.rto());
+                }
+            }
+            let limited = sent < self.pending.len() && !self.held;
+            self.win.on_acked(n - self.heard_n, limited);
+            self.c.cwnd.set(self.win.cwnd() as u64);
+        }
+        self.heard_n = n;
+        self.sent_n = self.sent_n.max(n);
+        self.win.on_heard(member_seq);
+        if !self.held {
+            // Progress: the next command in flight, if overdue, goes now
+            // (TCP's retransmissions after a timeout, one per
+            // acknowledgement), then what the window lets.
+            self.retransmit(now, true, sink);
+            self.flush(now, sink);
+        }
     }
 
     /// The welcome of a new primary, whose log holds this member's
@@ -254,8 +396,8 @@ impl Tx {
     /// `member_seq` it had delivered before the new term. If the primary's
     /// log lacks some of those, they were lost in a fork: the pending
     /// commands are renumbered after its last, so that they can be
-    /// sequenced. Then the pending commands go to it. Returns how many
-    /// numbers were lost.
+    /// sequenced. Then the pending commands go to it, in order, as the
+    /// window lets. Returns how many numbers were lost.
     pub fn reconcile(
         &mut self,
         now: Nanos,
@@ -271,101 +413,123 @@ impl Tx {
             p.attempts = 0;
         }
         let lost = delivered.saturating_sub(w.last);
-        if lost == 0 {
-            for i in 0..self.pending.len().min(RESEND_WINDOW) {
-                self.resend(i, now, sink);
+        if lost > 0 {
+            let mut seq = w.last + 1;
+            for p in self.pending.iter_mut() {
+                let Some(last) = wire::renumber(&mut p.dgram, seq) else {
+                    continue;
+                };
+                p.first_seq = seq;
+                p.last_seq = last;
+                seq = last + 1;
             }
-            return 0;
+            self.next_member_seq = seq;
+            self.c.renumbered.bump(self.pending.len() as u64);
+            self.heard = w.last;
+        } else {
+            self.heard = self.heard.max(w.last);
         }
-        let mut seq = w.last + 1;
-        for p in self.pending.iter_mut() {
-            let Some(last) = wire::renumber(&mut p.dgram, seq) else {
-                continue;
-            };
-            p.first_seq = seq;
-            p.last_seq = last;
-            seq = last + 1;
-        }
-        self.next_member_seq = seq;
-        self.c.renumbered.bump(self.pending.len() as u64);
-        for i in 0..self.pending.len().min(RESEND_WINDOW) {
-            self.resend(i, now, sink);
-        }
+        // The primary holds what its log does; the rest goes (again).
+        let heard = self.heard;
+        let n = self.pending.partition_point(|p| p.last_seq <= heard);
+        self.requeue(n);
+        self.heard_n = n;
+        self.flush(now, sink);
         lost
     }
 
     /// The primary says `member_seq` is missing: its command goes again
-    /// (unless just sent).
+    /// (a fast retransmit), unless sent within a round trip.
     pub fn on_nack(&mut self, now: Nanos, member_seq: u64, sink: &mut dyn Sink) {
         if self.held {
             return;
         }
-        let Some(i) = self
-            .pending
-            .iter()
-            .take(RESEND_SCAN * 16)
-            .position(|p| p.first_seq <= member_seq && member_seq <= p.last_seq)
-        else {
+        let i = self.pending.partition_point(|p| p.last_seq < member_seq);
+        // Not sent yet (the flush sends it in order), or held already.
+        if i >= self.sent_n || i < self.heard_n || self.pending[i].first_seq > member_seq {
             return;
-        };
-        if now.saturating_sub(self.pending[i].sent) >= NACK_GUARD {
+        }
+        let guard = NACK_GUARD.max(self.rtt.srtt().unwrap_or(0));
+        if now.saturating_sub(self.pending[i].sent) >= guard {
             self.c.nacked.bump(1);
-            self.resend(i, now, sink);
+            self.resend(i, now, false, sink);
         }
     }
 
     /// Forgets the commands delivered up to `member_seq`.
     pub fn ack(&mut self, member_seq: u64) {
+        let mut k = 0;
         while self
             .pending
             .front()
             .is_some_and(|p| p.last_seq <= member_seq)
         {
-            let p = self.pending.pop_front().expect("front");
-            if self.pool.len() < 64 {
+            let Some(p) = self.pending.pop_front() else {
+                break;
+            };
+            k += 1;
+            if self.pool.len() < POOL {
                 self.pool.push(p.dgram);
             }
         }
+        self.sent_n = self.sent_n.saturating_sub(k);
+        self.heard_n = self.heard_n.saturating_sub(k);
         self.c.pending.set(self.pending.len() as u64);
     }
 
-    fn overdue(&self, p: &Pending) -> Nanos {
-        p.sent + self.resend_after.saturating_mul(1 << p.attempts.min(3))
+    /// The oldest command in flight, if its timer expired, goes again (a
+    /// timeout: the window halves, once per recovery; the timers back off
+    /// unless `progress`: it expired while the ones before it were
+    /// outstanding). Returns when its timer expires.
+    fn retransmit(&mut self, now: Nanos, progress: bool, sink: &mut dyn Sink) -> Option<Nanos> {
+        let i = self.heard_n;
+        if i >= self.sent_n {
+            return None;
+        }
+        let p = &self.pending[i];
+        let due = p.sent.saturating_add(self.rtt.timeout(p.attempts));
+        if due > now {
+            return Some(due);
+        }
+        let last_sent = self.pending[self.sent_n - 1].last_seq;
+        if self.win.on_timeout(last_sent) {
+            self.c.cwnd.set(self.win.cwnd() as u64);
+        }
+        if !progress {
+            self.rtt.back_off();
+        }
+        self.resend(i, now, true, sink);
+        let p = &self.pending[i];
+        Some(p.sent.saturating_add(self.rtt.timeout(p.attempts)))
     }
 
-    /// Resends the overdue commands (each waits `resend_after`, then twice,
-    /// four and eight times as long); returns when to look again at the
-    /// latest (`None`: nothing pending).
+    /// Sends what the window lets, and resends the oldest command in
+    /// flight once its timer expires (each waits the retransmission
+    /// timeout, doubled per expiry); returns when to look again at the
+    /// latest (`None`: nothing in flight).
     pub fn tick(&mut self, now: Nanos, sink: &mut dyn Sink) -> Option<Nanos> {
+        self.c.looked.set(now);
         if self.held {
             return None;
         }
-        let mut due = None::<Nanos>;
-        // The primary holds what it sent on the bus: the scan starts after.
-        let heard = self.heard;
-        let from = self.pending.partition_point(|p| p.last_seq <= heard);
-        let mut burst = 0;
-        for i in from..self.pending.len().min(from + RESEND_SCAN) {
-            if burst < RESEND_BURST && self.overdue(&self.pending[i]) <= now {
-                self.resend(i, now, sink);
-                burst += 1;
-            }
-            // Overdue but past the burst: the next tick's.
-            let d = self
-                .overdue(&self.pending[i])
-                .max(now + (self.resend_after / 4).max(100_000));
-            due = Some(due.map_or(d, |x| x.min(d)));
-        }
-        due
+        self.flush(now, sink);
+        self.retransmit(now, false, sink)
+            .map(|d| d.max(now + MIN_TICK))
     }
 
     /// No more publishes; the member id is free again (a unicast member is
-    /// also dropped from the fan-out). False if already closed.
-    pub fn close(&mut self, sink: &mut dyn Sink) -> bool {
+    /// also dropped from the fan-out). What waits for the window goes
+    /// first, at once. False if already closed.
+    pub fn close(&mut self, now: Nanos, sink: &mut dyn Sink) -> bool {
         if self.closed {
             return false;
         }
         self.closed = true;
+        if !self.held {
+            while self.sent_n < self.pending.len() {
+                self.send_next(now, sink);
+            }
+        }
         let mut b = Vec::with_capacity(wire::CMD_HEADER);
         wire::cmd_header(&mut b, CmdKind::Bye, self.member_id, self.session);
         sink.send(&[self.target], &b);
@@ -386,3 +550,17 @@ impl Tx {
         self.next_member_seq
     }
 }
+
+/// The command datagram being built.
+struct Building {
+    d: Vec<u8>,
+    count: u16,
+    first: u64,
+    resent: bool,
+    /// It waited for the window: messages join it (coalesced).
+    waited: bool,
+}
+
+#[cfg(test)]
+#[path = "tx_tests.rs"]
+mod tests;
