@@ -6,6 +6,10 @@
 //! * [`crc`]: CRC32C with a fast path for small records.
 //! * [`hist`]: HDR latency histograms and the CoralBits-style percentile report
 //!   used by every benchmark.
+//! * [`owner`]: the owner of a resource (who owns it, transfers, which
+//!   monitor's DOWN closes it), for the NIF's owned resources.
+//! * [`poll`]: the decisions of a poll mode (spin window, when to sleep,
+//!   select and close), for the NIF's poll-mode receives.
 //! * [`prefetch`]: write prefetches for the next record of a hot path.
 //! * [`report`]: the report channel (stats and events) from a part's threads.
 //! * [`ring`]: the SPSC byte ring.
@@ -33,6 +37,8 @@ pub mod crc;
 pub mod credit;
 pub mod errno;
 pub mod hist;
+pub mod owner;
+pub mod poll;
 pub mod prefetch;
 pub mod report;
 pub mod ring;

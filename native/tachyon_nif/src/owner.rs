@@ -1,64 +1,43 @@
 //! The owner of a resource: the process its thread delivers to, monitored
 //! so that its death closes the resource (`Tachyon.UDP` sockets, bus
-//! members). One mechanism for every part with an owner.
-
-use std::sync::Mutex;
+//! members). One mechanism for every part with an owner: the rules are
+//! `tachyon_core::owner`'s (tested there), with the VM's pids and monitors.
 
 use rustler::{Env, LocalPid, Monitor};
+use tachyon_core::owner;
+
+pub use tachyon_core::owner::Transfer;
 
 use crate::res::{Handle, HotResource, Obj};
 
-struct Inner {
-    pid: LocalPid,
-    monitor: Option<Monitor>,
-}
-
 /// The owner pid and its monitor, behind a lock taken once per delivered
 /// batch at most.
-pub struct Owner(Mutex<Inner>);
-
-/// Why [`Owner::transfer`] refused.
-pub enum Transfer {
-    NotOwner,
-    /// The new owner is not alive.
-    Dead,
-}
+pub struct Owner(owner::Owner<LocalPid, Monitor>);
 
 impl Owner {
     pub fn new(pid: LocalPid) -> Owner {
-        Owner(Mutex::new(Inner { pid, monitor: None }))
-    }
-
-    fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
-        self.0.lock().unwrap_or_else(|e| e.into_inner())
+        Owner(owner::Owner::new(pid))
     }
 
     pub fn pid(&self) -> LocalPid {
-        self.lock().pid
+        self.0.pid()
     }
 
     /// Monitors the owner (call once, before any thread delivers): false if
     /// it is not alive.
     pub fn watch<T: HotResource>(&self, res: &Handle<T>, env: Env<'_>) -> bool {
-        let mut o = self.lock();
-        match res.monitor(env, &o.pid) {
-            Some(m) => {
-                o.monitor = Some(m);
-                true
-            }
-            None => false,
-        }
+        self.0.watch(|pid| res.monitor(env, pid))
     }
 
-    /// Whether `monitor` (from a `down` callback) is the owner's.
-    pub fn is_watched_by(&self, monitor: &Monitor) -> bool {
-        self.lock().monitor.as_ref() == Some(monitor)
+    /// `monitor` (from a `down` callback) went down: true, once, if it is
+    /// the owner's (close the resource).
+    pub fn down(&self, monitor: &Monitor) -> bool {
+        self.0.down(monitor)
     }
 
     /// Stops watching (an explicit close).
     pub fn unwatch<T: HotResource>(&self, res: &Obj<'_, T>, env: Env<'_>) {
-        let m = self.lock().monitor.take();
-        if let Some(m) = m {
+        if let Some(m) = self.0.unwatch() {
             res.demonitor(env, &m);
         }
     }
@@ -71,19 +50,13 @@ impl Owner {
         env: Env<'_>,
         pid: LocalPid,
     ) -> Result<(), Transfer> {
-        let mut o = self.lock();
-        if o.pid != env.pid() {
-            return Err(Transfer::NotOwner);
-        }
-        if o.pid == pid {
-            return Ok(());
-        }
-        let m = res.monitor(env, &pid).ok_or(Transfer::Dead)?;
-        if let Some(old) = o.monitor.take() {
-            res.demonitor(env, &old);
-        }
-        o.pid = pid;
-        o.monitor = Some(m);
-        Ok(())
+        self.0.transfer(
+            env.pid(),
+            pid,
+            |to| res.monitor(env, to),
+            |old| {
+                res.demonitor(env, &old);
+            },
+        )
     }
 }

@@ -41,17 +41,20 @@
 //!   periodic [`Stats`], the failure, and a final report when the thread
 //!   stops.
 
+mod attach;
+mod config;
 mod error;
+mod report;
+mod shared;
+mod stats;
 mod writer;
 
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 use crossbeam_utils::CachePadded;
 
-use crate::counter::Counter;
-use crate::report::Value;
 use crate::ring::{self, Producer, PushError, Ring};
 use crate::spin::SpinMutex;
 use crate::store::{Mode, Store};
@@ -59,265 +62,13 @@ use crate::sys::lock;
 use crate::wait::{Sleep, WaitStrategy, Wake};
 use crate::worker::Worker;
 
+use attach::Attach;
+use shared::{ProducerCounters, Shared, WriterCounters, CLOSED, CLOSING, FAILED, RUNNING};
+
+pub use config::{Config, OnFull};
 pub use error::{AppendError, Failure, OpenError, State, WaitError};
-
-/// What an append does when the ring is full.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum OnFull {
-    /// Return [`AppendError::Full`] at once.
-    Error,
-    /// Spin (with a pause hint) for at most this long waiting for room, then
-    /// return [`AppendError::Full`].
-    Spin(Duration),
-}
-
-/// Options of [`AsyncStore::open`].
-#[derive(Debug, Clone)]
-pub struct Config {
-    /// Ring bytes: a power of two between 4 KiB and 1 GiB.
-    pub ring_size: usize,
-    /// What the writer does when the ring is empty.
-    pub wait: WaitStrategy,
-    /// The longest nap of `Backoff` / `Park`.
-    pub max_park: Duration,
-    /// Pin the writer thread to this core.
-    pub core: Option<usize>,
-    pub on_full: OnFull,
-    /// At most this many messages per store batch.
-    pub batch_count: usize,
-    /// About this many payload bytes per store batch.
-    pub batch_bytes: usize,
-    /// How often the writer calls the reporter with [`Report::Stats`].
-    pub stats_interval: Option<Duration>,
-    /// After a batch smaller than `batch_count`, the writer naps this long
-    /// before it polls again, so that messages accumulate into larger
-    /// batches and the writer does not hold a core under a steady trickle.
-    /// `flush`, `drain`, `close` and a ring past half full wake it early.
-    /// Zero: poll again at once (then wait per `wait`).
-    pub linger: Duration,
-}
-
-impl Default for Config {
-    fn default() -> Self {
-        Config {
-            ring_size: 256 << 10,
-            wait: WaitStrategy::machine_default(),
-            max_park: Duration::from_millis(1),
-            core: None,
-            on_full: OnFull::Spin(Duration::from_micros(100)),
-            batch_count: 1024,
-            batch_bytes: 1 << 20,
-            stats_interval: None,
-            linger: Duration::ZERO,
-        }
-    }
-}
-
-const RUNNING: u8 = 0;
-const FAILED: u8 = 1;
-const CLOSING: u8 = 2;
-const CLOSED: u8 = 3;
-
-/// Counters of one `AsyncStore`.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Stats {
-    /// Messages accepted by `append`.
-    pub enqueued: u64,
-    /// Messages written to the store by the writer.
-    pub written: u64,
-    /// Payload bytes written to the store.
-    pub written_bytes: u64,
-    /// Store batches (`append_many` calls) the writer made.
-    pub batches: u64,
-    /// Appends that found the ring full (whether or not a spin then found
-    /// room).
-    pub full_events: u64,
-    /// Appends that returned `Full`.
-    pub rejected: u64,
-    /// The most ring bytes in use the writer saw when it took a batch.
-    pub high_water_bytes: u64,
-    pub ring_size: u64,
-    /// Ring bytes in use now.
-    pub ring_used: u64,
-    /// The store index of the first message of this `AsyncStore`.
-    pub base_index: u64,
-    /// The index the next append gets.
-    pub next_index: u64,
-    pub state: &'static str,
-    pub wait: &'static str,
-    /// `Some(true)` if the writer is pinned to `core`, `Some(false)` if the
-    /// kernel refused, `None` if no core was asked for.
-    pub pinned: Option<bool>,
-}
-
-impl Stats {
-    /// Enqueued but not (yet, or ever, after a failure) written.
-    pub fn pending(&self) -> u64 {
-        self.enqueued - self.written.min(self.enqueued)
-    }
-
-    /// The counters as named values: what `stats/1` returns and the stats
-    /// reports carry (one list of names for both).
-    pub fn fields(&self) -> Vec<(&'static str, Value)> {
-        vec![
-            ("enqueued", self.enqueued.into()),
-            ("written", self.written.into()),
-            ("pending", self.pending().into()),
-            ("written_bytes", self.written_bytes.into()),
-            ("batches", self.batches.into()),
-            ("full_events", self.full_events.into()),
-            ("rejected", self.rejected.into()),
-            ("high_water_bytes", self.high_water_bytes.into()),
-            ("ring_size", self.ring_size.into()),
-            ("ring_used", self.ring_used.into()),
-            ("base_index", self.base_index.into()),
-            ("next_index", self.next_index.into()),
-            ("state", Value::Atom(self.state)),
-            ("wait", Value::Atom(self.wait)),
-            ("pinned", self.pinned.into()),
-        ]
-    }
-}
-
-impl From<Report> for crate::report::Report {
-    /// The writer's report on the shared report channel: `stats`,
-    /// `writer_failed` (`reason`, `detail`, `stats`) or `stopped`.
-    fn from(r: Report) -> Self {
-        match r {
-            Report::Stats(s) => Self::new("stats", s.fields()),
-            Report::Failed(f, s) => Self::new(
-                "writer_failed",
-                vec![
-                    ("reason", Value::Atom(f.reason())),
-                    ("detail", Value::Text(f.to_string())),
-                    ("stats", Value::Map(s.fields())),
-                ],
-            ),
-            Report::Stopped(s) => Self::new("stopped", s.fields()),
-        }
-    }
-}
-
-/// What the writer tells its reporter.
-#[derive(Debug, Clone)]
-pub enum Report {
-    /// Periodic, every `stats_interval`.
-    Stats(Stats),
-    /// The writer stopped on this failure (the last report).
-    Failed(Failure, Stats),
-    /// The writer stopped after a close, everything written (the last report).
-    Stopped(Stats),
-}
-
-/// Called on the writer thread.
-pub type Reporter = Box<dyn FnMut(Report) + Send>;
-
-/// Producer-written counters (under the producer mutex: one writer at a
-/// time), on their own cache line.
-#[derive(Default)]
-struct ProducerCounters {
-    /// Messages enqueued; the release store that publishes a push.
-    enqueued: AtomicU64,
-    full_events: Counter,
-    rejected: Counter,
-}
-
-/// Writer-written counters, on their own cache line.
-#[derive(Default)]
-struct WriterCounters {
-    /// Messages in the store; what flushes wait for.
-    written: AtomicU64,
-    written_bytes: Counter,
-    batches: Counter,
-    high_water: Counter,
-}
-
-struct Shared {
-    store: Arc<Store>,
-    base: u64,
-    ring: Arc<Ring>,
-    ring_size: usize,
-    wait: WaitStrategy,
-    prod: CachePadded<ProducerCounters>,
-    wr: CachePadded<WriterCounters>,
-    /// RUNNING / FAILED / CLOSING / CLOSED. Read by every append.
-    state: CachePadded<AtomicU8>,
-    /// Test hook: the writer takes nothing from the ring while set.
-    paused: AtomicBool,
-    /// 0: no core asked, 1: pinned, 2: refused.
-    pinned: AtomicU8,
-    failure: Mutex<Option<Failure>>,
-    /// Set (also on a panic) when the writer thread is about to end.
-    exited: AtomicBool,
-    /// Close the store when the writer ends (set by a background close).
-    close_store: AtomicBool,
-    waiters: AtomicUsize,
-    wake: Mutex<()>,
-    cv: Condvar,
-}
-
-impl Shared {
-    fn failure(&self) -> Option<Failure> {
-        lock(&self.failure).clone()
-    }
-
-    fn notify_waiters(&self) {
-        if self.waiters.load(Ordering::SeqCst) > 0 {
-            let _g = lock(&self.wake);
-            self.cv.notify_all();
-        }
-    }
-
-    fn stats(&self) -> Stats {
-        let enqueued = self.prod.enqueued.load(Ordering::Acquire);
-        Stats {
-            enqueued,
-            written: self.wr.written.load(Ordering::Acquire),
-            written_bytes: self.wr.written_bytes.get(),
-            batches: self.wr.batches.get(),
-            full_events: self.prod.full_events.get(),
-            rejected: self.prod.rejected.get(),
-            high_water_bytes: self.wr.high_water.get(),
-            ring_size: self.ring_size as u64,
-            ring_used: self.ring.used() as u64,
-            base_index: self.base,
-            next_index: self.base + enqueued,
-            state: State::from_u8(self.state.load(Ordering::Acquire)).name(),
-            wait: self.wait.name(),
-            pinned: match self.pinned.load(Ordering::Relaxed) {
-                1 => Some(true),
-                2 => Some(false),
-                _ => None,
-            },
-        }
-    }
-}
-
-/// Stores that currently have an `AsyncStore` writing to them (by address of
-/// the shared `Store`, which stays alive while the `AsyncStore` holds it).
-static ATTACHED: Mutex<Vec<usize>> = Mutex::new(Vec::new());
-
-/// This async store's claim on its store: released when dropped (by the
-/// writer thread as it ends, or by a failed open).
-struct Attach(usize);
-
-impl Attach {
-    fn claim(store: &Arc<Store>) -> Option<Attach> {
-        let key = Arc::as_ptr(store) as usize;
-        let mut a = lock(&ATTACHED);
-        if a.contains(&key) {
-            return None;
-        }
-        a.push(key);
-        Some(Attach(key))
-    }
-}
-
-impl Drop for Attach {
-    fn drop(&mut self) {
-        lock(&ATTACHED).retain(|k| *k != self.0);
-    }
-}
+pub use report::{Report, Reporter};
+pub use stats::Stats;
 
 /// An asynchronous appender in front of a [`Store`].
 pub struct AsyncStore {

@@ -22,7 +22,7 @@ crate::hot_resource!(BusResource, c"BusResource", down = on_down, stop = on_stop
 
 impl BusResource {
     fn on_down(this: &Obj<'_, Self>, env: Env<'_>, _pid: LocalPid, monitor: Monitor) {
-        if this.owner.is_watched_by(&monitor) {
+        if this.owner.down(&monitor) {
             close_now(this, env);
         }
     }

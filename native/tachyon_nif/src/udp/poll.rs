@@ -5,13 +5,16 @@
 //!
 //! * `udp_recv` (a normal NIF, well under a millisecond): `recvmmsg` with
 //!   `MSG_DONTWAIT` for up to `max` datagrams; if none is waiting it polls
-//!   again for at most `spin_ns` (capped at [`MAX_SPIN`]), then returns
+//!   again for at most `spin_ns` (capped at `tachyon_core::poll::MAX_SPIN`), then returns
 //!   `:empty` and the Elixir side decides (poll again, or sleep). The time
 //!   it spun is reported to the VM (`enif_consume_timeslice`), so a polling
 //!   process is scheduled out on time and the others on its scheduler run.
 //! * `udp_select`: asks the VM to send `{:tachyon_udp_ready, socket}` once
 //!   the socket is readable (`enif_select`, one shot): the process sleeps in
 //!   `receive`, costing no CPU, as a gen_udp or `:socket` user does.
+//!
+//! The decisions (spin window, when to sleep, select and close, once) are
+//! `tachyon_core::poll`'s, tested there; this shell makes the VM calls.
 //!
 //! A batch becomes one list with one allocation and one copy: the
 //! datagrams land in the endpoint's preallocated buffers (`recvmmsg`), then
@@ -20,11 +23,11 @@
 
 use std::net::SocketAddr;
 use std::os::fd::RawFd;
-use std::sync::Mutex;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use rustler::types::atom::Atom;
 use rustler::{Binary, Encoder, Env, LocalPid, NewBinary, NifResult, Term};
+use tachyon_core::poll::{timeslice_percent, PollState, Polled, SelectError};
 use tachyon_core::udp::{Batch, Sink};
 use tachyon_core::wait::WaitStrategy;
 
@@ -32,11 +35,6 @@ use super::socket::UdpResource;
 use super::{encode_addr, error_term, udp_atoms};
 use crate::atoms;
 use crate::res::{HotResource, Obj};
-
-/// The longest a single `udp_recv` polls: a NIF call on a normal scheduler
-/// stays far below a millisecond, and a process that wants to poll longer
-/// calls again (and is preempted in between when its reductions run out).
-const MAX_SPIN: Duration = Duration::from_micros(100);
 
 /// Collects one batch into one binary: the bytes of every delivered
 /// datagram, copied once, and where each one is.
@@ -86,46 +84,20 @@ impl<'a> ListSink<'a> {
 
 /// The poll mode of an endpoint, for any resource that owns one
 /// (`Tachyon.UDP` sockets now; the sequencer's members read the bus the same
-/// way): the receive buffers, the wait strategy and spin window, and what
-/// the VM's poll set knows of the socket.
+/// way): the decisions ([`PollState`]: the receive buffers, the wait
+/// strategy and spin window, what the VM's poll set knows of the socket)
+/// and the VM calls they ask for.
 pub struct Poller<B = Batch> {
-    wait: WaitStrategy,
-    spin: Duration,
-    /// The receive buffers (or whatever the source needs), taken by the
-    /// process in `recv`: one receiver at a time.
-    batch: Mutex<B>,
-    sel: Mutex<Select>,
+    state: PollState<B, LocalPid>,
     /// The tag of the readiness message (`:tachyon_udp_ready`,
     /// `:tachyon_bus_ready`), also sent by a close to wake a waiter.
     ready: Atom,
 }
 
-/// What the VM's poll set knows of the socket.
-#[derive(Default)]
-struct Select {
-    /// The descriptor was handed to `enif_select` at least once: it may
-    /// only be closed in the resource's `stop` callback, after a select stop.
-    selected: bool,
-    /// The last process that asked to be told of readiness (woken by a
-    /// close so that its `recv` returns `{:error, :closed}`).
-    waiting: Option<LocalPid>,
-    closed: bool,
-}
+/// What one [`Poller::recv`] found, to answer the NIF call with.
+pub struct Received(pub Polled);
 
-/// What one [`Poller::recv`] did.
-pub enum Polled {
-    /// Datagrams were received (handed to the sink; some may have been
-    /// dropped as oversized).
-    Got,
-    /// Nothing yet: poll again (the spin window is not used up).
-    Empty,
-    /// Nothing: sleep until readable ([`Poller::select`]).
-    Sleep,
-    Closed,
-    Failed(std::io::Error),
-}
-
-impl Polled {
+impl Received {
     /// The NIF's answer for a poll: `{:ok, list}` from `got` (`None`:
     /// nothing deliverable after all, so `:empty`), `:empty`, `:sleep`, or
     /// `{:error, :closed | errno}`.
@@ -134,7 +106,7 @@ impl Polled {
         env: Env<'a>,
         got: impl FnOnce() -> NifResult<Option<Term<'a>>>,
     ) -> NifResult<Term<'a>> {
-        Ok(match self {
+        Ok(match self.0 {
             Polled::Got => match got()? {
                 Some(list) => (atoms::ok(), list).encode(env),
                 None => udp_atoms::empty().encode(env),
@@ -150,73 +122,44 @@ impl Polled {
 impl<B> Poller<B> {
     pub fn new(wait: WaitStrategy, spin: Duration, batch: B, ready: Atom) -> Poller<B> {
         Poller {
-            wait,
-            spin,
-            batch: Mutex::new(batch),
-            sel: Mutex::new(Select::default()),
+            state: PollState::new(wait, spin, batch),
             ready,
         }
     }
 
-    /// Receives up to `max` datagrams waiting on `ep` into `sink`.
-    /// `polled` is how long the caller has been polling for this receive
-    /// so far; by the wait strategy, if nothing is waiting the call polls
-    /// for at most [`MAX_SPIN`] and says [`Polled::Empty`] (`:busy_spin`,
-    /// or `:backoff` / `:yield` within their spin window) or
-    /// [`Polled::Sleep`] (`:park`, or a window used up). The time it spent
-    /// is reported to the VM (`enif_consume_timeslice`).
+    /// Receives what `once` takes from the source into its buffers
+    /// (`tachyon_core::poll::Plan`): `polled` is how long the caller has
+    /// been polling for this receive so far; by the wait strategy, if
+    /// nothing is waiting the call polls for at most
+    /// [`MAX_SPIN`](tachyon_core::poll::MAX_SPIN) and says
+    /// [`Polled::Empty`] (`:busy_spin`, or `:backoff` / `:yield` within
+    /// their spin window) or [`Polled::Sleep`] (`:park`, or a window used
+    /// up). The time it spent is reported to the VM
+    /// (`enif_consume_timeslice`).
     pub fn recv(
         &self,
         env: Env<'_>,
         polled: Duration,
-        mut once: impl FnMut(&mut B) -> std::io::Result<usize>,
-    ) -> Polled {
-        let left = self.spin.saturating_sub(polled);
-        let (budget, then) = match self.wait {
-            WaitStrategy::BusySpin => (MAX_SPIN, Polled::Empty),
-            WaitStrategy::Park => (Duration::ZERO, Polled::Sleep),
-            // One poll per call: the Elixir side yields between calls.
-            WaitStrategy::Yield if !left.is_zero() => (Duration::ZERO, Polled::Empty),
-            WaitStrategy::Backoff if !left.is_zero() => (left.min(MAX_SPIN), Polled::Empty),
-            WaitStrategy::Yield | WaitStrategy::Backoff => (Duration::ZERO, Polled::Sleep),
-        };
-        let mut batch = self.batch.lock().unwrap_or_else(|e| e.into_inner());
-        let t0 = Instant::now();
-        let result = loop {
-            match once(&mut batch) {
-                Ok(n) if n > 0 => break Polled::Got,
-                Ok(_) => {}
-                Err(e) if e.kind() == std::io::ErrorKind::NotConnected => break Polled::Closed,
-                Err(e)
-                    if matches!(
-                        e.kind(),
-                        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::Interrupted
-                    ) => {}
-                Err(e) => break Polled::Failed(e),
-            }
-            if t0.elapsed() >= budget {
-                break then;
-            }
-            std::hint::spin_loop();
-        };
-        drop(batch);
+        once: impl FnMut(&mut B) -> std::io::Result<usize>,
+    ) -> Received {
+        let (result, used) = self.state.recv(polled, once);
         // Tell the VM how much of a time slice (about 1 ms) the call used.
-        let pct = (t0.elapsed().as_micros() / 10).min(100) as i32;
+        let pct = timeslice_percent(used);
         if pct > 0 {
             rustler::schedule::consume_timeslice(env, pct);
         }
-        result
+        Received(result)
     }
 
-    /// Asks the VM to send `msg` to the calling process once `fd` (the
-    /// source's descriptor, `None` once closed) is readable (once), for the
-    /// resource `res` (whose type has a `stop` callback that closes it).
-    /// `Err(:closed)` once closed.
     /// The readiness message's tag.
     pub fn ready(&self) -> Atom {
         self.ready
     }
 
+    /// Asks the VM to send `msg` to the calling process once `fd` (the
+    /// source's descriptor, `None` once closed) is readable (once), for the
+    /// resource `res` (whose type has a `stop` callback that closes it).
+    /// `Err(:closed)` once closed, `Err(:eio)` if the VM refused.
     pub fn select<T: HotResource>(
         &self,
         env: Env<'_>,
@@ -224,18 +167,14 @@ impl<B> Poller<B> {
         fd: Option<RawFd>,
         msg: Term<'_>,
     ) -> Result<(), Atom> {
-        let mut sel = self.sel.lock().unwrap_or_else(|e| e.into_inner());
-        let fd = match fd {
-            Some(fd) if !sel.closed => fd,
-            _ => return Err(atoms::closed()),
-        };
-        let me = env.pid();
-        if !res.select_read(env, fd, &me, msg) {
-            return Err(atoms::eio());
-        }
-        sel.selected = true;
-        sel.waiting = Some(me);
-        Ok(())
+        let armed = self.state.select(fd, |fd| {
+            let me = env.pid();
+            res.select_read(env, fd, &me, msg).then_some(me)
+        });
+        armed.map_err(|e| match e {
+            SelectError::Closed => atoms::closed(),
+            SelectError::Refused => atoms::eio(),
+        })
     }
 
     /// Closes without waiting (call after the source stopped, e.g.
@@ -251,21 +190,9 @@ impl<B> Poller<B> {
         fd: Option<RawFd>,
         close_fd: impl FnOnce(),
     ) {
-        let mut sel = self.sel.lock().unwrap_or_else(|e| e.into_inner());
-        if sel.closed {
-            return;
-        }
-        sel.closed = true;
-        let waiting = sel.waiting.take();
-        match fd {
-            Some(fd) if sel.selected => {
-                if !res.select_stop(env, fd) {
-                    close_fd();
-                }
-            }
-            _ => close_fd(),
-        }
-        drop(sel);
+        let waiting = self
+            .state
+            .close(fd, |fd| res.select_stop(env, fd), close_fd);
         if let Some(pid) = waiting {
             let _ = env.send(&pid, (self.ready, res.to_term(env)).encode(env));
         }

@@ -31,7 +31,7 @@ crate::hot_resource!(UdpResource, c"UdpResource", down = on_down, stop = on_stop
 
 impl UdpResource {
     fn on_down(this: &Obj<'_, Self>, env: Env<'_>, _pid: LocalPid, monitor: Monitor) {
-        if this.owner.is_watched_by(&monitor) {
+        if this.owner.down(&monitor) {
             // Never block a scheduler here: the receive thread closes the
             // socket itself as it exits, microseconds from now; a polled
             // socket is closed by the stop callback.

@@ -1,0 +1,111 @@
+//! A sequencer node's options: the defaults, the checks, and the protocol's
+//! options derived from them.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use crate::seq::core::nanos;
+use crate::seq::core::node::{NodeConfig, TwoNodes};
+use crate::seq::wire;
+use crate::seq::{BusMode, SeqError};
+use crate::store;
+use crate::udp::sys::SocketOptions;
+use crate::wait::WaitStrategy;
+
+/// Sequencer options (`SequencerConfig::new` holds the defaults).
+#[derive(Debug, Clone)]
+pub struct SequencerConfig {
+    /// This node's command address (the bus leaves from it too).
+    pub bind: SocketAddr,
+    /// Every node's command address, this one's included, the same list on
+    /// every node (empty: a group of one).
+    pub group: Vec<SocketAddr>,
+    pub bus: BusMode,
+    /// The log's directory.
+    pub dir: PathBuf,
+    pub store: store::Config,
+    pub core: Option<usize>,
+    pub wait: WaitStrategy,
+    /// Datagrams per `recvmmsg`.
+    pub batch: usize,
+    /// Largest bus datagram (messages of one batch share datagrams up to it).
+    pub max_datagram: usize,
+    /// Several messages per bus datagram when several are waiting.
+    pub batching: bool,
+    /// A heartbeat this long after the last datagram, when idle.
+    pub heartbeat: Duration,
+    /// A heartbeat this soon after the last data datagram (then ten times
+    /// later each time, up to `heartbeat`).
+    pub heartbeat_after: Duration,
+    /// Most messages one replay request is answered with.
+    pub replay_max: usize,
+    pub socket: SocketOptions,
+    /// The minimum election timeout (each wait is drawn in `[t, 2t)`).
+    pub election_timeout: Duration,
+    pub two_nodes: TwoNodes,
+    /// Hold an election at start (the preferred primary).
+    pub eager: bool,
+}
+
+impl SequencerConfig {
+    pub fn new(bind: SocketAddr, dir: impl Into<PathBuf>) -> SequencerConfig {
+        SequencerConfig {
+            bind,
+            group: Vec::new(),
+            bus: BusMode::Unicast,
+            dir: dir.into(),
+            store: store::Config::default(),
+            core: None,
+            wait: WaitStrategy::machine_default(),
+            batch: 32,
+            max_datagram: 1472,
+            batching: true,
+            heartbeat: Duration::from_millis(10),
+            heartbeat_after: Duration::from_micros(10),
+            replay_max: 1024,
+            socket: SocketOptions::default(),
+            election_timeout: Duration::from_millis(50),
+            two_nodes: TwoNodes::Safe,
+            eager: true,
+        }
+    }
+
+    pub(super) fn check(&self) -> Result<(), SeqError> {
+        let in_group = self.group.is_empty() || self.group.contains(&self.bind);
+        if self.max_datagram < wire::BUS_HEADER + wire::MSG_HEADER + 1
+            || self.max_datagram > crate::udp::MAX_UDP_PAYLOAD
+            || self.batch == 0
+            || self.batch > crate::udp::MAX_BATCH
+            || self.group.len() > 64
+            || !in_group
+            || (self.group.len() > 1 && self.bind.port() == 0)
+        {
+            return Err(SeqError::BadConfig);
+        }
+        Ok(())
+    }
+
+    /// The protocol's options, for the node at `local` (its bound address).
+    pub(super) fn node(&self, local: SocketAddr) -> NodeConfig {
+        let group = if self.group.is_empty() {
+            vec![local]
+        } else {
+            self.group.clone()
+        };
+        let id = group.iter().position(|a| *a == self.bind).unwrap_or(0) as u8;
+        let mut c = NodeConfig::new(id, group);
+        c.bus = self.bus;
+        c.max_datagram = self.max_datagram;
+        c.batching = self.batching;
+        c.heartbeat = nanos(self.heartbeat);
+        c.heartbeat_after = nanos(self.heartbeat_after);
+        c.election_timeout = nanos(self.election_timeout).max(1_000_000);
+        c.two_nodes = self.two_nodes;
+        c.replay_max = self.replay_max.max(1) as u64;
+        c.eager = self.eager;
+        c.new_session = crate::seq::new_session();
+        c.seed = c.new_session ^ std::process::id() as u64;
+        c
+    }
+}

@@ -1,0 +1,99 @@
+//! A sequencer node's statistics: the snapshot of its counters and state.
+
+use super::Sequencer;
+
+/// A snapshot of a node's counters and state.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SequencerStats {
+    /// Messages sequenced (appended and sent) since start.
+    pub messages: u64,
+    /// Bus data datagrams sent (live, not replays).
+    pub datagrams: u64,
+    pub heartbeats: u64,
+    /// Commands dropped as already sequenced.
+    pub duplicates: u64,
+    /// Commands held until an earlier one of their member arrived.
+    pub held: u64,
+    /// Commands dropped: too far ahead of their member's next.
+    pub out_of_order: u64,
+    pub nacks: u64,
+    pub replays: u64,
+    /// Entries sent by the replayer.
+    pub replayed: u64,
+    pub replays_dropped: u64,
+    pub malformed: u64,
+    pub strangers: u64,
+    pub wrong_session: u64,
+    pub oversized: u64,
+    pub send_errors: u64,
+    pub store_errors: u64,
+    /// Members (and other nodes) in the unicast fan-out.
+    pub members: u64,
+    pub backpressure: u64,
+    pub not_primary: u64,
+    pub taken: u64,
+    pub elections: u64,
+    pub terms_led: u64,
+    pub stepped_down: u64,
+    /// Entries removed by truncations.
+    pub truncated: u64,
+    /// Entries copied from primaries.
+    pub copied: u64,
+    pub acks: u64,
+    /// The next sequence number (the log's end).
+    pub next_seq: u64,
+    pub commit: u64,
+    /// The current term (epoch).
+    pub epoch: u64,
+    /// `"primary"`, `"follower"`, `"pre_candidate"`, `"candidate"`.
+    pub role: &'static str,
+    /// The primary's node id, if known.
+    pub leader: Option<u64>,
+    pub session: u64,
+}
+
+impl Sequencer {
+    pub fn stats(&self) -> SequencerStats {
+        let c = &self.counters;
+        let role = match c.role.get() {
+            3 => "primary",
+            2 => "candidate",
+            1 => "pre_candidate",
+            _ => "follower",
+        };
+        SequencerStats {
+            messages: c.messages.get(),
+            datagrams: c.datagrams.get(),
+            heartbeats: c.heartbeats.get(),
+            duplicates: c.duplicates.get(),
+            held: c.held.get(),
+            out_of_order: c.out_of_order.get(),
+            nacks: c.nacks.get(),
+            replays: c.replays.get(),
+            replayed: self.shared.replayed.get(),
+            replays_dropped: self.shared.replays_dropped.get(),
+            malformed: c.malformed.get() + self.shared.malformed.get(),
+            strangers: c.strangers.get(),
+            wrong_session: c.wrong_session.get(),
+            oversized: c.oversized.get(),
+            send_errors: c.send_errors.get(),
+            store_errors: c.store_errors.get(),
+            members: c.members.get(),
+            backpressure: c.backpressure.get(),
+            not_primary: c.not_primary.get(),
+            taken: c.taken.get(),
+            elections: c.elections.get(),
+            terms_led: c.terms_led.get(),
+            stepped_down: c.stepped_down.get(),
+            truncated: c.truncated.get(),
+            copied: c.copied.get(),
+            acks: c.acks.get(),
+            next_seq: c.next_seq.get(),
+            commit: c.commit.get(),
+            epoch: c.term.get(),
+            role,
+            leader: Some(c.leader.get()).filter(|l| *l != u64::MAX),
+            session: self.shared.session.get(),
+        }
+    }
+}
