@@ -67,6 +67,8 @@ defmodule Tachyon.Native do
   def udp_ping(_opts), do: err()
   def udp_open(_opts, _owner), do: err()
   def udp_send(_socket, _ip, _port, _data), do: err()
+  def udp_send_connected(_socket, _data), do: err()
+  def udp_connect(_socket, _ip, _port), do: err()
   def udp_controlling_process(_socket, _pid), do: err()
   def udp_close(_socket), do: err()
   def udp_stats(_socket), do: err()

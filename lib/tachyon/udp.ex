@@ -254,6 +254,45 @@ defmodule Tachyon.UDP do
   end
 
   @doc """
+  Sends one datagram to the peer of `connect/2` (see `send/3`);
+  `{:error, :edestaddrreq}` if the socket is not connected.
+
+  ## Example
+
+      {:ok, sock} = Tachyon.UDP.open(0, ip: :loopback)
+      :ok = Tachyon.UDP.connect(sock, {{127, 0, 0, 1}, 9})
+      :ok = Tachyon.UDP.send(sock, "hello")
+  """
+  @spec send(socket(), iodata()) :: :ok | {:error, reason()}
+  def send(sock, data), do: Native.udp_send_connected(sock, data)
+
+  @doc """
+  Connects the socket to one peer (`connect(2)`, as `:gen_udp.connect/3`):
+  `send/2` goes there without naming it, and the kernel drops datagrams
+  from anyone else. For a client that talks to one server: the kernel
+  keeps the route instead of looking it up per datagram, which saves
+  about 0.5-1 us per send on loopback (docs/BENCHMARKS.md,
+  `tachyon.udp.roundtrip.poll`). Connecting again changes the peer.
+
+  ## Example
+
+      {:ok, server} = Tachyon.UDP.open(0, ip: :loopback, delivery: :poll)
+      {:ok, addr} = Tachyon.UDP.sockname(server)
+      {:ok, client} = Tachyon.UDP.open(0, ip: :loopback)
+      :ok = Tachyon.UDP.connect(client, addr)
+      :ok = Tachyon.UDP.send(client, "ping")
+      {:ok, {_from, "ping"}} = Tachyon.UDP.recv(server, 1000)
+  """
+  @spec connect(socket(), address()) :: :ok | {:error, reason()}
+  def connect(sock, {ip, port}) when is_tuple(ip) and is_integer(port) do
+    Native.udp_connect(sock, ip, port)
+  end
+
+  def connect(_sock, dest) do
+    raise ArgumentError, "the peer must be {ip_tuple, port}, got: #{inspect(dest)}"
+  end
+
+  @doc """
   Makes `pid` the owner: it receives the datagrams from now on, and its exit
   closes the socket. Only the current owner may call it
   (`{:error, :not_owner}`); `{:error, :badarg}` if `pid` is not alive.

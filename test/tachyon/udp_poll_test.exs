@@ -107,6 +107,31 @@ defmodule Tachyon.UDPPollTest do
            end)
   end
 
+  test "a connected socket sends with send/2 and hears only its peer" do
+    {server, server_addr} = open_poll()
+    {client, client_addr} = open_poll()
+    {:ok, stranger} = :gen_udp.open(0, [:binary, active: false, ip: {127, 0, 0, 1}])
+
+    assert {:error, :edestaddrreq} = UDP.send(client, "not yet")
+    assert :ok = UDP.connect(client, server_addr)
+    assert :ok = UDP.send(client, ["pi", "ng"])
+    assert {:ok, {^client_addr, "ping"}} = UDP.recv(server, 5_000)
+
+    # The kernel drops what the stranger sends; the peer's reply arrives.
+    {ip, port} = client_addr
+    :ok = :gen_udp.send(stranger, ip, port, "stranger")
+    :ok = UDP.send(server, client_addr, "pong")
+    assert {:ok, {^server_addr, "pong"}} = UDP.recv(client, 5_000)
+    assert {:error, :timeout} = UDP.recv(client, 20)
+
+    assert_raise ArgumentError, fn -> UDP.connect(client, :nowhere) end
+    :gen_udp.close(stranger)
+    UDP.close(client)
+    assert {:error, :closed} = UDP.connect(client, server_addr)
+    assert {:error, :closed} = UDP.send(client, "late")
+    UDP.close(server)
+  end
+
   test "bad arguments raise ArgumentError" do
     {sock, _} = open_poll()
 

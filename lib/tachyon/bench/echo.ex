@@ -231,8 +231,12 @@ defmodule Tachyon.Bench.Echo do
     Peers.with_echo(cfg.pong_core, cfg.wait, fn echo, addr ->
       payload = :binary.copy(<<0xA5>>, cfg.size)
 
+      # Connected, as raw.rust's client and the gen_udp client are: the
+      # kernel keeps the route instead of looking it up per send.
       open = fn ->
-        {:ok, _} = Tachyon.UDP.open(0, ip: :loopback, delivery: :poll, wait: cfg.udp_wait)
+        {:ok, s} = Tachyon.UDP.open(0, ip: :loopback, delivery: :poll, wait: cfg.udp_wait)
+        :ok = Tachyon.UDP.connect(s, addr)
+        {:ok, s}
       end
 
       {{h, lost, gcs}, util} =
@@ -242,7 +246,7 @@ defmodule Tachyon.Bench.Echo do
             cfg.n,
             open,
             &Tachyon.UDP.close/1,
-            &Peers.udp_poll_round_trip(&1, addr, payload)
+            &Peers.udp_poll_round_trip(&1, payload)
           )
         end)
 
@@ -251,7 +255,7 @@ defmodule Tachyon.Bench.Echo do
       Bench.from_hist(name, h, cfg.size, %{
         unit: :perf_counter,
         note:
-          "client: Elixir process polling Tachyon.UDP (poll mode, wait: #{cfg.udp_wait}); " <>
+          "client: Elixir process polling a connected Tachyon.UDP (poll mode, wait: #{cfg.udp_wait}); " <>
             "pong: Tachyon.Echo #{pong}; #{gcs} minor GCs; #{Bench.utilization_note(util)}",
         json_extra: %{
           ping: "Elixir process polling, wait #{cfg.udp_wait}",
@@ -276,10 +280,14 @@ defmodule Tachyon.Bench.Echo do
       name,
       cfg,
       pid,
-      fn -> {:ok, _} = :gen_udp.open(0, [:binary, ip: @loopback, active: true]) end,
+      fn ->
+        {:ok, s} = :gen_udp.open(0, [:binary, ip: @loopback, active: true])
+        :ok = :gen_udp.connect(s, @loopback, port)
+        {:ok, s}
+      end,
       &:gen_udp.close/1,
-      &Peers.gen_udp_round_trip(&1, port, &2),
-      {"client and pong: gen_udp processes (active: true) on BEAM schedulers; peer count; ",
+      &Peers.gen_udp_round_trip(&1, &2),
+      {"client (connected) and pong: gen_udp processes (active: true) on BEAM schedulers; peer count; ",
        "gen_udp process", "gen_udp process"}
     )
   end

@@ -87,10 +87,10 @@ defmodule Tachyon.Bench.Echo.Peers do
     end
   end
 
-  @doc "A round trip on a poll-mode Tachyon.UDP socket (`Tachyon.UDP.recv/2`)."
-  def udp_poll_round_trip(sock, dest, payload) do
+  @doc "A round trip on a connected poll-mode Tachyon.UDP socket (`send/2`, `recv/2`)."
+  def udp_poll_round_trip(sock, payload) do
     fn ->
-      :ok = Tachyon.UDP.send(sock, dest, payload)
+      :ok = Tachyon.UDP.send(sock, payload)
 
       case Tachyon.UDP.recv(sock, @rt_timeout) do
         {:ok, _} -> :ok
@@ -99,10 +99,10 @@ defmodule Tachyon.Bench.Echo.Peers do
     end
   end
 
-  @doc "A round trip on an active gen_udp socket."
-  def gen_udp_round_trip(sock, port, payload) do
+  @doc "A round trip on a connected active gen_udp socket."
+  def gen_udp_round_trip(sock, payload) do
     fn ->
-      :ok = :gen_udp.send(sock, @loopback, port, payload)
+      :ok = :gen_udp.send(sock, payload)
 
       receive do
         {:udp, ^sock, _ip, _port, _data} -> :ok

@@ -526,3 +526,45 @@ fn an_endpoint_with_a_receive_thread_cannot_be_polled() {
     assert_eq!(e.kind(), io::ErrorKind::InvalidInput);
     ep.close();
 }
+
+#[test]
+fn a_connected_endpoint_sends_to_its_peer_and_polls_one_at_a_time() {
+    let a = Endpoint::bind(EndpointConfig::new(loopback())).unwrap();
+    let b = Endpoint::bind(EndpointConfig::new(loopback())).unwrap();
+    // Not connected: the kernel asks for an address.
+    assert!(matches!(a.send(b"x"), Err(SendError::Io(_))));
+    a.connect(&b.local_addr()).unwrap();
+    b.connect(&a.local_addr()).unwrap();
+    // A single-slot poll (recvmsg, not recvmmsg) sees each datagram, its
+    // sender and its size, truncation included.
+    let mut batch = Batch::new(4, 64);
+    for (i, len) in [1usize, 64, 0, 65].into_iter().enumerate() {
+        a.send(&vec![i as u8; len]).unwrap();
+        let mut got: Vec<(SocketAddr, Vec<u8>)> = Vec::new();
+        let t0 = Instant::now();
+        loop {
+            match b.poll(&mut batch, 1, &mut |from, d: &[u8]| {
+                got.push((from, d.to_vec()));
+                true
+            }) {
+                Ok(n) => {
+                    assert_eq!(n, 1);
+                    break;
+                }
+                Err(e) => assert_eq!(e.kind(), io::ErrorKind::WouldBlock),
+            }
+            assert!(t0.elapsed() < Duration::from_secs(10), "datagram {i} lost");
+        }
+        if len <= 64 {
+            assert_eq!(got, vec![(a.local_addr(), vec![i as u8; len])]);
+        } else {
+            assert!(got.is_empty(), "a truncated datagram is not delivered");
+        }
+    }
+    assert_eq!(b.stats().truncated, 1);
+    b.send(b"back").unwrap();
+    a.close();
+    assert!(matches!(a.send(b"late"), Err(SendError::Closed)));
+    assert!(matches!(a.connect(&b.local_addr()), Err(SendError::Closed)));
+    b.close();
+}

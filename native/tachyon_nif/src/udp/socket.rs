@@ -202,11 +202,41 @@ fn udp_send<'a>(
     let t0 = std::time::Instant::now();
     let sent = res.ep.send_to(bin.as_slice(), &to);
     crate::dirty::charge(env, t0);
-    Ok(match sent {
-        Ok(_) => atoms::ok().encode(env),
+    Ok(sent_term(env, sent.map(|_| ())))
+}
+
+/// Sends `data` (a binary or iodata) to the peer of `udp_connect`.
+#[rustler::nif]
+fn udp_send_connected<'a>(env: Env<'a>, res: &UdpResource, data: Term<'a>) -> NifResult<Term<'a>> {
+    let bin = match Binary::from_term(data) {
+        Ok(b) => b,
+        Err(_) => Binary::from_iolist(data)?,
+    };
+    let t0 = std::time::Instant::now();
+    let sent = res.ep.send(bin.as_slice());
+    crate::dirty::charge(env, t0);
+    Ok(sent_term(env, sent.map(|_| ())))
+}
+
+/// Connects the socket to `{ip, port}`: `udp_send_connected` sends there
+/// and the kernel drops datagrams from anyone else.
+#[rustler::nif]
+fn udp_connect<'a>(
+    env: Env<'a>,
+    res: &UdpResource,
+    ip: Term<'a>,
+    port: Term<'a>,
+) -> NifResult<Term<'a>> {
+    let to = SocketAddr::new(decode_ip(ip)?, decode_port(port)?);
+    Ok(sent_term(env, res.ep.connect(&to)))
+}
+
+fn sent_term(env: Env<'_>, r: Result<(), SendError>) -> Term<'_> {
+    match r {
+        Ok(()) => atoms::ok().encode(env),
         Err(SendError::Closed) => (atoms::error(), atoms::closed()).encode(env),
         Err(SendError::Io(e)) => error_term(env, &e),
-    })
+    }
 }
 
 /// Makes `pid` the owner. Only the current owner may call it.
