@@ -52,6 +52,27 @@ defmodule Tachyon.Error do
     %__MODULE__{reason: reason, part: part, target: target, message: message}
   end
 
+  @doc false
+  # The one shape per kind of error: the NIF's reason is an atom, or
+  # `{:corrupt, segment, offset}` (whose place goes to the log, the caller
+  # gets `:corrupt`).
+  @spec normalize({:error, term()} | term(), module(), String.t()) :: {:error, atom()} | term()
+  def normalize({:error, {:corrupt, segment, offset}}, part, path) do
+    require Logger
+
+    Logger.error(
+      "#{inspect(part)} #{path}: data that does not verify in segment #{segment} at offset #{offset}" <>
+        if(part == Tachyon.Store,
+          do: " (open with repair: true to truncate the log there)",
+          else: ""
+        )
+    )
+
+    {:error, :corrupt}
+  end
+
+  def normalize(other, _part, _path), do: other
+
   defp format_target(t) when is_binary(t), do: t
   defp format_target(t), do: inspect(t)
 end

@@ -216,18 +216,7 @@ defmodule Tachyon.Store do
     end
   end
 
-  # One shape per kind of error: the reason is an atom; where a corruption
-  # is goes to the log.
-  defp normalize({:error, {:corrupt, segment, offset}}, path) do
-    Logger.error(
-      "Tachyon.Store #{path}: a record does not verify in segment #{segment} at offset #{offset} " <>
-        "(open with repair: true to truncate the log there)"
-    )
-
-    {:error, :corrupt}
-  end
-
-  defp normalize(error, _path), do: error
+  defp normalize(error, path), do: Tachyon.Error.normalize(error, __MODULE__, path)
 
   defp report_open(store, rec, duration) do
     # `:mode` is the deprecated name of `:access` (one release).

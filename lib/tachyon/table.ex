@@ -203,7 +203,7 @@ defmodule Tachyon.Table do
         raise ArgumentError, "Tachyon.Table: the options were rejected: #{inspect(opts)}"
 
       {:error, _} = e ->
-        e
+        Tachyon.Error.normalize(e, __MODULE__, path)
     end
   end
 

@@ -179,6 +179,24 @@ defmodule Tachyon.TableTest do
     Table.close(t)
   end
 
+  test "a damaged segment header is {:error, :corrupt}, its place logged", %{dir: dir} do
+    {:ok, t} = Table.open(dir, @small)
+    :ok = Table.put(t, "k", "v")
+    :ok = Table.close(t)
+    [seg | _] = dir |> File.ls!() |> Enum.filter(&String.ends_with?(&1, ".seg")) |> Enum.sort()
+    path = Path.join(dir, seg)
+    <<head::binary-3, b, rest::binary>> = File.read!(path)
+    File.write!(path, <<head::binary, Bitwise.bxor(b, 1), rest::binary>>)
+
+    log =
+      ExUnit.CaptureLog.capture_log(fn ->
+        assert {:error, :corrupt} = Table.open(dir, @small)
+        assert %Tachyon.Error{reason: :corrupt} = catch_error(Table.open!(dir, @small))
+      end)
+
+    assert log =~ "segment" and log =~ "offset 0"
+  end
+
   test "compaction returns disk space; deleted keys stay deleted after a restart", %{dir: dir} do
     for mode <- @modes do
       d = Path.join(dir, "#{mode}")

@@ -36,6 +36,7 @@ pub mod counter;
 pub mod crc;
 pub mod credit;
 pub mod errno;
+pub mod error;
 pub mod hist;
 pub mod owner;
 pub mod poll;

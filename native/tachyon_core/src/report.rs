@@ -49,6 +49,60 @@ impl<T: Into<Value>> From<Option<T>> for Value {
     }
 }
 
+/// A snapshot of named values (a part's stats): what `stats/1` returns on
+/// the BEAM side and what the periodic stats reports carry, one map key per
+/// field. Declared with [`named_fields!`](crate::named_fields), never
+/// written by hand.
+pub trait Fields {
+    fn fields(&self) -> Vec<(&'static str, Value)>;
+}
+
+/// Declares a struct of named values and derives its [`Fields`]: every
+/// field under its own name, then the `computed` ones (methods of the
+/// struct, by the same name). One list of names for the struct, the NIF's
+/// map and the reports.
+///
+/// ```
+/// tachyon_core::named_fields! {
+///     #[derive(Debug, Default)]
+///     pub struct Counts {
+///         pub sent: u64,
+///         pub lost: u64,
+///     }
+///     computed { total }
+/// }
+/// impl Counts {
+///     pub fn total(&self) -> u64 { self.sent + self.lost }
+/// }
+/// use tachyon_core::report::{Fields, Value};
+/// let c = Counts { sent: 2, lost: 1 };
+/// assert_eq!(c.fields()[2], ("total", Value::U64(3)));
+/// ```
+#[macro_export]
+macro_rules! named_fields {
+    (
+        $(#[$meta:meta])*
+        $vis:vis struct $name:ident {
+            $( $(#[$fmeta:meta])* $fvis:vis $field:ident : $ty:ty ),* $(,)?
+        }
+        $( computed { $($computed:ident),* $(,)? } )?
+    ) => {
+        $(#[$meta])*
+        $vis struct $name {
+            $( $(#[$fmeta])* $fvis $field: $ty ),*
+        }
+
+        impl $crate::report::Fields for $name {
+            fn fields(&self) -> Vec<(&'static str, $crate::report::Value)> {
+                vec![
+                    $( (stringify!($field), $crate::report::Value::from(self.$field.clone())), )*
+                    $($( (stringify!($computed), $crate::report::Value::from(self.$computed())), )*)?
+                ]
+            }
+        }
+    };
+}
+
 /// A stats snapshot or an event.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Report {

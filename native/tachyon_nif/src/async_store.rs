@@ -15,15 +15,13 @@ use rustler::types::atom::Atom;
 use rustler::{Binary, Encoder, Env, Error, LocalPid, Monitor, NifResult, Term};
 
 use crate::res::{Handle, Obj};
-use tachyon_core::async_store::{
-    AppendError, AsyncStore, Config, Failure, OnFull, OpenError, Report, Reporter, Stats, WaitError,
-};
+use tachyon_core::async_store::{AsyncStore, Config, OnFull, Report, Reporter, Stats};
 use tachyon_core::store::Store;
 use tachyon_core::wait::WaitStrategy;
 
 use crate::atoms;
-use crate::store::{store_error, StoreResource};
-use crate::terms::{atom, errno_atom, get};
+use crate::store::StoreResource;
+use crate::terms::{atom, error, get};
 
 /// The BEAM's handle on an AsyncStore. Dropping it (GC) or `async_close`
 /// stops the writer after it has written everything queued and joins it.
@@ -87,48 +85,7 @@ fn timeout(ms: u64) -> Duration {
 }
 
 fn stats_term<'a>(env: Env<'a>, s: &Stats) -> Term<'a> {
-    crate::deliver::report_map(env, &s.fields())
-}
-
-/// The reason term of a writer failure.
-fn failure_reason<'a>(env: Env<'a>, f: &Failure) -> Term<'a> {
-    match f {
-        Failure::IndexConflict { .. } => atom(env, "index_conflict"),
-        Failure::Panicked => atom(env, "writer_panicked"),
-        other => match other.to_store_error() {
-            Some(e) => {
-                let t = store_error(env, e);
-                rustler::types::tuple::get_tuple(t)
-                    .ok()
-                    .and_then(|v| v.get(1).copied())
-                    .unwrap_or_else(|| atoms::eio().encode(env))
-            }
-            None => atoms::eio().encode(env),
-        },
-    }
-}
-
-fn error<'a>(env: Env<'a>, reason: Term<'a>) -> Term<'a> {
-    (atoms::error(), reason).encode(env)
-}
-
-pub(crate) fn append_error<'a>(env: Env<'a>, e: &AppendError) -> Term<'a> {
-    let reason = match e {
-        AppendError::Closed => atoms::closed().encode(env),
-        AppendError::Full => atoms::full().encode(env),
-        AppendError::TooLarge => atoms::too_large().encode(env),
-        AppendError::Failed(f) => failure_reason(env, f),
-    };
-    error(env, reason)
-}
-
-fn wait_error<'a>(env: Env<'a>, e: &WaitError) -> Term<'a> {
-    let reason = match e {
-        WaitError::Timeout => atom(env, "timeout"),
-        WaitError::Closed => atoms::closed().encode(env),
-        WaitError::Failed(f) => failure_reason(env, f),
-    };
-    error(env, reason)
+    crate::terms::fields_map(env, s)
 }
 
 /// The writer's reports on the report channel:
@@ -163,22 +120,12 @@ fn async_open<'a>(
                 if res.monitor(env, &pid).is_none() {
                     // Already dead: behave as if it died right after.
                     let _ = res.inner.close();
-                    return Ok(error(env, atom(env, "noproc")));
+                    return Ok((atoms::error(), atom(env, "noproc")).encode(env));
                 }
             }
             Ok((atoms::ok(), res, max).encode(env))
         }
-        Err(e) => Ok(error(
-            env,
-            match e {
-                OpenError::ReadOnly => atoms::read_only().encode(env),
-                OpenError::Closed => atoms::closed().encode(env),
-                OpenError::Busy => atoms::busy().encode(env),
-                OpenError::BadRingSize => atom(env, "bad_ring_size"),
-                OpenError::NoMemory => atom(env, "enomem"),
-                OpenError::Io(e) => errno_atom(env, &e),
-            },
-        )),
+        Err(e) => Ok(error(env, e)),
     }
 }
 
@@ -196,7 +143,7 @@ fn async_append<'a>(env: Env<'a>, r: &AsyncStoreResource, data: Term<'a>) -> Nif
     let bin = as_bytes(data)?;
     Ok(match r.inner.append(bin.as_slice()) {
         Ok(i) => (atoms::ok(), i).encode(env),
-        Err(e) => append_error(env, &e),
+        Err(e) => error(env, &e),
     })
 }
 
@@ -206,7 +153,7 @@ fn async_append<'a>(env: Env<'a>, r: &AsyncStoreResource, data: Term<'a>) -> Nif
 fn async_flush<'a>(env: Env<'a>, r: Handle<AsyncStoreResource>, timeout_ms: u64) -> Term<'a> {
     match r.inner.flush(timeout(timeout_ms)) {
         Ok(next) => (atoms::ok(), next).encode(env),
-        Err(e) => wait_error(env, &e),
+        Err(e) => error(env, &e),
     }
 }
 
@@ -215,7 +162,7 @@ fn async_flush<'a>(env: Env<'a>, r: Handle<AsyncStoreResource>, timeout_ms: u64)
 fn async_drain<'a>(env: Env<'a>, r: Handle<AsyncStoreResource>, timeout_ms: u64) -> Term<'a> {
     match r.inner.drain(timeout(timeout_ms)) {
         Ok(()) => atoms::ok().encode(env),
-        Err(e) => wait_error(env, &e),
+        Err(e) => error(env, &e),
     }
 }
 
@@ -226,7 +173,7 @@ fn async_drain<'a>(env: Env<'a>, r: Handle<AsyncStoreResource>, timeout_ms: u64)
 fn async_close<'a>(env: Env<'a>, r: Handle<AsyncStoreResource>) -> Term<'a> {
     match r.inner.close() {
         Ok(()) => atoms::ok().encode(env),
-        Err(f) => error(env, failure_reason(env, &f)),
+        Err(f) => error(env, &f),
     }
 }
 

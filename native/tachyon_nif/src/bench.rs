@@ -20,12 +20,12 @@ use rustler::{Encoder, Env, NifResult, Term};
 use tachyon_core::bench::ping::{spawn_ping, PingConfig};
 use tachyon_core::hist::Hist;
 
-use crate::async_store::{append_error, AsyncStoreResource};
+use crate::async_store::AsyncStoreResource;
 use crate::atoms;
 use crate::res::Handle;
-use crate::store::{store_error, StoreResource};
-use crate::terms::{get, map};
-use crate::udp::{decode_addr, decode_wait, encode_addr, encode_placement, error_term};
+use crate::store::StoreResource;
+use crate::terms::{error, get, map};
+use crate::udp::{decode_addr, decode_wait, encode_addr, encode_placement};
 
 // -- histograms --------------------------------------------------------------------
 
@@ -148,7 +148,7 @@ fn store_bench_native<'a>(
     Ok(
         match tachyon_core::bench::store::append(&r.store, count, warmup, size as usize) {
             Ok(r) => (atoms::ok(), HistResource::wrap(r.hist), r.page_faults).encode(env),
-            Err(e) => store_error(env, e),
+            Err(e) => error(env, e),
         },
     )
 }
@@ -166,7 +166,7 @@ fn async_bench_native<'a>(
 ) -> Term<'a> {
     match tachyon_core::bench::async_store::append(&r.inner, count, warmup, size as usize) {
         Ok((h, drains)) => (atoms::ok(), HistResource::wrap(h), drains).encode(env),
-        Err(e) => append_error(env, &e),
+        Err(e) => error(env, &e),
     }
 }
 
@@ -187,7 +187,7 @@ fn udp_ping<'a>(env: Env<'a>, opts: Term<'a>) -> NifResult<Term<'a>> {
     cfg.max_lost = get(env, opts, "max_lost")?;
     let out = match spawn_ping(cfg, Arc::new(AtomicBool::new(false))) {
         Ok(out) => out,
-        Err(e) => return Ok(error_term(env, &e)),
+        Err(e) => return Ok(error(env, &e)),
     };
     let mut info = vec![
         ("sent", out.sent.encode(env)),
@@ -217,9 +217,7 @@ fn bench_seq_native<'a>(env: Env<'a>, opts: Term<'a>) -> NifResult<Term<'a>> {
     let size = get::<u64>(env, opts, "size")? as usize;
     let max_datagram = get::<u64>(env, opts, "max_datagram")? as usize;
     let loss: f64 = get(env, opts, "loss")?;
-    let err = |e: tachyon_core::seq::SeqError| {
-        (atoms::error(), crate::terms::atom(env, &e.reason())).encode(env)
-    };
+    let err = |e: tachyon_core::seq::SeqError| error(env, e);
     let m = match tachyon_core::bench::seq::member(addr, 1, max_datagram, loss) {
         Ok(m) => m,
         Err(e) => return Ok(err(e)),

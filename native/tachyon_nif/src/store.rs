@@ -9,7 +9,7 @@ use tachyon_core::store::{Config, Event, Mode, Store, StoreError, Verify};
 
 use crate::atoms;
 use crate::res::Handle;
-use crate::terms::{atom, errno_atom, get, map};
+use crate::terms::{atom, error, get, map};
 
 /// The BEAM's handle on a store. `Arc` so that other resources (the
 /// AsyncStore writer thread) can share it. The store is closed (threads
@@ -21,22 +21,6 @@ pub struct StoreResource {
 }
 
 crate::hot_resource!(StoreResource, c"StoreResource");
-
-/// `{:error, reason}` term for a store error.
-pub fn store_error<'a>(env: Env<'a>, e: StoreError) -> Term<'a> {
-    let reason = match e {
-        StoreError::Closed => atoms::closed().encode(env),
-        StoreError::NotFound => atoms::not_found().encode(env),
-        StoreError::MessageTooLarge => atoms::too_large().encode(env),
-        StoreError::NoSpace => atoms::enospc().encode(env),
-        StoreError::Locked => atoms::locked().encode(env),
-        StoreError::ReadOnly => atoms::read_only().encode(env),
-        StoreError::Corrupt { segment, offset } => (atoms::corrupt(), segment, offset).encode(env),
-        StoreError::BadConfig(msg) => (atom(env, "bad_config"), msg).encode(env),
-        StoreError::Io(e) => errno_atom(env, &e),
-    };
-    (atoms::error(), reason).encode(env)
-}
 
 fn decode_config<'a>(env: Env<'a>, opts: Term<'a>) -> NifResult<Config> {
     let mode: Atom = get(env, opts, "mode")?;
@@ -108,7 +92,7 @@ fn store_open<'a>(env: Env<'a>, path: String, opts: Term<'a>) -> NifResult<Term<
             });
             Ok((atoms::ok(), res, rec).encode(env))
         }
-        Err(e) => Ok(store_error(env, e)),
+        Err(e) => Ok(error(env, e)),
     }
 }
 
@@ -125,7 +109,7 @@ fn store_append<'a>(env: Env<'a>, r: &StoreResource, data: Term<'a>) -> NifResul
     let bin = as_bytes(data)?;
     Ok(match r.store.append(bin.as_slice()) {
         Ok(i) => (atoms::ok(), i).encode(env),
-        Err(e) => store_error(env, e),
+        Err(e) => error(env, e),
     })
 }
 
@@ -139,7 +123,7 @@ fn append_many<'a>(env: Env<'a>, r: &StoreResource, list: Term<'a>) -> NifResult
         match r.store.append_many(bins.iter().map(|b| b.as_slice())) {
             Ok(Some(i)) => (atoms::ok(), i).encode(env),
             Ok(None) => (atoms::error(), atoms::empty()).encode(env),
-            Err(e) => store_error(env, e),
+            Err(e) => error(env, e),
         },
     )
 }
@@ -179,7 +163,7 @@ fn store_read<'a>(env: Env<'a>, r: &StoreResource, index: u64) -> NifResult<Term
         .read_with(index, |p| out = Some(copy_binary(env, p)))
     {
         Ok(()) => Ok((atoms::ok(), out.unwrap_or(Err(Error::BadArg))?).encode(env)),
-        Err(e) => Ok(store_error(env, e)),
+        Err(e) => Ok(error(env, e)),
     }
 }
 
@@ -210,7 +194,7 @@ fn store_read_many<'a>(
     match res {
         Ok(_) => Ok((atoms::ok(), out).encode(env)),
         Err(StoreError::NotFound) => Ok((atoms::ok(), Vec::<Term<'a>>::new()).encode(env)),
-        Err(e) => Ok(store_error(env, e)),
+        Err(e) => Ok(error(env, e)),
     }
 }
 
@@ -221,7 +205,7 @@ fn store_indices<'a>(env: Env<'a>, r: Handle<StoreResource>) -> NifResult<Term<'
     let next = r.store.next_index();
     Ok(match (first, next) {
         (Ok(f), Ok(n)) => (atoms::ok(), (f, n)).encode(env),
-        (Err(e), _) | (_, Err(e)) => store_error(env, e),
+        (Err(e), _) | (_, Err(e)) => error(env, e),
     })
 }
 
@@ -229,7 +213,7 @@ fn store_indices<'a>(env: Env<'a>, r: Handle<StoreResource>) -> NifResult<Term<'
 fn store_sync<'a>(env: Env<'a>, r: Handle<StoreResource>) -> NifResult<Term<'a>> {
     Ok(match r.store.sync() {
         Ok(bytes) => (atoms::ok(), bytes).encode(env),
-        Err(e) => store_error(env, e),
+        Err(e) => error(env, e),
     })
 }
 
@@ -242,25 +226,9 @@ fn store_close(r: Handle<StoreResource>) -> Atom {
 #[rustler::nif]
 fn store_stats<'a>(env: Env<'a>, r: Handle<StoreResource>) -> NifResult<Term<'a>> {
     if r.store.is_closed() {
-        return Ok(store_error(env, StoreError::Closed));
+        return Ok(error(env, StoreError::Closed));
     }
-    let s = r.store.stats();
-    let m = map(
-        env,
-        &[
-            ("appended", s.appended.encode(env)),
-            ("appended_bytes", s.appended_bytes.encode(env)),
-            ("rolls", s.rolls.encode(env)),
-            ("prepared_rolls", s.prepared_rolls.encode(env)),
-            ("deleted_segments", s.deleted_segments.encode(env)),
-            ("segments", s.segments.encode(env)),
-            ("first_index", s.first_index.encode(env)),
-            ("next_index", s.next_index.encode(env)),
-            ("disk_bytes", s.disk_bytes.encode(env)),
-            ("unsynced_bytes", s.unsynced_bytes.encode(env)),
-            ("pretouch", r.store.pretouch_running().encode(env)),
-        ],
-    )?;
+    let m = crate::terms::fields_map(env, &r.store.stats());
     Ok((atoms::ok(), m).encode(env))
 }
 

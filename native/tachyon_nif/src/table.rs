@@ -26,6 +26,7 @@ use tachyon_core::table::{
 
 use crate::atoms;
 use crate::res::Handle;
+use crate::terms::raise;
 
 mod names {
     rustler::atoms! {
@@ -83,28 +84,6 @@ pub struct SnapshotResource(Mutex<Option<Snapshot>>);
 
 #[rustler::resource_impl]
 impl rustler::Resource for SnapshotResource {}
-
-/// An errno reason, encoded as its atom (`:eacces`, `:enoent`, ...).
-struct Errno(&'static str);
-
-impl Encoder for Errno {
-    fn encode<'a>(&self, env: Env<'a>) -> Term<'a> {
-        crate::terms::atom(env, self.0)
-    }
-}
-
-fn err(e: TableError) -> Error {
-    let reason: Box<dyn Encoder> = match e {
-        TableError::Closed => Box::new(atoms::closed()),
-        TableError::TooLarge => Box::new(atoms::too_large()),
-        TableError::NoSpace => Box::new(atoms::enospc()),
-        TableError::Locked => Box::new(atoms::locked()),
-        TableError::Corrupt { .. } => Box::new(atoms::corrupt()),
-        TableError::BadConfig(_) => Box::new(atoms::badarg()),
-        TableError::Io(io) => Box::new(Errno(tachyon_core::errno::name(&io))),
-    };
-    Error::Term(reason)
-}
 
 fn opt<'a, T: rustler::Decoder<'a>>(opts: Term<'a>, key: Atom) -> NifResult<Option<T>> {
     match opts.map_get(key) {
@@ -222,13 +201,15 @@ fn table_open<'a>(env: Env<'a>, path: String, opts: Term<'a>) -> NifResult<Term<
             Ok((atoms::ok(), res, rec).encode(env))
         }
         Err(TableError::BadConfig(_)) => Err(Error::BadArg),
-        Err(e) => Err(err(e)),
+        Err(e) => Err(raise(e)),
     }
 }
 
 #[rustler::nif]
 fn table_put(t: &TableResource, key: Binary, value: Binary) -> NifResult<Atom> {
-    t.table.put(key.as_slice(), value.as_slice()).map_err(err)?;
+    t.table
+        .put(key.as_slice(), value.as_slice())
+        .map_err(raise)?;
     Ok(atoms::ok())
 }
 
@@ -240,15 +221,15 @@ fn table_get<'a>(env: Env<'a>, t: &TableResource, key: Binary) -> NifResult<Term
     });
     match found {
         Ok(Some(Ok(b))) => Ok((atoms::ok(), Binary::from(b)).encode(env)),
-        Ok(Some(Err(_))) => Err(Error::Term(Box::new(atoms::eio()))),
+        Ok(Some(Err(e))) => Err(raise(e)),
         Ok(None) => Ok(atoms::error().encode(env)),
-        Err(e) => Err(err(e)),
+        Err(e) => Err(raise(e)),
     }
 }
 
 #[rustler::nif]
 fn table_delete(t: &TableResource, key: Binary) -> NifResult<Atom> {
-    t.table.delete(key.as_slice()).map_err(err)?;
+    t.table.delete(key.as_slice()).map_err(raise)?;
     Ok(atoms::ok())
 }
 
@@ -257,7 +238,7 @@ fn put_many(t: &TableResource, pairs: Vec<(Binary, Binary)>) -> NifResult<Atom> 
         .iter()
         .map(|(k, v)| (k.as_slice(), v.as_slice()))
         .collect();
-    t.table.put_many(&refs).map_err(err)?;
+    t.table.put_many(&refs).map_err(raise)?;
     Ok(atoms::ok())
 }
 
@@ -273,48 +254,24 @@ fn table_put_many_dirty(t: Handle<TableResource>, pairs: Vec<(Binary, Binary)>) 
 
 #[rustler::nif]
 fn table_count(t: &TableResource) -> NifResult<u64> {
-    t.table.count().map_err(err)
+    t.table.count().map_err(raise)
 }
 
 #[rustler::nif(schedule = "DirtyIo")]
 fn table_sync(t: Handle<TableResource>) -> NifResult<Atom> {
-    t.table.sync().map_err(err)?;
+    t.table.sync().map_err(raise)?;
     Ok(atoms::ok())
 }
 
 #[rustler::nif(schedule = "DirtyIo")]
 fn table_compact<'a>(env: Env<'a>, t: Handle<TableResource>) -> NifResult<Term<'a>> {
-    let c = t.table.compact().map_err(err)?;
+    let c = t.table.compact().map_err(raise)?;
     Ok((atoms::ok(), compaction_map(env, &c)?).encode(env))
 }
 
 #[rustler::nif(schedule = "DirtyIo")]
 fn table_stats<'a>(env: Env<'a>, t: Handle<TableResource>) -> NifResult<Term<'a>> {
-    let s = t.table.stats().map_err(err)?;
-    let m = map(
-        env,
-        vec![
-            (names::keys(), s.keys.encode(env)),
-            (names::puts(), s.puts.encode(env)),
-            (names::deletes(), s.deletes.encode(env)),
-            (names::batches(), s.batches.encode(env)),
-            (names::segments(), s.segments.encode(env)),
-            (names::disk_bytes(), s.disk_bytes.encode(env)),
-            (names::live_bytes(), s.live_bytes.encode(env)),
-            (names::total_bytes(), s.total_bytes.encode(env)),
-            (names::compactions(), s.compactions.encode(env)),
-            (
-                names::compacted_bytes_in(),
-                s.compacted_bytes_in.encode(env),
-            ),
-            (
-                names::compacted_bytes_out(),
-                s.compacted_bytes_out.encode(env),
-            ),
-            (names::syncs(), s.syncs.encode(env)),
-            (names::next_seq(), s.next_seq.encode(env)),
-        ],
-    )?;
+    let m = crate::terms::fields_map(env, &t.table.stats().map_err(raise)?);
     Ok((atoms::ok(), m).encode(env))
 }
 
@@ -332,13 +289,13 @@ fn table_take_events<'a>(env: Env<'a>, t: Handle<TableResource>) -> NifResult<Ve
 
 #[rustler::nif(schedule = "DirtyIo")]
 fn table_close(t: Handle<TableResource>) -> NifResult<Atom> {
-    t.table.close().map_err(err)?;
+    t.table.close().map_err(raise)?;
     Ok(atoms::ok())
 }
 
 #[rustler::nif(schedule = "DirtyIo")]
 fn table_snapshot(t: Handle<TableResource>) -> NifResult<ResourceArc<SnapshotResource>> {
-    let s = t.table.snapshot().map_err(err)?;
+    let s = t.table.snapshot().map_err(raise)?;
     Ok(ResourceArc::new(SnapshotResource(Mutex::new(Some(s)))))
 }
 
@@ -354,9 +311,7 @@ fn table_snapshot_next<'a>(
     let Some(snap) = g.as_mut() else {
         return Ok(Vec::new());
     };
-    let batch = snap
-        .next_batch(n.clamp(1, 100_000))
-        .map_err(|_| Error::Term(Box::new(atoms::eio())))?;
+    let batch = snap.next_batch(n.clamp(1, 100_000)).map_err(raise)?;
     if batch.is_empty() {
         *g = None;
     }

@@ -4,6 +4,7 @@ use rustler::types::atom::Atom;
 use rustler::{Encoder, Env, NifResult, Term};
 
 use crate::atoms;
+use tachyon_core::error::{Error as CoreError, Reason};
 
 /// The atom `name` (`:error` if the atom table refuses it).
 pub fn atom<'a>(env: Env<'a>, name: &str) -> Term<'a> {
@@ -24,8 +25,46 @@ pub fn get<'a, T: rustler::Decoder<'a>>(env: Env<'a>, opts: Term<'a>, key: &str)
     opts.map_get(k)?.decode()
 }
 
-/// The atom for an OS error: `:enospc`, `:eaddrinuse`, ... (`:eio` when
-/// unknown); the names come from `tachyon_core::errno`.
-pub fn errno_atom<'a>(env: Env<'a>, e: &std::io::Error) -> Term<'a> {
-    atom(env, tachyon_core::errno::name(e))
+/// The reason of an error of any part, as the BEAM sees it: an atom
+/// (`:closed`, `:enospc`, `:eaddrinuse`, ...), `{:corrupt, segment,
+/// offset}` or `{:bad_config, message}`. The one mapping: every part's
+/// error converts into `tachyon_core::error::Error`, whose `reason()` says
+/// which.
+pub struct ReasonTerm(pub Reason);
+
+impl Encoder for ReasonTerm {
+    fn encode<'a>(&self, env: Env<'a>) -> Term<'a> {
+        match self.0 {
+            Reason::Atom(a) => match a {
+                // The frequent ones without an atom-table lookup (a full
+                // ring or window is flow control, on a hot path).
+                "busy" => atoms::busy().encode(env),
+                "full" => atoms::full().encode(env),
+                "closed" => atoms::closed().encode(env),
+                "too_large" => atoms::too_large().encode(env),
+                "not_found" => atoms::not_found().encode(env),
+                "enospc" => atoms::enospc().encode(env),
+                a => atom(env, a),
+            },
+            Reason::Corrupt { segment, offset } => (atoms::corrupt(), segment, offset).encode(env),
+            Reason::BadConfig(m) => (atom(env, "bad_config"), m).encode(env),
+        }
+    }
+}
+
+/// `{:error, reason}` for an error of any part.
+pub fn error<'a>(env: Env<'a>, e: impl Into<CoreError>) -> Term<'a> {
+    (atoms::error(), ReasonTerm(e.into().reason())).encode(env)
+}
+
+/// The same as a NIF's error result (`Err(raise(e))` returns
+/// `{:error, reason}`).
+pub fn raise(e: impl Into<CoreError>) -> rustler::Error {
+    rustler::Error::Term(Box::new(ReasonTerm(e.into().reason())))
+}
+
+/// The map of a stats snapshot (any `tachyon_core::report::Fields`): its
+/// field names as atom keys. The one way a part's stats reach the BEAM.
+pub fn fields_map<'a>(env: Env<'a>, s: &impl tachyon_core::report::Fields) -> Term<'a> {
+    crate::deliver::report_map(env, &s.fields())
 }

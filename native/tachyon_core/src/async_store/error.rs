@@ -54,17 +54,10 @@ impl Failure {
     /// `read_only`, `corrupt`, an errno name, `index_conflict` or
     /// `writer_panicked`.
     pub fn reason(&self) -> &'static str {
-        match self {
-            Failure::NoSpace => "enospc",
-            Failure::Closed => "closed",
-            Failure::ReadOnly => "read_only",
-            Failure::Corrupt { .. } => "corrupt",
-            Failure::Io { errno: Some(n), .. } => {
-                crate::errno::name(&io::Error::from_raw_os_error(*n))
-            }
-            Failure::Io { errno: None, .. } => "eio",
-            Failure::IndexConflict { .. } => "index_conflict",
-            Failure::Panicked => "writer_panicked",
+        match crate::error::Error::from(self).reason() {
+            crate::error::Reason::Atom(a) => a,
+            crate::error::Reason::Corrupt { .. } => "corrupt",
+            crate::error::Reason::BadConfig(_) => "bad_config",
         }
     }
 

@@ -1,6 +1,7 @@
 //! What the writer reports, and its form on the shared report channel.
 
 use super::{Failure, Stats};
+use crate::report::Fields;
 use crate::report::Value;
 
 impl From<Report> for crate::report::Report {

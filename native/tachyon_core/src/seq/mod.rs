@@ -78,23 +78,6 @@ pub enum SeqError {
     Taken,
 }
 
-impl SeqError {
-    /// The reason as an atom name.
-    pub fn reason(&self) -> String {
-        match self {
-            SeqError::Io(e) => crate::errno::name(e).to_string(),
-            SeqError::Store(StoreError::Locked) => "locked".into(),
-            SeqError::Store(StoreError::Corrupt { .. }) => "corrupt".into(),
-            SeqError::Store(StoreError::Io(e)) => crate::errno::name(e).to_string(),
-            SeqError::Store(_) => "store".into(),
-            SeqError::BadLog => "bad_log".into(),
-            SeqError::BadConfig => "badarg".into(),
-            SeqError::Timeout => "timeout".into(),
-            SeqError::Taken => "member_id_taken".into(),
-        }
-    }
-}
-
 /// A session id (a new log's): the clock, the pid and an address, mixed.
 pub fn new_session() -> u64 {
     let t = std::time::SystemTime::now()
@@ -112,7 +95,14 @@ impl From<StoreError> for SeqError {
 
 impl std::fmt::Display for SeqError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}", self.reason())
+        match self {
+            SeqError::Io(e) => write!(f, "{e}"),
+            SeqError::Store(e) => write!(f, "the log: {e}"),
+            SeqError::BadLog => write!(f, "the log is not a sequencer's"),
+            SeqError::BadConfig => write!(f, "a configuration the sequencer or member refuses"),
+            SeqError::Timeout => write!(f, "no welcome from the sequencer in time"),
+            SeqError::Taken => write!(f, "the member id is bound to another member"),
+        }
     }
 }
 

@@ -189,19 +189,23 @@ pub enum Event {
     },
 }
 
-/// Counters, read with [`Store::stats`].
-#[derive(Debug, Clone, Default)]
-pub struct Stats {
-    pub appended: u64,
-    pub appended_bytes: u64,
-    pub rolls: u64,
-    pub prepared_rolls: u64,
-    pub deleted_segments: u64,
-    pub segments: u64,
-    pub first_index: u64,
-    pub next_index: u64,
-    pub disk_bytes: u64,
-    pub unsynced_bytes: u64,
+crate::named_fields! {
+    /// Counters, read with [`Store::stats`].
+    #[derive(Debug, Clone, Default)]
+    pub struct Stats {
+        pub appended: u64,
+        pub appended_bytes: u64,
+        pub rolls: u64,
+        pub prepared_rolls: u64,
+        pub deleted_segments: u64,
+        pub segments: u64,
+        pub first_index: u64,
+        pub next_index: u64,
+        pub disk_bytes: u64,
+        pub unsynced_bytes: u64,
+        /// The pre-touch thread is running.
+        pub pretouch: bool,
+    }
 }
 
 /// The writer's state, behind the store's spin lock.
@@ -286,6 +290,8 @@ impl Store {
         s.disk_bytes = segs.iter().map(|x| x.layout.file_len as u64).sum();
         s.first_index = self.first_index.load(Ordering::Acquire);
         s.next_index = self.next_index.load(Ordering::Acquire);
+        drop(segs);
+        s.pretouch = self.pretouch_running();
         s
     }
 

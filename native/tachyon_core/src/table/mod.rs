@@ -124,23 +124,25 @@ pub enum Event {
     Compacted(Compaction),
 }
 
-/// Counters, read with [`Table::stats`].
-#[derive(Debug, Clone, Default)]
-pub struct Stats {
-    pub keys: u64,
-    pub puts: u64,
-    pub deletes: u64,
-    pub batches: u64,
-    pub segments: u64,
-    /// Blocks in use by segment files.
-    pub disk_bytes: u64,
-    pub live_bytes: u64,
-    pub total_bytes: u64,
-    pub compactions: u64,
-    pub compacted_bytes_in: u64,
-    pub compacted_bytes_out: u64,
-    pub syncs: u64,
-    pub next_seq: u64,
+crate::named_fields! {
+    /// Counters, read with [`Table::stats`].
+    #[derive(Debug, Clone, Default)]
+    pub struct Stats {
+        pub keys: u64,
+        pub puts: u64,
+        pub deletes: u64,
+        pub batches: u64,
+        pub segments: u64,
+        /// Blocks in use by segment files.
+        pub disk_bytes: u64,
+        pub live_bytes: u64,
+        pub total_bytes: u64,
+        pub compactions: u64,
+        pub compacted_bytes_in: u64,
+        pub compacted_bytes_out: u64,
+        pub syncs: u64,
+        pub next_seq: u64,
+    }
 }
 
 /// Most segments a table may have at once.

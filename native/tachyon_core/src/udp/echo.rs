@@ -60,28 +60,31 @@ struct EchoCounters {
     kernel_drops: Counter,
 }
 
-/// A snapshot of an echo server's counters.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct EchoStats {
-    /// Datagrams received.
-    pub packets_in: u64,
-    /// Payload bytes received.
-    pub bytes_in: u64,
-    /// Datagrams echoed.
-    pub packets_out: u64,
-    /// Payload bytes echoed.
-    pub bytes_out: u64,
-    /// Receive calls that returned at least one datagram (`packets_in /
-    /// batches` is the average batch).
-    pub batches: u64,
-    /// Datagrams larger than `max_datagram` (dropped, not echoed).
-    pub truncated: u64,
-    /// Failed receives (other than "nothing waiting").
-    pub recv_errors: u64,
-    /// Echoes the kernel refused (or dropped on a full send buffer).
-    pub send_errors: u64,
-    /// Datagrams the kernel dropped because the receive buffer was full.
-    pub kernel_drops: u64,
+crate::named_fields! {
+    /// A snapshot of an echo server's counters.
+    #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+    pub struct EchoStats {
+        /// Datagrams received.
+        pub packets_in: u64,
+        /// Payload bytes received.
+        pub bytes_in: u64,
+        /// Datagrams echoed.
+        pub packets_out: u64,
+        /// Payload bytes echoed.
+        pub bytes_out: u64,
+        /// Receive calls that returned at least one datagram (`packets_in /
+        /// batches` is the average batch).
+        pub batches: u64,
+        /// Datagrams larger than `max_datagram` (dropped, not echoed).
+        pub truncated: u64,
+        /// Failed receives (other than "nothing waiting").
+        pub recv_errors: u64,
+        /// Echoes the kernel refused (or dropped on a full send buffer).
+        pub send_errors: u64,
+        /// Datagrams the kernel dropped because the receive buffer was full.
+        pub kernel_drops: u64,
+    }
+    computed { errors }
 }
 
 impl EchoStats {

@@ -109,33 +109,35 @@ struct TxCounters {
     send_errors: Counter,
 }
 
-/// A snapshot of an endpoint's counters.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct EndpointStats {
-    /// Datagrams received from the socket.
-    pub received: u64,
-    pub received_bytes: u64,
-    /// Datagrams handed to the sink.
-    pub delivered: u64,
-    /// Datagrams acknowledged with [`Endpoint::ack`].
-    pub acked: u64,
-    /// `delivered - acked` (0 if more was acknowledged than delivered).
-    pub in_flight: u64,
-    /// Datagrams dropped because `in_flight` was at `max_queue`.
-    pub dropped: u64,
-    /// Datagrams the sink could not deliver (e.g. the owner had exited).
-    pub undelivered: u64,
-    /// Datagrams larger than `max_datagram` (dropped).
-    pub truncated: u64,
-    pub recv_errors: u64,
-    /// Datagrams the kernel dropped because the receive buffer was full.
-    pub kernel_drops: u64,
-    /// Receive calls that returned at least one datagram.
-    pub batches: u64,
-    /// Datagrams sent with [`Endpoint::send_to`].
-    pub sent: u64,
-    pub sent_bytes: u64,
-    pub send_errors: u64,
+crate::named_fields! {
+    /// A snapshot of an endpoint's counters.
+    #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+    pub struct EndpointStats {
+        /// Datagrams received from the socket.
+        pub received: u64,
+        pub received_bytes: u64,
+        /// Datagrams handed to the sink.
+        pub delivered: u64,
+        /// Datagrams acknowledged with [`Endpoint::ack`].
+        pub acked: u64,
+        /// `delivered - acked` (0 if more was acknowledged than delivered).
+        pub in_flight: u64,
+        /// Datagrams dropped because `in_flight` was at `max_queue`.
+        pub dropped: u64,
+        /// Datagrams the sink could not deliver (e.g. the owner had exited).
+        pub undelivered: u64,
+        /// Datagrams larger than `max_datagram` (dropped).
+        pub truncated: u64,
+        pub recv_errors: u64,
+        /// Datagrams the kernel dropped because the receive buffer was full.
+        pub kernel_drops: u64,
+        /// Receive calls that returned at least one datagram.
+        pub batches: u64,
+        /// Datagrams sent with [`Endpoint::send_to`].
+        pub sent: u64,
+        pub sent_bytes: u64,
+        pub send_errors: u64,
+    }
 }
 
 /// Why a send failed.

@@ -47,43 +47,6 @@ fn close_now(res: &Obj<'_, BusResource>, env: Env<'_>) {
     }
 }
 
-fn bus_stats_map<'a>(env: Env<'a>, s: &MemberStats) -> NifResult<Term<'a>> {
-    map(
-        env,
-        &[
-            ("published", s.published.encode(env)),
-            ("commands", s.commands.encode(env)),
-            ("resent", s.resent.encode(env)),
-            ("send_errors", s.send_errors.encode(env)),
-            ("delivered", s.delivered.encode(env)),
-            ("datagrams", s.datagrams.encode(env)),
-            ("duplicates", s.duplicates.encode(env)),
-            ("gaps", s.gaps.encode(env)),
-            ("replay_requests", s.replay_requests.encode(env)),
-            ("malformed", s.malformed.encode(env)),
-            ("wrong_session", s.wrong_session.encode(env)),
-            ("dropped_ahead", s.dropped_ahead.encode(env)),
-            ("injected_losses", s.injected_losses.encode(env)),
-            ("oversized", s.oversized.encode(env)),
-            ("hellos", s.hellos.encode(env)),
-            ("next_seq", s.next_seq.encode(env)),
-            ("pending", s.pending.encode(env)),
-            ("epoch", s.epoch.encode(env)),
-            ("stale_epoch", s.stale_epoch.encode(env)),
-            ("forks", s.forks.encode(env)),
-            ("nacked", s.nacked.encode(env)),
-            ("renumbered", s.renumbered.encode(env)),
-            ("strangers", s.strangers.encode(env)),
-            ("conflicts", s.conflicts.encode(env)),
-            ("welcomes", s.welcomes.encode(env)),
-            ("commit", s.commit.encode(env)),
-            ("cwnd", s.cwnd.encode(env)),
-            ("rto_us", s.rto_us.encode(env)),
-            ("coalesced", s.coalesced.encode(env)),
-        ],
-    )
-}
-
 /// Builds `{:tachyon_bus, bus, seq, member_id, data}`.
 fn bus_msg<'a>(env: Env<'a>, bus: Term<'a>, seq: u64, id: u32, data: &[u8]) -> Term<'a> {
     let mut bin = NewBinary::new(env, data.len());
@@ -178,7 +141,7 @@ fn bus_open<'a>(env: Env<'a>, opts: Term<'a>, owner: LocalPid) -> NifResult<Term
     };
     let member = match Member::open(cfg) {
         Ok(m) => Arc::new(m),
-        Err(e) => return Ok(seq_error(env, &e)),
+        Err(e) => return Ok(error(env, e)),
     };
     let res = Handle::new(BusResource {
         member: member.clone(),
@@ -239,7 +202,7 @@ fn bus_open<'a>(env: Env<'a>, opts: Term<'a>, owner: LocalPid) -> NifResult<Term
             Ok(w) => res.worker.set(w),
             Err(e) => {
                 res.member.close();
-                return Ok((atoms::error(), crate::terms::errno_atom(env, &e)).encode(env));
+                return Ok(crate::terms::error(env, e));
             }
         }
     }
@@ -327,7 +290,7 @@ fn bus_select<'a>(env: Env<'a>, bus: Term<'a>) -> NifResult<Term<'a>> {
     let msg = (p.ready(), bus).encode(env);
     Ok(match p.select(env, &res, Some(res.member.poll_fd()), msg) {
         Ok(()) => atoms::ok().encode(env),
-        Err(reason) => (atoms::error(), reason).encode(env),
+        Err(e) => crate::terms::error(env, e),
     })
 }
 
@@ -352,7 +315,7 @@ fn bus_stats<'a>(env: Env<'a>, res: &BusResource) -> NifResult<Term<'a>> {
     if res.member.is_closed() {
         return Ok((atoms::error(), atoms::closed()).encode(env));
     }
-    let m = bus_stats_map(env, &res.member.stats())?
+    let m = crate::terms::fields_map(env, &res.member.stats())
         .map_put(atom(env, "acked"), res.credits.acked().encode(env))?
         .map_put(atom(env, "in_flight"), res.credits.in_flight().encode(env))?;
     Ok((atoms::ok(), m).encode(env))

@@ -25,8 +25,7 @@ use tachyon_core::credit::Credits;
 use tachyon_core::report::{Report, Reporter};
 use tachyon_core::seq::member::PublishError;
 use tachyon_core::seq::{
-    BusMode, Member, MemberConfig, MemberEvent, MemberStats, SeqError, Sequencer, SequencerConfig,
-    SequencerStats, TwoNodes,
+    BusMode, Member, MemberConfig, MemberEvent, Sequencer, SequencerConfig, TwoNodes,
 };
 use tachyon_core::wait::Waiter;
 use tachyon_core::worker::{self, Slot, Worker};
@@ -36,7 +35,7 @@ use crate::deliver::ProcessSender;
 use crate::dirty::{charge, reschedule};
 use crate::owner::Owner;
 use crate::res::{Handle, Obj};
-use crate::terms::{atom, get, map};
+use crate::terms::{atom, error, get, map};
 use crate::udp::Poller;
 use crate::udp::{decode_addr, decode_ip, decode_socket_opts, decode_wait, encode_addr};
 
@@ -56,10 +55,6 @@ mod seq_atoms {
         unicast,
         multicast,
     }
-}
-
-fn seq_error<'a>(env: Env<'a>, e: &SeqError) -> Term<'a> {
-    (atoms::error(), atom(env, &e.reason())).encode(env)
 }
 
 fn micros<'a>(env: Env<'a>, opts: Term<'a>, key: &str) -> NifResult<Duration> {

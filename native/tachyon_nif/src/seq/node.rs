@@ -54,49 +54,6 @@ fn seq_reporter(events: Arc<Mutex<Events>>) -> Reporter {
     Box::new(move |r: Report| events.lock().unwrap_or_else(|e| e.into_inner()).send(r))
 }
 
-fn seq_stats_map<'a>(env: Env<'a>, s: &SequencerStats) -> NifResult<Term<'a>> {
-    map(
-        env,
-        &[
-            ("messages", s.messages.encode(env)),
-            ("datagrams", s.datagrams.encode(env)),
-            ("heartbeats", s.heartbeats.encode(env)),
-            ("duplicates", s.duplicates.encode(env)),
-            ("held", s.held.encode(env)),
-            ("out_of_order", s.out_of_order.encode(env)),
-            ("nacks", s.nacks.encode(env)),
-            ("replays", s.replays.encode(env)),
-            ("replayed", s.replayed.encode(env)),
-            ("replays_dropped", s.replays_dropped.encode(env)),
-            ("malformed", s.malformed.encode(env)),
-            ("strangers", s.strangers.encode(env)),
-            ("wrong_session", s.wrong_session.encode(env)),
-            ("oversized", s.oversized.encode(env)),
-            ("send_errors", s.send_errors.encode(env)),
-            ("store_errors", s.store_errors.encode(env)),
-            ("members", s.members.encode(env)),
-            ("backpressure", s.backpressure.encode(env)),
-            ("not_primary", s.not_primary.encode(env)),
-            ("taken", s.taken.encode(env)),
-            ("elections", s.elections.encode(env)),
-            ("terms_led", s.terms_led.encode(env)),
-            ("stepped_down", s.stepped_down.encode(env)),
-            ("truncated", s.truncated.encode(env)),
-            ("copied", s.copied.encode(env)),
-            ("acks", s.acks.encode(env)),
-            ("next_seq", s.next_seq.encode(env)),
-            ("commit", s.commit.encode(env)),
-            ("epoch", s.epoch.encode(env)),
-            ("role", atom(env, s.role)),
-            (
-                "leader",
-                s.leader.map_or(atoms::nil().encode(env), |l| l.encode(env)),
-            ),
-            ("session", s.session.encode(env)),
-        ],
-    )
-}
-
 /// Starts a sequencer node. `opts`: ip, port, path, bus, wait, core, batch,
 /// max_datagram, batching, heartbeat_us, heartbeat_after_us, replay_max,
 /// segment_size, recbuf, sndbuf, reuseaddr, group (a list of `{ip, port}`,
@@ -139,7 +96,7 @@ fn seq_start<'a>(env: Env<'a>, opts: Term<'a>) -> NifResult<Term<'a>> {
     let rep = seq_reporter(events.clone());
     let s = match Sequencer::start_reporting(cfg, Some(rep)) {
         Ok(s) => s,
-        Err(e) => return Ok(seq_error(env, &e)),
+        Err(e) => return Ok(error(env, e)),
     };
     let p = s.placement();
     let st = s.stats();
@@ -202,6 +159,6 @@ fn seq_stats<'a>(env: Env<'a>, res: &SeqResource) -> NifResult<Term<'a>> {
     if !res.node.is_running() {
         return Ok((atoms::error(), atoms::closed()).encode(env));
     }
-    let m = seq_stats_map(env, &res.node.stats())?;
+    let m = crate::terms::fields_map(env, &res.node.stats());
     Ok((atoms::ok(), m).encode(env))
 }

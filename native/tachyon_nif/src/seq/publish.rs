@@ -7,10 +7,7 @@ use super::*;
 fn publish_result<'a>(env: Env<'a>, r: Result<u64, PublishError>) -> Term<'a> {
     match r {
         Ok(n) => (atoms::ok(), n).encode(env),
-        Err(PublishError::TooLarge) => (atoms::error(), atoms::too_large()).encode(env),
-        Err(PublishError::Busy) => (atoms::error(), atoms::busy()).encode(env),
-        Err(PublishError::Closed) => (atoms::error(), atoms::closed()).encode(env),
-        Err(PublishError::Taken) => (atoms::error(), atom(env, "member_id_taken")).encode(env),
+        Err(e) => crate::terms::error(env, e),
     }
 }
 

@@ -2,14 +2,12 @@
 
 use rustler::types::atom::Atom;
 use rustler::{Encoder, Env, NifResult, Term};
-use tachyon_core::udp::{EchoConfig, EchoServer, EchoStats};
+use tachyon_core::udp::{EchoConfig, EchoServer};
 
-use super::{
-    decode_addr, decode_socket_opts, decode_wait, encode_addr, encode_placement, error_term,
-};
+use super::{decode_addr, decode_socket_opts, decode_wait, encode_addr, encode_placement};
 use crate::atoms;
 use crate::res::Handle;
-use crate::terms::{get, map};
+use crate::terms::{error, get, map};
 
 /// An echo server (`echo_stats` never waits behind `echo_stop`).
 /// Collected, it stops its thread without waiting (`EchoServer`'s drop).
@@ -18,24 +16,6 @@ pub struct EchoResource {
 }
 
 crate::hot_resource!(EchoResource, c"EchoResource");
-
-fn echo_stats_map<'a>(env: Env<'a>, s: &EchoStats) -> NifResult<Term<'a>> {
-    map(
-        env,
-        &[
-            ("packets_in", s.packets_in.encode(env)),
-            ("bytes_in", s.bytes_in.encode(env)),
-            ("packets_out", s.packets_out.encode(env)),
-            ("bytes_out", s.bytes_out.encode(env)),
-            ("batches", s.batches.encode(env)),
-            ("truncated", s.truncated.encode(env)),
-            ("recv_errors", s.recv_errors.encode(env)),
-            ("send_errors", s.send_errors.encode(env)),
-            ("kernel_drops", s.kernel_drops.encode(env)),
-            ("errors", s.errors().encode(env)),
-        ],
-    )
-}
 
 /// Starts an echo server. `opts`: ip, port, wait, core, batch, max_datagram,
 /// recbuf, sndbuf, reuseaddr. Returns `{:ok, ref, info}` or `{:error, errno}`.
@@ -62,7 +42,7 @@ fn echo_start<'a>(env: Env<'a>, opts: Term<'a>) -> NifResult<Term<'a>> {
             let res = Handle::new(EchoResource { server });
             Ok((atoms::ok(), res, info).encode(env))
         }
-        Err(e) => Ok(error_term(env, &e)),
+        Err(e) => Ok(error(env, &e)),
     }
 }
 
@@ -76,5 +56,5 @@ fn echo_stop(res: &EchoResource) -> Atom {
 #[rustler::nif]
 fn echo_stats<'a>(env: Env<'a>, res: &EchoResource) -> NifResult<Term<'a>> {
     let s = res.server.stats();
-    echo_stats_map(env, &s)
+    Ok(crate::terms::fields_map(env, &s))
 }

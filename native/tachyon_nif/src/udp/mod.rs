@@ -22,8 +22,7 @@ use rustler::{Encoder, Env, Error, NifResult, Term};
 use tachyon_core::udp::{Placement, SocketOptions};
 use tachyon_core::wait::WaitStrategy;
 
-use crate::atoms;
-use crate::terms::{atom, errno_atom, get};
+use crate::terms::{atom, get};
 
 pub use echo::EchoResource;
 pub(crate) use poll::Poller;
@@ -41,10 +40,6 @@ mod udp_atoms {
 }
 
 // -- term helpers ----------------------------------------------------------------
-
-pub(crate) fn error_term<'a>(env: Env<'a>, e: &std::io::Error) -> Term<'a> {
-    (atoms::error(), errno_atom(env, e)).encode(env)
-}
 
 /// `{a, b, c, d}` or `{a, b, c, d, e, f, g, h}` to an address.
 pub(crate) fn decode_ip(term: Term) -> NifResult<IpAddr> {

@@ -32,9 +32,10 @@ use tachyon_core::udp::{Batch, Sink};
 use tachyon_core::wait::WaitStrategy;
 
 use super::socket::UdpResource;
-use super::{encode_addr, error_term, udp_atoms};
+use super::{encode_addr, udp_atoms};
 use crate::atoms;
 use crate::res::{HotResource, Obj};
+use crate::terms::error;
 
 /// Collects one batch into one binary: the bytes of every delivered
 /// datagram, copied once, and where each one is.
@@ -114,7 +115,7 @@ impl Received {
             Polled::Empty => udp_atoms::empty().encode(env),
             Polled::Sleep => udp_atoms::sleep().encode(env),
             Polled::Closed => (atoms::error(), atoms::closed()).encode(env),
-            Polled::Failed(e) => error_term(env, &e),
+            Polled::Failed(e) => error(env, &e),
         })
     }
 }
@@ -159,21 +160,17 @@ impl<B> Poller<B> {
     /// Asks the VM to send `msg` to the calling process once `fd` (the
     /// source's descriptor, `None` once closed) is readable (once), for the
     /// resource `res` (whose type has a `stop` callback that closes it).
-    /// `Err(:closed)` once closed, `Err(:eio)` if the VM refused.
+    /// `Err(Closed)` once closed, `Err(Refused)` if the VM refused (`:eio`).
     pub fn select<T: HotResource>(
         &self,
         env: Env<'_>,
         res: &Obj<'_, T>,
         fd: Option<RawFd>,
         msg: Term<'_>,
-    ) -> Result<(), Atom> {
-        let armed = self.state.select(fd, |fd| {
+    ) -> Result<(), SelectError> {
+        self.state.select(fd, |fd| {
             let me = env.pid();
             res.select_read(env, fd, &me, msg).then_some(me)
-        });
-        armed.map_err(|e| match e {
-            SelectError::Closed => atoms::closed(),
-            SelectError::Refused => atoms::eio(),
         })
     }
 
@@ -248,6 +245,6 @@ fn udp_select<'a>(env: Env<'a>, sock: Term<'a>) -> NifResult<Term<'a>> {
     let msg = (p.ready(), sock).encode(env);
     Ok(match p.select(env, &res, res.ep.raw_fd(), msg) {
         Ok(()) => atoms::ok().encode(env),
-        Err(reason) => (atoms::error(), reason).encode(env),
+        Err(e) => crate::terms::error(env, e),
     })
 }

@@ -6,18 +6,18 @@ use std::time::Duration;
 
 use rustler::types::atom::Atom;
 use rustler::{Binary, Encoder, Env, LocalPid, Monitor, NewBinary, NifResult, Term};
-use tachyon_core::udp::{Batch, Endpoint, EndpointConfig, EndpointStats, SendError, Sink};
+use tachyon_core::udp::{Batch, Endpoint, EndpointConfig, SendError, Sink};
 
 use super::poll::Poller;
 use super::{
     decode_addr, decode_ip, decode_port, decode_socket_opts, decode_wait, encode_addr,
-    encode_placement, error_term, udp_atoms,
+    encode_placement, udp_atoms,
 };
 use crate::atoms;
 use crate::deliver::ProcessSender;
 use crate::owner::{Owner, Transfer};
 use crate::res::{Handle, Obj};
-use crate::terms::{atom, get, map};
+use crate::terms::{atom, error, get, map};
 
 /// A `Tachyon.UDP` socket.
 pub struct UdpResource {
@@ -91,28 +91,6 @@ impl Sink for BeamSink {
     }
 }
 
-fn udp_stats_map<'a>(env: Env<'a>, s: &EndpointStats) -> NifResult<Term<'a>> {
-    map(
-        env,
-        &[
-            ("received", s.received.encode(env)),
-            ("received_bytes", s.received_bytes.encode(env)),
-            ("delivered", s.delivered.encode(env)),
-            ("acked", s.acked.encode(env)),
-            ("in_flight", s.in_flight.encode(env)),
-            ("dropped", s.dropped.encode(env)),
-            ("undelivered", s.undelivered.encode(env)),
-            ("truncated", s.truncated.encode(env)),
-            ("recv_errors", s.recv_errors.encode(env)),
-            ("kernel_drops", s.kernel_drops.encode(env)),
-            ("batches", s.batches.encode(env)),
-            ("sent", s.sent.encode(env)),
-            ("sent_bytes", s.sent_bytes.encode(env)),
-            ("send_errors", s.send_errors.encode(env)),
-        ],
-    )
-}
-
 /// Opens a socket owned by `owner`. `opts`: ip, port, mode (`:thread` or
 /// `:poll`), wait, spin (µs, poll mode), core, batch, max_datagram,
 /// max_queue, recbuf, sndbuf, reuseaddr. Returns `{:ok, socket, info}` or `{:error, errno}`.
@@ -142,7 +120,7 @@ fn udp_open<'a>(env: Env<'a>, opts: Term<'a>, owner: LocalPid) -> NifResult<Term
     };
     let ep = match Endpoint::bind(cfg) {
         Ok(ep) => ep,
-        Err(e) => return Ok(error_term(env, &e)),
+        Err(e) => return Ok(error(env, &e)),
     };
     let res = Handle::new(UdpResource {
         ep,
@@ -170,7 +148,7 @@ fn udp_open<'a>(env: Env<'a>, opts: Term<'a>, owner: LocalPid) -> NifResult<Term
         };
         if let Err(e) = res.ep.start(sink) {
             res.ep.close();
-            return Ok(error_term(env, &e));
+            return Ok(error(env, &e));
         }
     }
     let (recbuf, sndbuf) = res.ep.buffer_sizes().unwrap_or((0, 0));
@@ -234,8 +212,7 @@ fn udp_connect<'a>(
 fn sent_term(env: Env<'_>, r: Result<(), SendError>) -> Term<'_> {
     match r {
         Ok(()) => atoms::ok().encode(env),
-        Err(SendError::Closed) => (atoms::error(), atoms::closed()).encode(env),
-        Err(SendError::Io(e)) => error_term(env, &e),
+        Err(e) => error(env, e),
     }
 }
 
@@ -277,7 +254,7 @@ fn udp_stats<'a>(env: Env<'a>, res: &UdpResource) -> NifResult<Term<'a>> {
     if res.ep.is_closed() {
         return Ok((atoms::error(), atoms::closed()).encode(env));
     }
-    let stats = udp_stats_map(env, &res.ep.stats())?;
+    let stats = crate::terms::fields_map(env, &res.ep.stats());
     Ok((atoms::ok(), stats).encode(env))
 }
 

@@ -2,54 +2,56 @@
 
 use super::Sequencer;
 
-/// A snapshot of a node's counters and state.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct SequencerStats {
-    /// Messages sequenced (appended and sent) since start.
-    pub messages: u64,
-    /// Bus data datagrams sent (live, not replays).
-    pub datagrams: u64,
-    pub heartbeats: u64,
-    /// Commands dropped as already sequenced.
-    pub duplicates: u64,
-    /// Commands held until an earlier one of their member arrived.
-    pub held: u64,
-    /// Commands dropped: too far ahead of their member's next.
-    pub out_of_order: u64,
-    pub nacks: u64,
-    pub replays: u64,
-    /// Entries sent by the replayer.
-    pub replayed: u64,
-    pub replays_dropped: u64,
-    pub malformed: u64,
-    pub strangers: u64,
-    pub wrong_session: u64,
-    pub oversized: u64,
-    pub send_errors: u64,
-    pub store_errors: u64,
-    /// Members (and other nodes) in the unicast fan-out.
-    pub members: u64,
-    pub backpressure: u64,
-    pub not_primary: u64,
-    pub taken: u64,
-    pub elections: u64,
-    pub terms_led: u64,
-    pub stepped_down: u64,
-    /// Entries removed by truncations.
-    pub truncated: u64,
-    /// Entries copied from primaries.
-    pub copied: u64,
-    pub acks: u64,
-    /// The next sequence number (the log's end).
-    pub next_seq: u64,
-    pub commit: u64,
-    /// The current term (epoch).
-    pub epoch: u64,
-    /// `"primary"`, `"follower"`, `"pre_candidate"`, `"candidate"`.
-    pub role: &'static str,
-    /// The primary's node id, if known.
-    pub leader: Option<u64>,
-    pub session: u64,
+crate::named_fields! {
+    /// A snapshot of a node's counters and state.
+    #[derive(Debug, Clone, Default, PartialEq, Eq)]
+    pub struct SequencerStats {
+        /// Messages sequenced (appended and sent) since start.
+        pub messages: u64,
+        /// Bus data datagrams sent (live, not replays).
+        pub datagrams: u64,
+        pub heartbeats: u64,
+        /// Commands dropped as already sequenced.
+        pub duplicates: u64,
+        /// Commands held until an earlier one of their member arrived.
+        pub held: u64,
+        /// Commands dropped: too far ahead of their member's next.
+        pub out_of_order: u64,
+        pub nacks: u64,
+        pub replays: u64,
+        /// Entries sent by the replayer.
+        pub replayed: u64,
+        pub replays_dropped: u64,
+        pub malformed: u64,
+        pub strangers: u64,
+        pub wrong_session: u64,
+        pub oversized: u64,
+        pub send_errors: u64,
+        pub store_errors: u64,
+        /// Members (and other nodes) in the unicast fan-out.
+        pub members: u64,
+        pub backpressure: u64,
+        pub not_primary: u64,
+        pub taken: u64,
+        pub elections: u64,
+        pub terms_led: u64,
+        pub stepped_down: u64,
+        /// Entries removed by truncations.
+        pub truncated: u64,
+        /// Entries copied from primaries.
+        pub copied: u64,
+        pub acks: u64,
+        /// The next sequence number (the log's end).
+        pub next_seq: u64,
+        pub commit: u64,
+        /// The current term (epoch).
+        pub epoch: u64,
+        /// `"primary"`, `"follower"`, `"pre_candidate"`, `"candidate"`.
+        pub role: &'static str,
+        /// The primary's node id, if known.
+        pub leader: Option<u64>,
+        pub session: u64,
+    }
 }
 
 impl Sequencer {

@@ -167,60 +167,62 @@ pub struct RxCounters {
     pub commit: Counter,
 }
 
-/// A snapshot of a member's counters.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct MemberStats {
-    /// Messages published (not fragments).
-    pub published: u64,
-    /// Command datagrams sent, resends aside.
-    pub commands: u64,
-    /// Commands resent (not seen on the bus in time).
-    pub resent: u64,
-    pub send_errors: u64,
-    /// Messages delivered.
-    pub delivered: u64,
-    /// Bus datagrams received.
-    pub datagrams: u64,
-    /// Messages received again (already delivered).
-    pub duplicates: u64,
-    /// Gaps found (a jump in sequence numbers or a heartbeat ahead).
-    pub gaps: u64,
-    /// Replay requests sent (gap fills and rewind chunks).
-    pub replay_requests: u64,
-    pub malformed: u64,
-    pub wrong_session: u64,
-    /// Messages too far ahead to keep during a gap (asked for again later).
-    pub dropped_ahead: u64,
-    /// Datagrams dropped by the `loss` option.
-    pub injected_losses: u64,
-    /// Reassembled messages over `max_message_size`, dropped.
-    pub oversized: u64,
-    pub hellos: u64,
-    /// The next sequence number to deliver.
-    pub next_seq: u64,
-    /// Commands waiting to be seen on the bus.
-    pub pending: u64,
-    /// The epoch of the sequencer followed.
-    pub epoch: u64,
-    /// Datagrams of a lower epoch (term: a deposed primary), dropped.
-    pub stale_epoch: u64,
-    /// Forks met: a new primary whose log does not hold messages this
-    /// member delivered, or lacks commands of this member it had seen
-    /// sequenced.
-    pub forks: u64,
-    /// Resends asked for by the primary's nacks.
-    pub nacked: u64,
-    pub renumbered: u64,
-    pub strangers: u64,
-    pub conflicts: u64,
-    pub welcomes: u64,
-    /// The commit position (messages below it may be delivered).
-    pub commit: u64,
-    /// The congestion window: command datagrams in flight at most.
-    pub cwnd: u64,
-    /// The retransmission timeout from the measured round trip (before
-    /// backoff), in microseconds.
-    pub rto_us: u64,
-    /// Messages that joined a command datagram waiting for the window.
-    pub coalesced: u64,
+crate::named_fields! {
+    /// A snapshot of a member's counters.
+    #[derive(Debug, Clone, Default, PartialEq, Eq)]
+    pub struct MemberStats {
+        /// Messages published (not fragments).
+        pub published: u64,
+        /// Command datagrams sent, resends aside.
+        pub commands: u64,
+        /// Commands resent (not seen on the bus in time).
+        pub resent: u64,
+        pub send_errors: u64,
+        /// Messages delivered.
+        pub delivered: u64,
+        /// Bus datagrams received.
+        pub datagrams: u64,
+        /// Messages received again (already delivered).
+        pub duplicates: u64,
+        /// Gaps found (a jump in sequence numbers or a heartbeat ahead).
+        pub gaps: u64,
+        /// Replay requests sent (gap fills and rewind chunks).
+        pub replay_requests: u64,
+        pub malformed: u64,
+        pub wrong_session: u64,
+        /// Messages too far ahead to keep during a gap (asked for again later).
+        pub dropped_ahead: u64,
+        /// Datagrams dropped by the `loss` option.
+        pub injected_losses: u64,
+        /// Reassembled messages over `max_message_size`, dropped.
+        pub oversized: u64,
+        pub hellos: u64,
+        /// The next sequence number to deliver.
+        pub next_seq: u64,
+        /// Commands waiting to be seen on the bus.
+        pub pending: u64,
+        /// The epoch of the sequencer followed.
+        pub epoch: u64,
+        /// Datagrams of a lower epoch (term: a deposed primary), dropped.
+        pub stale_epoch: u64,
+        /// Forks met: a new primary whose log does not hold messages this
+        /// member delivered, or lacks commands of this member it had seen
+        /// sequenced.
+        pub forks: u64,
+        /// Resends asked for by the primary's nacks.
+        pub nacked: u64,
+        pub renumbered: u64,
+        pub strangers: u64,
+        pub conflicts: u64,
+        pub welcomes: u64,
+        /// The commit position (messages below it may be delivered).
+        pub commit: u64,
+        /// The congestion window: command datagrams in flight at most.
+        pub cwnd: u64,
+        /// The retransmission timeout from the measured round trip (before
+        /// backoff), in microseconds.
+        pub rto_us: u64,
+        /// Messages that joined a command datagram waiting for the window.
+        pub coalesced: u64,
+    }
 }
