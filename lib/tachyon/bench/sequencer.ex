@@ -8,6 +8,9 @@ defmodule Tachyon.Bench.Sequencer do
   # Cases:
   #   machine.hiccup                    the machine's own tail (--hiccup-ms)
   #   tachyon.echo                      Rust ping thread -> Tachyon.Echo (the seed's 1.5x reference)
+  #   raw.relay.roundtrip, raw.relay.throughput, raw.relay.throughput.batched
+  #                                     the floors: the same sockets, sizes and system calls,
+  #                                     no sequencing, no log (Tachyon.Bench.Sequencer.Floors)
   #   tachyon.sequencer.roundtrip       an Elixir process (member in :poll mode) publishes
   #                                     --size bytes and waits for its own message
   #   tachyon.sequencer.roundtrip.loss  the same, 1% of bus datagrams dropped on the member's side
@@ -40,11 +43,12 @@ defmodule Tachyon.Bench.Sequencer do
   alias Tachyon.{Bench, Bus}
   alias Tachyon.Bench.Echo.Peers
   alias Tachyon.Bench.Report
+  alias Tachyon.Bench.Sequencer.Floors
   alias Tachyon.Sequencer.OSProcess
 
   @defaults [messages: 100_000, warmup: 20_000, size: 256, hiccup_ms: 1000]
   @quick [messages: 5_000, warmup: 1_000, hiccup_ms: 200]
-  @all ~w(machine.hiccup tachyon.echo tachyon.sequencer.roundtrip.native tachyon.sequencer.roundtrip tachyon.sequencer.roundtrip.loss beam.dist.roundtrip tachyon.sequencer.throughput tachyon.sequencer.throughput.batched tachyon.sequencer.throughput.native tachyon.sequencer.throughput.batched.native)
+  @all ~w(machine.hiccup tachyon.echo raw.relay.roundtrip tachyon.sequencer.roundtrip.native tachyon.sequencer.roundtrip tachyon.sequencer.roundtrip.loss beam.dist.roundtrip raw.relay.throughput raw.relay.throughput.batched tachyon.sequencer.throughput tachyon.sequencer.throughput.batched tachyon.sequencer.throughput.native tachyon.sequencer.throughput.batched.native)
   # The cases that also run against a group (--group N), in this order.
   @kinds ~w(roundtrip.native roundtrip roundtrip.loss throughput throughput.batched throughput.native throughput.batched.native)
 
@@ -110,7 +114,7 @@ defmodule Tachyon.Bench.Sequencer do
     paired =
       Enum.flat_map(@kinds, &["tachyon.sequencer.#{&1}", "tachyon.sequencer.group#{n}.#{&1}"])
 
-    ["machine.hiccup", "tachyon.echo"] ++ paired ++ ["beam.dist.roundtrip"]
+    ["machine.hiccup", "tachyon.echo"] ++ Floors.names() ++ paired ++ ["beam.dist.roundtrip"]
   end
 
   defp run_cases(opts, all, wanted, cfg) do
@@ -138,6 +142,7 @@ defmodule Tachyon.Bench.Sequencer do
     rates = for c <- cases, c[:rate], do: {c.name, c.rate}
     Report.print_table(cases, "tachyon.echo")
     for {name, r} <- rates, do: IO.puts("#{name}: #{Report.delimit(round(r))} msg/s")
+    Floors.print_ratios(cases)
     if opts[:group], do: compare_group(cases, opts[:group], cfg.wait)
     targets(cases, opts[:group])
 
@@ -162,6 +167,7 @@ defmodule Tachyon.Bench.Sequencer do
   end
 
   defp run_case("beam.dist.roundtrip" = name, dir, cfg), do: dist_case(name, dir, cfg)
+  defp run_case("raw.relay." <> _ = name, _dir, cfg), do: Floors.run_case(name, cfg)
 
   defp run_case("tachyon.sequencer." <> rest = name, dir, cfg) do
     {topo, kind} =
@@ -499,6 +505,8 @@ defmodule Tachyon.Bench.Sequencer do
             &(&1 >= floor),
             " msg/s"
           )
+
+    Floors.targets(cases)
   end
 
   # Each case of @kinds that ran both ways, side by side: p50, p99 and

@@ -203,6 +203,39 @@ fn udp_ping<'a>(env: Env<'a>, opts: Term<'a>) -> NifResult<Term<'a>> {
     Ok((atoms::ok(), HistResource::wrap(out.hist), info).encode(env))
 }
 
+/// A throughput floor of the sequencer bench
+/// (`tachyon_core::bench::relay::throughput`) against the relay at
+/// `ip:port`, on a dirty scheduler. `opts`: ip, port, count, size, per,
+/// window, buffers. Returns `{:ok, %{messages, datagrams, lost,
+/// elapsed_ns}}` or `{:error, reason}`.
+#[rustler::nif(schedule = "DirtyIo")]
+fn bench_relay_throughput<'a>(env: Env<'a>, opts: Term<'a>) -> NifResult<Term<'a>> {
+    let target = decode_addr(env, opts)?;
+    let n = |k: &str| get::<u64>(env, opts, k);
+    let out = tachyon_core::bench::relay::throughput(
+        target,
+        n("count")?,
+        n("size")? as usize,
+        n("per")? as usize,
+        n("window")?,
+        n("buffers")? as usize,
+    );
+    Ok(match out {
+        Ok(t) => (atoms::ok(), crate::terms::fields_map(env, &t)).encode(env),
+        Err(e) => error(env, e),
+    })
+}
+
+/// The size of a bus datagram of `per` messages of `size` bytes (what the
+/// relay floors send).
+#[rustler::nif]
+fn bench_bus_datagram_size(size: u64, per: u64) -> u64 {
+    tachyon_core::bench::relay::bus_datagram_size(
+        size.min(u32::MAX as u64) as usize,
+        per.min(u32::MAX as u64) as usize,
+    ) as u64
+}
+
 /// The sequencer bench's native member (`tachyon_core::bench::seq`), on a
 /// dirty scheduler. `kind`: `:roundtrip` returns `{:ok, hist}`;
 /// `:throughput` returns `{:ok, elapsed_ns}` for `count` messages, `per`

@@ -12,12 +12,15 @@
 //! * [`hiccup`]: the machine's own hiccups (a loop that only reads the clock).
 //! * [`ping`]: the ping client of the UDP round-trip benchmark (against
 //!   [`crate::udp::EchoServer`] or any echo peer).
+//! * [`relay`]: the floors of the sequencer bench's throughput cases (a
+//!   client pipelining bus-sized datagrams through a relay thread).
 //! * [`seq`]: the native member of the sequencer bench (round trip and
 //!   throughput floors).
 
 pub mod async_store;
 pub mod hiccup;
 pub mod ping;
+pub mod relay;
 pub mod seq;
 pub mod store;
 

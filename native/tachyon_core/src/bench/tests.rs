@@ -83,3 +83,32 @@ fn async_loop_drains_before_the_ring_fills() {
     a.close().unwrap();
     fs::remove_dir_all(&d).unwrap();
 }
+
+#[test]
+fn relay_floors_return_every_message_one_or_many_per_datagram() {
+    use crate::bench::relay::{bus_datagram_size, throughput};
+    use crate::udp::{EchoConfig, EchoServer, SocketOptions};
+    let mut cfg = EchoConfig::new("127.0.0.1:0".parse().unwrap());
+    cfg.wait = WaitStrategy::Backoff;
+    cfg.max_datagram = 65_507;
+    cfg.socket = SocketOptions {
+        recbuf: Some(4 << 20),
+        sndbuf: Some(4 << 20),
+        ..SocketOptions::default()
+    };
+    let relay = EchoServer::start(cfg).unwrap();
+    assert_eq!(bus_datagram_size(256, 1), 36 + 16 + 256);
+    for (per, window) in [(1usize, 64u64), (64, 4)] {
+        let t = throughput(relay.local_addr(), 6_400, 256, per, window, 4 << 20).unwrap();
+        // Loopback with room in the buffers: nothing is lost.
+        assert_eq!((t.messages, t.lost), (6_400, 0), "per {per}");
+        assert_eq!(t.datagrams, 6_400 / per as u64);
+        assert!(t.elapsed_ns > 0);
+    }
+    let s = relay.stats();
+    assert_eq!(s.packets_in, 6_400 + 100);
+    relay.stop();
+    // A datagram over the UDP limit is refused, not sent.
+    let e = throughput("127.0.0.1:9".parse().unwrap(), 10, 60_000, 2, 1, 1 << 20).unwrap_err();
+    assert_eq!(e.kind(), std::io::ErrorKind::InvalidInput);
+}
