@@ -84,7 +84,9 @@ defmodule Tachyon.Sequencer do
   `:messages`, `:datagrams` (bus data datagrams), `:heartbeats`,
   `:duplicates` (commands already sequenced), `:held` (commands ahead of a
   member's next `member_seq`, held until the gap is filled), `:nacks`,
-  `:out_of_order`, `:replays`, `:replayed`, `:replays_dropped`,
+  `:out_of_order`, `:replays`, `:replayed`, `:replayed_inline` (of
+  `:replayed`, the small gap fills the sequencing thread answered itself),
+  `:replays_dropped`,
   `:malformed`, `:strangers`, `:wrong_session`, `:oversized`,
   `:send_errors`, `:store_errors`, `:members` (unicast fan-out),
   `:backpressure`, `:not_primary`, `:taken`, `:elections`, `:terms_led`,

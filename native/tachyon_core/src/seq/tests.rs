@@ -151,6 +151,40 @@ fn losses_are_filled_and_fragments_reassembled() {
 }
 
 #[test]
+fn small_gap_fills_are_answered_by_the_sequencing_thread_rewinds_by_the_replayer() {
+    let dir = tmp("inline-replay");
+    let s = sequencer(&dir, 0);
+    let mut cfg = MemberConfig::new(s.local_addr(), 7);
+    cfg.loss = 0.2;
+    let lossy = Member::open(cfg).unwrap();
+    // Ping-pong: one message in flight, each one waited for; a lost bus
+    // datagram is a gap of one entry.
+    let mut got = Got::new();
+    for i in 0..300 {
+        lossy.publish(format!("p{i}").as_bytes()).unwrap();
+        collect(&lossy, i + 1, &mut got);
+        assert_eq!(got.len(), i + 1, "round trip {i} completed");
+    }
+    let data: Vec<Vec<u8>> = got.iter().map(|g| g.2.clone()).collect();
+    let want: Vec<Vec<u8>> = (0..300).map(|i| format!("p{i}").into_bytes()).collect();
+    assert_eq!(data, want);
+    let st = s.stats();
+    assert!(lossy.stats().injected_losses > 0, "{:?}", lossy.stats());
+    assert!(st.replayed_inline > 0, "{st:?}");
+    assert_eq!(st.replayed, st.replayed_inline, "only small replays so far");
+    // A member that rewinds from 0 asks for more than a small replay: the
+    // replayer thread answers it.
+    let late = member(&s, 8, Some(0));
+    let mut all = Got::new();
+    collect(&late, 300, &mut all);
+    assert_eq!(all.len(), 300);
+    let st = s.stats();
+    assert!(st.replayed > st.replayed_inline, "{st:?}");
+    s.stop();
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
 fn restart_continues_numbering_and_sequences_resent_commands_once() {
     let dir = tmp("restart");
     let s = sequencer(&dir, 0);

@@ -40,6 +40,9 @@ pub use stats::SequencerStats;
 struct Shared {
     session: Counter,
     replayed: Counter,
+    /// Entries replayed by the sequencing thread itself (small replays,
+    /// see `threads::INLINE_REPLAY`): its own counter, one writer each.
+    replayed_inline: Counter,
     replays_dropped: Counter,
     malformed: Counter,
     witness: AtomicU64,
@@ -89,6 +92,7 @@ impl Sequencer {
         let ncfg = cfg.node(local);
         let (id, group) = (ncfg.id, ncfg.group.clone());
         let store = log.shared();
+        let inline_store = store.clone();
         let node = Node::new(ncfg, log, clock::now()).map_err(|_| SeqError::BadLog)?;
         let counters = node.counters().clone();
         let recovered = node.members() as u64;
@@ -96,6 +100,7 @@ impl Sequencer {
         let shared = Arc::new(Shared {
             session: Counter::default(),
             replayed: Counter::default(),
+            replayed_inline: Counter::default(),
             replays_dropped: Counter::default(),
             malformed: Counter::default(),
             witness: AtomicU64::new(u64::MAX),
@@ -116,6 +121,10 @@ impl Sequencer {
             let mut b = sock.batches_with(batch, slot);
             let mut report = report;
             let mut node = node;
+            let replays = threads::Replays {
+                store: &inline_store,
+                wake: &|| wake.wake(),
+            };
             threads::run(
                 ctx,
                 &mut node,
@@ -123,7 +132,7 @@ impl Sequencer {
                 &mut b,
                 wait,
                 &sh,
-                &|| wake.wake(),
+                &replays,
                 &mut report,
             );
             // The socket and the log close before the thread ends: a stop

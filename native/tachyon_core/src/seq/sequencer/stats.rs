@@ -19,8 +19,11 @@ crate::named_fields! {
         pub out_of_order: u64,
         pub nacks: u64,
         pub replays: u64,
-        /// Entries sent by the replayer.
+        /// Entries replayed (by the replayer thread, or inline: below).
         pub replayed: u64,
+        /// Of `replayed`, entries the sequencing thread replayed itself
+        /// (small gap fills), without waking the replayer.
+        pub replayed_inline: u64,
         pub replays_dropped: u64,
         pub malformed: u64,
         pub strangers: u64,
@@ -72,7 +75,8 @@ impl Sequencer {
             out_of_order: c.out_of_order.get(),
             nacks: c.nacks.get(),
             replays: c.replays.get(),
-            replayed: self.shared.replayed.get(),
+            replayed: self.shared.replayed.get() + self.shared.replayed_inline.get(),
+            replayed_inline: self.shared.replayed_inline.get(),
             replays_dropped: self.shared.replays_dropped.get(),
             malformed: c.malformed.get() + self.shared.malformed.get(),
             strangers: c.strangers.get(),
