@@ -267,7 +267,9 @@ defmodule Tachyon.Bus do
   `:replay_requests`, `:malformed`, `:wrong_session`, `:dropped_ahead`,
   `:injected_losses`, `:oversized`, `:hellos`, `:next_seq`, `:pending`,
   `:send_errors`, `:epoch`, `:stale_epoch`, `:forks`, `:nacked` (commands
-  the primary asked for again), `:renumbered` (commands published again
+  the primary asked for again), `:probes` (tail-loss probes: the last
+  command in flight sent again after two smoothed round trips without
+  news, RFC 8985; also in `:resent`), `:renumbered` (commands published again
   after a new primary lacked them), `:strangers` (datagrams from outside
   the group), `:conflicts`, `:welcomes`, `:commit` (the commit index last
   heard), `:cwnd` (the congestion window: command datagrams in flight at

@@ -380,6 +380,7 @@ impl Member {
             stale_epoch: r.stale_epoch.get(),
             forks: r.forks.get(),
             nacked: t.nacked.get(),
+            probes: t.probes.get(),
             renumbered: t.renumbered.get(),
             strangers: r.strangers.get(),
             conflicts: r.conflicts.get(),

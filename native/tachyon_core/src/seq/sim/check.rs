@@ -89,6 +89,10 @@ pub struct Checker {
     members: HashMap<u32, MemberView>,
     /// Per sender, counters whose publish was accepted.
     accepted: HashMap<u32, Vec<u64>>,
+    /// When each (sender, counter) was accepted.
+    accepted_at: HashMap<(u32, u64), Nanos>,
+    /// Publish-to-delivery times, every member's deliveries.
+    pub latencies: Vec<Nanos>,
     /// term -> the address that sent its bus.
     primaries: HashMap<u64, SocketAddr>,
     pub checks: u64,
@@ -115,8 +119,9 @@ impl Checker {
         }
     }
 
-    pub fn accepted(&mut self, sender: u32, counter: u64) {
+    pub fn accepted(&mut self, at: Nanos, sender: u32, counter: u64) {
         self.accepted.entry(sender).or_default().push(counter);
+        self.accepted_at.insert((sender, counter), at);
     }
 
     pub fn delivered(&mut self, at: Nanos, member: u32, seq: u64, from: u32, data: &[u8]) {
@@ -152,6 +157,9 @@ impl Checker {
         }
         v.last_seq = seq;
         if let Some((sender, counter)) = decode(data) {
+            if let Some(t) = self.accepted_at.get(&(sender, counter)) {
+                self.latencies.push(at.saturating_sub(*t));
+            }
             if sender != from {
                 bad = Some(format!("seq {seq}: payload of {sender} from member {from}"));
             }

@@ -117,6 +117,9 @@ pub struct Report {
     /// From the heal to the last member's last delivery.
     pub converge_after_heal: Option<Nanos>,
     pub net: NetStats,
+    /// Publish-to-delivery time over every member's deliveries: p50, p99,
+    /// p99.9, max (`None`: nothing delivered).
+    pub latency: Option<[Nanos; 4]>,
     /// The members' command datagrams sent, and resent.
     pub commands: u64,
     pub resent: u64,
@@ -167,6 +170,16 @@ struct Sim<'a> {
     faults: BTreeMap<&'static str, u64>,
     steps: u64,
     dumped: Nanos,
+}
+
+/// p50, p99, p99.9 and max of `v` (sorted in place).
+fn percentiles(v: &mut [Nanos]) -> Option<[Nanos; 4]> {
+    if v.is_empty() {
+        return None;
+    }
+    v.sort_unstable();
+    let at = |q: f64| v[((v.len() - 1) as f64 * q) as usize];
+    Some([at(0.5), at(0.99), at(0.999), v[v.len() - 1]])
 }
 
 /// Runs one simulation.
@@ -404,6 +417,7 @@ impl Sim<'_> {
             takeovers: self.check.takeovers,
             forks_reported: self.check.forks_reported,
             converge_after_heal: converge,
+            latency: percentiles(&mut self.check.latencies),
             net: self.net.stats.clone(),
             commands,
             resent,
@@ -463,7 +477,8 @@ impl Sim<'_> {
                     self.check.delivered(self.now, m, seq, member_id, &data);
                 }
                 Event::Accepted { counter } => {
-                    self.check.accepted(self.procs[i].member_id, counter);
+                    self.check
+                        .accepted(self.now, self.procs[i].member_id, counter);
                 }
                 Event::Leader { term } => self.took_over(i, term),
                 Event::Trace(s) => self.trace(|| s),

@@ -123,6 +123,8 @@ pub struct TxCounters {
     pub resent: Counter,
     /// Resends asked for by a nack.
     pub nacked: Counter,
+    /// Tail-loss probes sent (RFC 8985; also counted in `resent`).
+    pub probes: Counter,
     /// Pending commands renumbered after a fork.
     pub renumbered: Counter,
     pub send_errors: Counter,
@@ -211,6 +213,8 @@ crate::named_fields! {
         pub forks: u64,
         /// Resends asked for by the primary's nacks.
         pub nacked: u64,
+        /// Tail-loss probes sent (RFC 8985; also in `resent`).
+        pub probes: u64,
         pub renumbered: u64,
         pub strangers: u64,
         pub conflicts: u64,

@@ -39,7 +39,10 @@ use crate::seq::wire::{self, CmdKind, CONT, MORE};
 const NACK_GUARD: Nanos = 200_000;
 /// Datagram buffers kept for reuse.
 const POOL: usize = 64;
-/// A tick never asks to be called again sooner than this.
+/// A tick never asks to be called again sooner than this; nor does a
+/// tail-loss probe wait less (RFC 8985's PTO is 2 SRTT plus the peer's
+/// acknowledgement delay: a primary acknowledges at once, but its thread
+/// may be scheduled out for tens of microseconds on a loaded machine).
 const MIN_TICK: Nanos = 100_000;
 
 struct Pending {
@@ -85,6 +88,8 @@ pub struct Tx {
     heard: u64,
     rtt: Rtt,
     win: Window,
+    /// A tail-loss probe went out since the last acknowledgement.
+    probed: bool,
     c: Arc<CachePadded<TxCounters>>,
 }
 
@@ -117,6 +122,7 @@ impl Tx {
             heard: 0,
             rtt,
             win,
+            probed: false,
             c,
         }
     }
@@ -363,6 +369,7 @@ impl Tx {
         self.heard = member_seq;
         let n = self.pending.partition_point(|p| p.last_seq <= member_seq);
         if n > self.heard_n {
+            self.probed = false;
             let sent = self.sent_n;
             let newly = self.pending.range(self.heard_n..n);
             // Karn's rule: no sample if any of them was sent again (the
@@ -503,18 +510,51 @@ impl Tx {
         Some(p.sent.saturating_add(self.rtt.timeout(p.attempts)))
     }
 
-    /// Sends what the window lets, and resends the oldest command in
-    /// flight once its timer expires (each waits the retransmission
-    /// timeout, doubled per expiry); returns when to look again at the
-    /// latest (`None`: nothing in flight).
+    /// A tail-loss probe (RFC 8985 (7)): when the commands in flight have
+    /// not been heard of for a probe timeout (PTO = 2 SRTT, at least
+    /// [`MIN_TICK`]) after the last send, the last one goes again, once
+    /// per flight: a lost command at the tail (a ping-pong, the last of a
+    /// burst) has no later command to reveal its loss by a nack, and would
+    /// otherwise wait for the retransmission timer (`resend_after`, 20 ms
+    /// by default). A probe is no timeout: no backoff, no window change
+    /// (it is counted in `resent` and `probes`). Returns when it is due.
+    fn probe(&mut self, now: Nanos, sink: &mut dyn Sink) -> Option<Nanos> {
+        if self.probed || self.sent_n <= self.heard_n {
+            return None;
+        }
+        let srtt = self.rtt.srtt()?;
+        let pto = srtt.saturating_mul(2).max(MIN_TICK);
+        let i = self.sent_n - 1;
+        let due = self.pending[i].sent.saturating_add(pto);
+        if due > now {
+            return Some(due);
+        }
+        self.probed = true;
+        self.resend(i, now, false, sink);
+        self.c.probes.bump(1);
+        None
+    }
+
+    /// Sends what the window lets, resends the oldest command in flight
+    /// once its timer expires (each waits the retransmission timeout,
+    /// doubled per expiry) and probes the tail ([`Tx::probe`]); returns
+    /// when to look again at the latest (`None`: nothing in flight).
     pub fn tick(&mut self, now: Nanos, sink: &mut dyn Sink) -> Option<Nanos> {
         self.c.looked.set(now);
         if self.held {
             return None;
         }
         self.flush(now, sink);
-        self.retransmit(now, false, sink)
-            .map(|d| d.max(now + MIN_TICK))
+        // The probe first: its send re-arms the timer of the command it
+        // resends (RFC 8985 (7.3)), so a timer never resends it again at
+        // once.
+        let probe = self.probe(now, sink);
+        let timer = self.retransmit(now, false, sink);
+        match (timer, probe) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+        .map(|d| d.max(now + MIN_TICK))
     }
 
     /// No more publishes; the member id is free again (a unicast member is

@@ -184,9 +184,11 @@ fn a_fresh_sample_resets_the_backoff() {
     publish(&mut tx, 40 * MS, 1, &mut out);
     assert_eq!(tx.tick(40 * MS, &mut out), Some(80 * MS));
     tx.heard(41 * MS, 2, &mut out);
-    // Sampled (1 ms): back to the floor.
+    // Sampled (1 ms): back to the floor. (The tail-loss probe comes
+    // first, at 2 SRTT; the timer then runs from the probe's send.)
     publish(&mut tx, 50 * MS, 1, &mut out);
-    assert_eq!(tx.tick(50 * MS, &mut out), Some(60 * MS));
+    assert_eq!(tx.tick(50 * MS, &mut out), Some(52 * MS));
+    assert_eq!(tx.tick(52 * MS, &mut out), Some(62 * MS));
 }
 
 #[test]
@@ -310,4 +312,40 @@ fn a_member_nobody_drives_sends_every_publish_at_once() {
     publish(&mut tx, 3 * MS, 5, &mut out);
     assert_eq!(out.len(), INITIAL_CWND + 10);
     assert_eq!(tx.waiting(), 1);
+}
+
+#[test]
+fn a_lost_tail_command_is_probed_after_two_round_trips_not_the_timer() {
+    let (mut tx, mut out) = (new_tx(), Outbox::new());
+    // A first round trip of 200 us: SRTT 200 us, so PTO 400 us (the
+    // timer's floor is resend_after, 10 ms here).
+    publish(&mut tx, 0, 1, &mut out);
+    tx.heard(200 * MICRO, 1, &mut out);
+    out.clear();
+    // The second command is lost; nothing comes back.
+    publish(&mut tx, MS, 1, &mut out);
+    assert_eq!(sent(&out), vec![(2, 2)]);
+    out.clear();
+    let cwnd = tx.cwnd();
+    let due = tx.tick(MS + 100 * MICRO, &mut out).expect("in flight");
+    assert!(out.is_empty(), "no probe before the PTO");
+    assert_eq!(due, MS + 400 * MICRO, "the probe's time, before the timer");
+    tx.tick(MS + 400 * MICRO, &mut out);
+    assert_eq!(sent(&out), vec![(2, 2)], "the tail goes again");
+    assert_eq!(tx.counters().probes.get(), 1);
+    out.clear();
+    // One probe per flight: the next look waits for the timer.
+    let due = tx.tick(MS + 900 * MICRO, &mut out).expect("in flight");
+    assert!(out.is_empty());
+    // (re-armed by the probe's send, as RFC 8985 (7.3) re-arms the RTO)
+    assert_eq!(due, MS + 400 * MICRO + 10 * MS, "the retransmission timer");
+    // A probe is no timeout: the window is untouched.
+    assert_eq!(tx.cwnd(), cwnd);
+    // Heard: the next flight may be probed again.
+    tx.heard(MS + 950 * MICRO, 2, &mut out);
+    publish(&mut tx, 2 * MS, 1, &mut out);
+    out.clear();
+    tx.tick(2 * MS + 500 * MICRO, &mut out);
+    assert_eq!(sent(&out), vec![(3, 3)]);
+    assert_eq!(tx.counters().probes.get(), 2);
 }
