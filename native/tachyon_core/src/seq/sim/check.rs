@@ -296,3 +296,13 @@ impl Checker {
         self.accepted.values().map(|v| v.len() as u64).sum()
     }
 }
+
+/// p50, p99, p99.9 and max of `v` (sorted in place).
+pub fn percentiles(v: &mut [Nanos]) -> Option<[Nanos; 4]> {
+    if v.is_empty() {
+        return None;
+    }
+    v.sort_unstable();
+    let at = |q: f64| v[((v.len() - 1) as f64 * q) as usize];
+    Some([at(0.5), at(0.99), at(0.999), v[v.len() - 1]])
+}

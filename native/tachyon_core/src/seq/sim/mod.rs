@@ -172,16 +172,6 @@ struct Sim<'a> {
     dumped: Nanos,
 }
 
-/// p50, p99, p99.9 and max of `v` (sorted in place).
-fn percentiles(v: &mut [Nanos]) -> Option<[Nanos; 4]> {
-    if v.is_empty() {
-        return None;
-    }
-    v.sort_unstable();
-    let at = |q: f64| v[((v.len() - 1) as f64 * q) as usize];
-    Some([at(0.5), at(0.99), at(0.999), v[v.len() - 1]])
-}
-
 /// Runs one simulation.
 pub fn run(cfg: &SimConfig, proto: &dyn Protocol) -> Report {
     let mut rng = Rng::new(cfg.seed);
@@ -417,7 +407,7 @@ impl Sim<'_> {
             takeovers: self.check.takeovers,
             forks_reported: self.check.forks_reported,
             converge_after_heal: converge,
-            latency: percentiles(&mut self.check.latencies),
+            latency: check::percentiles(&mut self.check.latencies),
             net: self.net.stats.clone(),
             commands,
             resent,
