@@ -173,25 +173,28 @@ fn udp_send<'a>(
     data: Term<'a>,
 ) -> NifResult<Term<'a>> {
     let to = SocketAddr::new(decode_ip(ip)?, decode_port(port)?);
-    let bin = match Binary::from_term(data) {
-        Ok(b) => b,
-        Err(_) => Binary::from_iolist(data)?,
-    };
-    let t0 = std::time::Instant::now();
-    let sent = res.ep.send_to(bin.as_slice(), &to);
-    crate::dirty::charge(env, t0);
-    Ok(sent_term(env, sent.map(|_| ())))
+    sending(env, data, |d| res.ep.send_to(d, &to))
 }
 
 /// Sends `data` (a binary or iodata) to the peer of `udp_connect`.
 #[rustler::nif]
 fn udp_send_connected<'a>(env: Env<'a>, res: &UdpResource, data: Term<'a>) -> NifResult<Term<'a>> {
+    sending(env, data, |d| res.ep.send(d))
+}
+
+/// One send of `data` (a binary or iodata) through `send`, its time
+/// charged to the caller's time slice.
+fn sending<'a>(
+    env: Env<'a>,
+    data: Term<'a>,
+    send: impl FnOnce(&[u8]) -> Result<usize, SendError>,
+) -> NifResult<Term<'a>> {
     let bin = match Binary::from_term(data) {
         Ok(b) => b,
         Err(_) => Binary::from_iolist(data)?,
     };
     let t0 = std::time::Instant::now();
-    let sent = res.ep.send(bin.as_slice());
+    let sent = send(bin.as_slice());
     crate::dirty::charge(env, t0);
     Ok(sent_term(env, sent.map(|_| ())))
 }
