@@ -349,3 +349,22 @@ fn a_lost_tail_command_is_probed_after_two_round_trips_not_the_timer() {
     assert_eq!(sent(&out), vec![(3, 3)]);
     assert_eq!(tx.counters().probes.get(), 2);
 }
+
+#[test]
+fn nothing_goes_again_after_the_goodbye() {
+    let (mut tx, mut out) = (new_tx(), Outbox::new());
+    publish(&mut tx, 0, 1, &mut out);
+    tx.heard(200 * MICRO, 1, &mut out);
+    publish(&mut tx, MS, 2, &mut out);
+    assert!(tx.close(MS, &mut out));
+    let bye = out.len();
+    // Neither the probe (2 SRTT) nor the timer (10 ms) resends a command
+    // after the Bye: the primary would bind the member id to it again.
+    for t in [MS + 500 * MICRO, 12 * MS, 100 * MS] {
+        tx.tick(t, &mut out);
+    }
+    tx.heard(101 * MS, 2, &mut out);
+    tx.tick(200 * MS, &mut out);
+    assert_eq!(out.len(), bye, "something was sent after the goodbye");
+    assert_eq!(tx.counters().probes.get(), 0);
+}

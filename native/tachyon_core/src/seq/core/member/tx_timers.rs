@@ -14,6 +14,11 @@ impl Tx {
         progress: bool,
         sink: &mut dyn Sink,
     ) -> Option<Nanos> {
+        // After the goodbye nothing goes again: a command the primary saw
+        // after it would bind the member id to this closed member anew.
+        if self.closed {
+            return None;
+        }
         let i = self.heard_n;
         if i >= self.sent_n {
             return None;
@@ -44,7 +49,7 @@ impl Tx {
     /// by default). A probe is no timeout: no backoff, no window change
     /// (it is counted in `resent` and `probes`). Returns when it is due.
     pub(super) fn probe(&mut self, now: Nanos, sink: &mut dyn Sink) -> Option<Nanos> {
-        if self.probed || self.sent_n <= self.heard_n {
+        if self.closed || self.probed || self.sent_n <= self.heard_n {
             return None;
         }
         let srtt = self.rtt.srtt()?;
