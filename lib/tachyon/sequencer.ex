@@ -87,7 +87,8 @@ defmodule Tachyon.Sequencer do
   `:out_of_order`, `:replays`, `:replayed`, `:replayed_inline` (of
   `:replayed`, the small gap fills the sequencing thread answered itself),
   `:replays_dropped`,
-  `:malformed`, `:strangers`, `:wrong_session`, `:oversized`,
+  `:malformed`, `:strangers`, `:departed` (datagrams of a member after its
+  goodbye, dropped: they would bind its id again), `:wrong_session`, `:oversized`,
   `:send_errors`, `:store_errors`, `:members` (unicast fan-out),
   `:backpressure`, `:not_primary`, `:taken`, `:elections`, `:terms_led`,
   `:stepped_down`, `:truncated`, `:copied`, `:acks`, `:session`. The same

@@ -185,6 +185,44 @@ fn small_gap_fills_are_answered_by_the_sequencing_thread_rewinds_by_the_replayer
 }
 
 #[test]
+fn a_command_that_arrives_after_the_goodbye_does_not_bind_the_id_again() {
+    let dir = tmp("departed");
+    let s = sequencer(&dir, 0);
+    let a = member(&s, 7, None);
+    let a_addr = a.local_addr().unwrap();
+    a.publish(b"a").unwrap();
+    let mut got = Got::new();
+    collect(&a, 1, &mut got);
+    let session = s.session();
+    a.close();
+    drop(a);
+    // The Bye is in once the member left the unicast fan-out.
+    wait_until("the goodbye", || s.stats().members == 0);
+    // A command of the departed member, sent before its Bye and delivered
+    // after it (UDP reorders), from its address.
+    let late = Socket::bind(a_addr, &SocketOptions::default()).unwrap();
+    let mut d = Vec::new();
+    wire::cmd_header(&mut d, wire::CmdKind::Publish, 7, session);
+    wire::write_cmd_msg(&mut d, 2, 0, b"late");
+    wire::set_cmd_count(&mut d, 1);
+    late.send_to(&d, &s.local_addr()).unwrap();
+    wait_until("the late command counted", || s.stats().departed > 0);
+    // The id is still free: it was not bound to the departed member again.
+    let b = Member::open(MemberConfig::new(s.local_addr(), 7)).expect("id 7 free");
+    b.publish(b"b").unwrap();
+    let mut got_b = Got::new();
+    collect(&b, 1, &mut got_b);
+    assert!(got_b.iter().any(|g| g.2 == b"b"), "{got_b:?}");
+    assert!(
+        !got_b.iter().any(|g| g.2 == b"late"),
+        "the late command was sequenced"
+    );
+    b.close();
+    s.stop();
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
 fn restart_continues_numbering_and_sequences_resent_commands_once() {
     let dir = tmp("restart");
     let s = sequencer(&dir, 0);

@@ -27,6 +27,8 @@ crate::named_fields! {
         pub replays_dropped: u64,
         pub malformed: u64,
         pub strangers: u64,
+        /// Datagrams of a member after its goodbye, dropped.
+        pub departed: u64,
         pub wrong_session: u64,
         pub oversized: u64,
         pub send_errors: u64,
@@ -80,6 +82,7 @@ impl Sequencer {
             replays_dropped: self.shared.replays_dropped.get(),
             malformed: c.malformed.get() + self.shared.malformed.get(),
             strangers: c.strangers.get(),
+            departed: c.departed.get(),
             wrong_session: c.wrong_session.get(),
             oversized: c.oversized.get(),
             send_errors: c.send_errors.get(),

@@ -6,7 +6,7 @@
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 
-use super::{Binding, Node, Role};
+use super::{Binding, Departed, Node, Role};
 use crate::seq::core::{Env, Log, Nanos, Replay};
 use crate::seq::wire::{self, Cmd, CmdKind, Published, WelcomeBody, TAKEN};
 
@@ -47,12 +47,19 @@ impl<L: Log> Node<L> {
         match cmd.kind {
             CmdKind::Hello => self.on_hello(now, from, cmd, env),
             CmdKind::Bye => {
-                if self
-                    .bindings
-                    .get(&cmd.member_id)
-                    .is_some_and(|b| b.addr == from)
-                {
+                if let Some(b) = self.bindings.get(&cmd.member_id).filter(|b| b.addr == from) {
+                    let gone = Departed {
+                        addr: from,
+                        incarnation: b.incarnation,
+                        at: now,
+                    };
                     self.bindings.remove(&cmd.member_id);
+                    let lease = self.cfg.binding_lease;
+                    if self.departed.len() >= 4 * super::MAX_MEMBERS {
+                        self.departed
+                            .retain(|_, d| now.saturating_sub(d.at) < lease);
+                    }
+                    self.departed.insert(cmd.member_id, gone);
                     self.ld.windows.remove(&cmd.member_id);
                     self.retarget();
                 }
@@ -72,6 +79,9 @@ impl<L: Log> Node<L> {
                     self.c.wrong_session.bump(1);
                     return;
                 }
+                if self.departed_sent(now, cmd.member_id, from, 0) {
+                    return;
+                }
                 if self.bind(now, cmd.member_id, from, 0, false).is_err() {
                     self.c.taken.bump(cmd.count as u64);
                     self.welcome(from, cmd.member_id, None, TAKEN, env);
@@ -82,6 +92,31 @@ impl<L: Log> Node<L> {
                 }
             }
         }
+    }
+
+    /// Whether a datagram of member `id` from `from` (a hello's
+    /// `incarnation`, or 0) is a late one of a member that said goodbye
+    /// within the lease: dropped and counted (`departed`). A late publish
+    /// or hello would bind the id to the member that left, and keep it
+    /// from whoever takes it next for a lease (UDP may deliver a command
+    /// sent before the Bye after it).
+    fn departed_sent(&mut self, now: Nanos, id: u32, from: SocketAddr, incarnation: u64) -> bool {
+        let Some(d) = self.departed.get(&id) else {
+            return false;
+        };
+        if now.saturating_sub(d.at) >= self.cfg.binding_lease {
+            self.departed.remove(&id);
+            return false;
+        }
+        let same = if incarnation != 0 && d.incarnation != 0 {
+            incarnation == d.incarnation
+        } else {
+            from == d.addr
+        };
+        if same {
+            self.c.departed.bump(1);
+        }
+        same
     }
 
     /// Binds `id` to the member at `from`; `Err` if another member holds it
@@ -132,6 +167,12 @@ impl<L: Log> Node<L> {
 
     fn on_hello(&mut self, now: Nanos, from: SocketAddr, cmd: &Cmd<'_>, env: &mut dyn Env) {
         let Some(h) = cmd.hello() else { return };
+        if self.departed_sent(now, cmd.member_id, from, h.incarnation) {
+            return;
+        }
+        // Someone else (a new incarnation) asks for the id: the goodbye is
+        // history.
+        self.departed.remove(&cmd.member_id);
         let unicast = h.flags & wire::UNICAST != 0;
         let taken = self
             .bind(now, cmd.member_id, from, h.incarnation, unicast)

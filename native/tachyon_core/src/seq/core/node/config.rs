@@ -102,6 +102,8 @@ impl NodeConfig {
 #[derive(Debug, Default)]
 pub struct NodeCounters {
     pub messages: Counter,
+    /// Datagrams of a member after its goodbye (late, reordered), dropped.
+    pub departed: Counter,
     pub datagrams: Counter,
     pub heartbeats: Counter,
     pub duplicates: Counter,

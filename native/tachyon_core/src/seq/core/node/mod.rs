@@ -53,6 +53,14 @@ pub const TICK_CAP: Nanos = 5 * MILLI;
 /// Most members in the unicast fan-out.
 pub const MAX_MEMBERS: usize = 4096;
 
+/// A member that said goodbye: from where, as which incarnation, when.
+#[derive(Debug, Clone, Copy)]
+struct Departed {
+    addr: SocketAddr,
+    incarnation: u64,
+    at: Nanos,
+}
+
 /// A member as the nodes know it (soft state: a new primary learns it
 /// from the member's next hello or command).
 #[derive(Debug, Clone, Copy)]
@@ -87,6 +95,9 @@ pub struct Node<L: Log> {
     ld: leader::Lead,
     fl: follower::Follow,
     bindings: HashMap<u32, Binding>,
+    /// Members that said goodbye, for a lease: their late datagrams (a
+    /// command reordered behind the Bye) must not bind the id again.
+    departed: HashMap<u32, Departed>,
     /// Where the bus goes: the multicast group, or the followers and the
     /// unicast members.
     targets: Vec<SocketAddr>,
@@ -125,6 +136,7 @@ impl<L: Log> Node<L> {
             timeout: 0,
             since_leader: Nanos::MAX / 2,
             bindings: HashMap::new(),
+            departed: HashMap::new(),
             targets: Vec::new(),
             unicast_members: 0,
             scratch: Vec::with_capacity(64),
