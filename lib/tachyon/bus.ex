@@ -49,15 +49,17 @@ defmodule Tachyon.Bus do
     * `:epoch` - the first datagram of a new primary (of epoch
       `fields.epoch`) reached the member.
     * `:renumbered` - the new primary lacked `fields.lost` of this member's
-      commands that the member had not seen delivered: its pending commands
-      were renumbered after what the new primary holds and sent to it (each
-      is delivered once, in publish order).
-    * `:fork` - a primary of `fields.epoch` does not hold everything this
-      member delivered before `fields.next_seq` (the last of it in
-      `fields.last_epoch`; possible only with `two_nodes: :available`, or a
-      lying witness, after a partition): some of what it delivered is not
-      the bus's order any more. The member follows the new primary; the
-      application decides what to do.
+      commands that the member had seen delivered (lost in a fork): its
+      pending commands were renumbered after what the new primary holds
+      and sent to it (each is delivered once, in publish order).
+    * `:fork` - a primary of `fields.epoch` does not hold what this member
+      delivered from `fields.resume_seq` up to `fields.next_seq` (the last
+      of it in `fields.last_epoch`; possible only with
+      `two_nodes: :available`, or a lying witness, after a partition):
+      that is not the bus's order any more. The member then delivers the
+      new primary's order from `fields.resume_seq` on (sequence numbers
+      from there come again, with the new order's messages); the
+      application decides what to do with what it applied before.
     * `:member_id_taken` - another member holds this `member_id`;
       publishes return `{:error, :member_id_taken}`.
 

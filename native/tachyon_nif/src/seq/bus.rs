@@ -59,12 +59,18 @@ fn bus_msg<'a>(env: Env<'a>, bus: Term<'a>, seq: u64, id: u32, data: &[u8]) -> T
 /// fields with `:member_id`).
 fn bus_event<'a>(env: Env<'a>, bus: Term<'a>, id: u32, e: &MemberEvent) -> Term<'a> {
     let (kind, fields): (&str, Vec<(&str, Term<'a>)>) = match *e {
-        MemberEvent::Fork { next, epoch, term } => (
+        MemberEvent::Fork {
+            next,
+            epoch,
+            term,
+            resume,
+        } => (
             "fork",
             vec![
                 ("next_seq", next.encode(env)),
                 ("last_epoch", epoch.encode(env)),
                 ("epoch", term.encode(env)),
+                ("resume_seq", resume.encode(env)),
             ],
         ),
         MemberEvent::Renumbered { lost } => ("renumbered", vec![("lost", lost.encode(env))]),

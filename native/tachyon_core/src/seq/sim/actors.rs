@@ -23,6 +23,11 @@ pub enum Event {
     Accepted {
         counter: u64,
     },
+    /// A member moved back to `resume` after a fork: it delivers the
+    /// primary's order from there.
+    MovedBack {
+        resume: u64,
+    },
     /// The node became primary of `term`.
     Leader {
         term: u64,
@@ -158,6 +163,9 @@ impl Publisher {
 
 fn member_events(id: u32, rx: &mut Rx, ev: &mut Vec<Event>) {
     for e in rx.take_events() {
+        if let MemberEvent::Fork { resume, .. } = e {
+            ev.push(Event::MovedBack { resume });
+        }
         if !matches!(e, MemberEvent::Term { .. }) {
             ev.push(Event::Trace(format!("member {id}: {e:?}")));
         }
@@ -184,6 +192,8 @@ impl Actor for SimMember {
                     })
                 };
                 rx.on_datagram(now, d, Some(from), &mut f);
+                // Events in their place among the deliveries.
+                member_events(self.id, rx, ev);
             }
             MState::Taken => {}
         }

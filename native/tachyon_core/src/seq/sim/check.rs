@@ -19,13 +19,16 @@
 //! Where forks are possible by design (a group of two that prefers
 //! availability, [`Checker::forks_allowed`]), 1 to 3 are checked at the
 //! end instead: every member whose deliveries are not all in the final log
-//! must have reported a fork.
+//! must have reported a fork, and a fork loses only what its losing branch
+//! delivered: every accepted publish is in the final log unless its own
+//! sender delivered it (a publish still pending at the fork is renumbered
+//! and sequenced by the new primary, never dropped).
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::net::SocketAddr;
 
 use crate::seq::core::{MemLog, Nanos};
-use crate::seq::wire::{Msg, MORE};
+use crate::seq::wire::{Msg, CONT, MORE};
 
 /// A broken invariant.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -91,6 +94,8 @@ pub struct Checker {
     accepted: HashMap<u32, Vec<u64>>,
     /// When each (sender, counter) was accepted.
     accepted_at: HashMap<(u32, u64), Nanos>,
+    /// (sender, counter) its own sender delivered.
+    own_delivered: HashSet<(u32, u64)>,
     /// Publish-to-delivery times, every member's deliveries.
     pub latencies: Vec<Nanos>,
     /// term -> the address that sent its bus.
@@ -163,6 +168,9 @@ impl Checker {
             if sender != from {
                 bad = Some(format!("seq {seq}: payload of {sender} from member {from}"));
             }
+            if sender == member {
+                self.own_delivered.insert((sender, counter));
+            }
             // Counters go up by one per accepted publish: anything else is
             // a message twice, out of order, or one lost before it.
             let last = v.last_from.entry(sender).or_insert(0);
@@ -203,6 +211,67 @@ impl Checker {
         self.checks += 1;
         if let Some(d) = bad {
             self.fail("silent_fork", at, d);
+        }
+    }
+
+    /// `member` moved back to `resume` after a fork: what it delivered from
+    /// there on is replaced by what it delivers now.
+    pub fn moved_back(&mut self, member: u32, resume: u64) {
+        let v = self.members.entry(member).or_default();
+        v.seqs.split_off(&resume);
+        v.last_seq = resume.saturating_sub(1);
+    }
+
+    /// Where forks are allowed, at the end: what every member delivered
+    /// (since it last moved back after a fork) is the final `log`'s order.
+    pub fn views_in_log(&mut self, at: Nanos, log: &MemLog) {
+        self.checks += 1;
+        let mut bad = None;
+        'members: for (m, v) in &self.members {
+            for (seq, (from, _, tail)) in &v.seqs {
+                if !Self::holds(log, *seq, *from, tail) {
+                    bad = Some(format!(
+                        "member {m} delivered seq {seq} (from {from}), not the final log's, and did not move back"
+                    ));
+                    break 'members;
+                }
+            }
+        }
+        if let Some(d) = bad {
+            self.fail("diverged", at, d);
+        }
+    }
+
+    /// Where forks are allowed: every accepted publish is in the final
+    /// `log`, or its sender delivered it (in a branch a fork then dropped).
+    pub fn publishes_kept(&mut self, at: Nanos, log: &MemLog) {
+        self.checks += 1;
+        let mut logged = HashSet::new();
+        for i in 0..log.len() {
+            let Some(m) = log.entry(i).and_then(|e| Msg::from_entry(e).ok()) else {
+                continue;
+            };
+            if m.flags & CONT == 0 {
+                if let Some((sender, counter)) = decode(m.data) {
+                    if sender == m.member_id {
+                        logged.insert((sender, counter));
+                    }
+                }
+            }
+        }
+        let mut lost: Vec<(u32, u64)> = self
+            .accepted
+            .iter()
+            .flat_map(|(s, cs)| cs.iter().map(move |c| (*s, *c)))
+            .filter(|k| !logged.contains(k) && !self.own_delivered.contains(k))
+            .collect();
+        lost.sort_unstable();
+        if let Some((sender, counter)) = lost.first() {
+            let d = format!(
+                "{} accepted publishes in no log and never delivered to their sender, the first {sender}'s {counter}",
+                lost.len()
+            );
+            self.fail("lost_publish", at, d);
         }
     }
 

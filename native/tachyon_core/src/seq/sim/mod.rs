@@ -346,15 +346,15 @@ impl Sim<'_> {
             self.check.wedge_kind("false_fork", self.now, d);
         }
         if self.check.violations.is_empty() && self.check.forks_allowed {
-            // Forks lose messages by design: every member must have caught
-            // up with the final primary's log instead.
+            // Forks lose what the losing side delivered: every member must
+            // have moved back and caught up with the final primary's log.
             let commit = self.procs[self.primary]
                 .actor
                 .as_ref()
                 .map_or(0, |a| a.position());
             for p in self.procs.iter().filter(|p| p.member_id > 0) {
                 let at = p.actor.as_ref().map_or(0, |a| a.position());
-                if at < commit {
+                if at != commit {
                     let d = format!(
                         "member {} at {at}, the final commit at {commit}",
                         p.member_id
@@ -382,6 +382,8 @@ impl Sim<'_> {
             let p = self.primary;
             if let Some(log) = self.procs[p].actor.as_ref().and_then(|a| a.log()).cloned() {
                 self.check.forks_reported_by_all(self.now, &log, &forks);
+                self.check.publishes_kept(self.now, &log);
+                self.check.views_in_log(self.now, &log);
             }
         }
         if self.check.violations.is_empty() {
@@ -469,6 +471,9 @@ impl Sim<'_> {
                 Event::Accepted { counter } => {
                     self.check
                         .accepted(self.now, self.procs[i].member_id, counter);
+                }
+                Event::MovedBack { resume } => {
+                    self.check.moved_back(self.procs[i].member_id, resume);
                 }
                 Event::Leader { term } => self.took_over(i, term),
                 Event::Trace(s) => self.trace(|| s),

@@ -7,6 +7,7 @@
 
 pub mod cc;
 pub mod config;
+pub mod fork;
 pub mod join;
 pub mod rx;
 pub mod tx;
@@ -24,9 +25,15 @@ use crate::seq::SeqError;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum MemberEvent {
     /// A primary of `term` whose log does not hold what this member
-    /// delivered up to `next` (the last of it in `epoch`): what the member
-    /// delivered from there on is not the bus's order any more.
-    Fork { next: u64, epoch: u32, term: u32 },
+    /// delivered from `resume` up to `next` (the last of it in `epoch`):
+    /// that is not the bus's order any more, and the member delivers the
+    /// primary's order from `resume` on.
+    Fork {
+        next: u64,
+        epoch: u32,
+        term: u32,
+        resume: u64,
+    },
     /// A new primary lacked `lost` of this member's commands it had seen
     /// delivered; the pending ones were renumbered.
     Renumbered { lost: u64 },

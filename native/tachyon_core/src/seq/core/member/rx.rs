@@ -23,6 +23,7 @@ use std::sync::Arc;
 use crossbeam_utils::CachePadded;
 
 use super::config::{MemberConfig, RxCounters};
+use super::fork::{Epochs, Matching};
 use super::join::Welcome;
 use super::MemberEvent;
 use crate::seq::core::fill::Fill;
@@ -30,12 +31,6 @@ use crate::seq::core::{nanos, Nanos, Rng, Sink, MILLI};
 use crate::seq::wire::{
     self, Bus, BusKind, HelloBody, Msg, CONT, CONTROL, KEEPALIVE, MORE, TAKEN, UNICAST,
 };
-
-/// An unanswered hello to every node doubles the wait for the next, up
-/// to `hello_after` times 2^this (a member behind a congested link, whose
-/// primary's datagrams come late, does not add hellos to the queue; one
-/// whose primary is gone still asks every node every few `hello_after`).
-const HELLO_BACKOFF: u32 = 2;
 
 /// Entries in order, not yet delivered (waiting for the commit position),
 /// back to back in one buffer: no allocation per message.
@@ -95,8 +90,9 @@ struct Stream {
     member_id: u32,
     max_message_size: usize,
     next: u64,
-    /// The epoch of entry `next - 1`.
-    last_epoch: u32,
+    /// Where each epoch delivered began (the last: the epoch of entry
+    /// `next - 1`).
+    epochs: Epochs,
     delivered_any: bool,
     /// This member's highest `member_seq` delivered (committed).
     own: u64,
@@ -111,9 +107,12 @@ impl Stream {
         self.next = seq + 1;
         self.delivered_any = true;
         if let Some(e) = m.epoch() {
-            self.last_epoch = e;
+            self.epochs.record(e, seq);
         }
-        if m.member_id == self.member_id && m.member_seq > self.own {
+        // A message of this member's counts as delivered with its last
+        // fragment: a fork may lose the rest of one delivered in part, and
+        // then it is published again whole.
+        if m.member_id == self.member_id && m.flags & MORE == 0 && m.member_seq > self.own {
             self.own = m.member_seq;
         }
         if m.flags & CONTROL != 0 || m.member_id == 0 {
@@ -194,6 +193,9 @@ pub struct Rx {
     nacks: Vec<u64>,
     /// A primary said the member id is another member's.
     taken: bool,
+    /// A fork being resolved: where the member was (its next, and the
+    /// epoch before it) before it moved back to ask again.
+    fork: Option<(u64, u32)>,
     events: Vec<MemberEvent>,
     c: Arc<CachePadded<RxCounters>>,
 }
@@ -225,7 +227,7 @@ impl Rx {
                 member_id: cfg.member_id,
                 max_message_size: cfg.max_message_size,
                 next,
-                last_epoch: w.epoch,
+                epochs: Epochs::new(w.epoch, next),
                 delivered_any: false,
                 own: w.last,
                 partial: HashMap::new(),
@@ -250,6 +252,7 @@ impl Rx {
             heard: 0,
             nacks: Vec::new(),
             taken: false,
+            fork: None,
             events: Vec::new(),
             c,
         }
@@ -368,9 +371,11 @@ impl Rx {
     fn new_term(&mut self, term: u32, from: SocketAddr) {
         self.term = term;
         self.c.epoch.set(term as u64);
-        if from != self.leader {
-            self.switch_to = Some(from);
-        }
+        // The publishing side holds its commands until the welcome, also
+        // for the same node: a primary that restarted may lack commands
+        // numbered after its log, and would hold the later ones until a
+        // renumbered command filled the gap (then sequence both).
+        self.switch_to = Some(from);
         self.leader = from;
         self.welcomed = false;
         self.ring.clear();
@@ -461,18 +466,46 @@ impl Rx {
         // Checked at the first welcome of a term only: until then nothing is
         // delivered, so the welcome answers exactly what the hello asked
         // (a later one, a keepalive's, may answer an older position).
-        if !self.welcomed
-            && self.st.delivered_any
-            && (w.epoch != self.st.last_epoch || w.epoch_end < self.st.next)
-        {
-            // The primary's log does not hold what this member delivered.
-            self.c.forks.bump(1);
-            self.events.push(MemberEvent::Fork {
-                next: self.st.next,
-                epoch: self.st.last_epoch,
-                term: self.term,
-            });
-            self.st.last_epoch = w.epoch;
+        if !self.welcomed && (self.st.delivered_any || self.fork.is_some()) {
+            let next = self.st.next;
+            let m = if self.st.delivered_any {
+                self.st.epochs.matching(w.epoch, w.epoch_end, next)
+            } else {
+                Matching::Whole
+            };
+            let at = match m {
+                Matching::Whole => self.fork.is_some().then_some(next),
+                Matching::At(at) => Some(at),
+                Matching::Ask(at) => {
+                    // Not known yet: back to where the two agree at most,
+                    // and ask again about the epoch before.
+                    self.fork.get_or_insert((next, self.st.epochs.last()));
+                    self.rewind(at);
+                    self.hello_now = true;
+                    return;
+                }
+            };
+            if let Some(at) = at {
+                // The primary's log does not hold what this member
+                // delivered from `at` on: it goes on from there in the
+                // primary's order.
+                let (next, epoch) = self.fork.take().unwrap_or((next, self.st.epochs.last()));
+                self.rewind(at);
+                self.c.forks.bump(1);
+                self.events.push(MemberEvent::Fork {
+                    next,
+                    epoch,
+                    term: self.term,
+                    resume: at,
+                });
+            }
+        }
+        if !self.welcomed && self.own_at_term > w.last {
+            // A fork lost commands of this member's that it had delivered:
+            // the pending ones are renumbered after `w.last` and are done
+            // only once the new primary delivers them.
+            self.st.own = w.last;
+            self.heard = w.last;
         }
         if !self.welcomed {
             self.welcome = Some(Welcome {
@@ -492,94 +525,27 @@ impl Rx {
         self.known = self.known.max(b.h.seq);
     }
 
-    fn hello(&mut self, flags: u8, to_all: bool, sink: &mut dyn Sink) {
-        let h = HelloBody {
-            flags: flags | if self.unicast { UNICAST } else { 0 },
-            incarnation: self.incarnation,
-            epoch: if self.st.delivered_any {
-                self.st.last_epoch
-            } else {
-                u32::MAX
-            },
-            next: self.st.next,
-        };
-        let mut d = std::mem::take(&mut self.scratch);
-        wire::hello(&mut d, self.st.member_id, self.session, &h);
-        if to_all {
-            for a in &self.group {
-                sink.send(std::slice::from_ref(a), &d);
-            }
-        } else {
-            sink.send(&[self.leader], &d);
+    /// Moves back to `at` (after a fork, in a log that agrees with this
+    /// member's deliveries below `at` only): what is held goes, the gap up
+    /// to the primary's end is filled from the primary.
+    fn rewind(&mut self, at: u64) {
+        let st = &mut self.st;
+        st.epochs.truncate(at);
+        st.next = at;
+        st.partial.clear();
+        if at <= st.epochs.floor() {
+            st.delivered_any = false;
         }
-        self.scratch = d;
-        self.c.hellos.bump(1);
-    }
-
-    /// After the datagrams of one poll (at least one): a hello to a new
-    /// primary, a gap request at once; returns a new primary to retarget
-    /// commands to, if any.
-    pub fn end_batch(&mut self, now: Nanos, sink: &mut dyn Sink) -> Option<SocketAddr> {
-        if std::mem::take(&mut self.hello_now) {
-            self.hello(0, false, sink);
-            self.hello_at = Some(now);
-        }
-        self.fill_gap(now, sink);
-        self.switch_to.take()
-    }
-
-    fn fill_gap(&mut self, now: Nanos, sink: &mut dyn Sink) {
-        let have = self.have();
-        let gap_end = self.ooo.first_key_value().map_or(self.known, |(s, _)| *s);
-        let (chunk, base) = (self.replay_chunk, self.retransmit_after);
-        if let Some((a, z)) = self
-            .fill
-            .want(now, have, gap_end, chunk, base, &mut self.rng)
-        {
-            let mut r = std::mem::take(&mut self.scratch);
-            wire::replay(&mut r, self.st.member_id, self.session, a, z);
-            sink.send(&[self.leader], &r);
-            self.scratch = r;
-            self.c.replay_requests.bump(1);
-        }
-    }
-
-    /// Timed work when a poll found nothing: gap requests, hellos (to the
-    /// primary until welcomed, to every node after a silence, backing off
-    /// while unanswered), keepalives.
-    /// Returns when to tick again at the latest.
-    pub fn tick(&mut self, now: Nanos, sink: &mut dyn Sink) -> Nanos {
-        self.fill_gap(now, sink);
-        let since = |t: Option<Nanos>| t.map_or(Nanos::MAX, |h| now.saturating_sub(h));
-        let (since_hello, since_all) = (since(self.hello_at), since(self.hello_all_at));
-        let every = self.hello_after.saturating_mul(1 << self.hello_backoff);
-        if now.saturating_sub(self.heard_at) >= self.hello_after && since_all >= every {
-            // Silence: whichever node is the primary now answers.
-            self.hello(0, true, sink);
-            self.hello_all_at = Some(now);
-            self.hello_at = Some(now);
-            self.hello_backoff = (self.hello_backoff + 1).min(HELLO_BACKOFF);
-        } else if !self.welcomed && since_hello >= 4 * self.retransmit_after.max(MILLI) {
-            self.hello(0, false, sink);
-            self.hello_at = Some(now);
-        } else if self.welcomed && now.saturating_sub(self.keepalive_at) >= self.keepalive {
-            self.keepalive_at = now;
-            self.hello(KEEPALIVE, false, sink);
-        }
-        let every = self.hello_after.saturating_mul(1 << self.hello_backoff);
-        let mut due = (self.heard_at + self.hello_after)
-            .max(self.hello_all_at.map_or(0, |h| h.saturating_add(every)))
-            .min(self.keepalive_at + self.keepalive)
-            .max(now + MILLI / 10);
-        if !self.welcomed {
-            due = due.min(now + 4 * self.retransmit_after.max(MILLI));
-        }
-        if self.have() < self.known || !self.ooo.is_empty() {
-            due = due.min(self.fill.due(self.retransmit_after).max(now + 1));
-        }
-        due
+        self.ring.clear();
+        self.ooo.clear();
+        self.commit = self.commit.min(at);
+        self.fill.reset();
+        self.c.next_seq.set(at);
     }
 }
+
+#[path = "rx_timers.rs"]
+mod timers;
 
 #[cfg(test)]
 #[path = "rx_tests.rs"]

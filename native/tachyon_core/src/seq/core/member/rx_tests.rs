@@ -13,7 +13,12 @@ fn primary() -> SocketAddr {
 }
 
 fn rx() -> Rx {
+    rx_of(&[])
+}
+
+fn rx_of(alternates: &[SocketAddr]) -> Rx {
     let mut cfg = MemberConfig::new(primary(), 1);
+    cfg.alternates = alternates.to_vec();
     cfg.hello_after = std::time::Duration::from_millis(20);
     cfg.keepalive = std::time::Duration::from_secs(100);
     let w = Welcome {
@@ -89,4 +94,126 @@ fn a_welcome_of_the_term_followed_is_not_handed_over() {
     // Only a new term's welcome reconciles the publishing side (and
     // resends its commands).
     assert!(rx.take_welcome().is_none());
+}
+
+fn other() -> SocketAddr {
+    SocketAddr::from(([127, 0, 0, 1], 7001))
+}
+
+/// A data datagram of `term` from `first` on: (member_id, member_seq,
+/// flags, data) each.
+fn data(term: u32, first: u64, commit: u64, msgs: &[(u32, u64, u8, &[u8])]) -> Vec<u8> {
+    let h = BusHeader {
+        term,
+        session: 9,
+        seq: first,
+        commit,
+        node: 0,
+    };
+    let mut d = Vec::new();
+    wire::bus_header(&mut d, BusKind::Data, &h, 0);
+    for (id, ms, flags, m) in msgs {
+        wire::write_msg(&mut d, *id, *ms, *flags, m);
+    }
+    wire::set_count(&mut d, msgs.len() as u16);
+    d
+}
+
+fn welcome_of(term: u32, next: u64, last: u64, epoch: u32, epoch_end: u64) -> Vec<u8> {
+    let h = BusHeader {
+        term,
+        session: 9,
+        seq: next,
+        commit: next,
+        node: 1,
+    };
+    let body = WelcomeBody {
+        last,
+        epoch_end,
+        epoch,
+        max_datagram: 1472,
+    };
+    let mut d = Vec::new();
+    wire::welcome(&mut d, &h, 0, &body);
+    d
+}
+
+#[test]
+fn after_a_fork_the_member_moves_back_and_delivers_the_new_order_from_there() {
+    use crate::seq::wire::{CONTROL, EPOCH};
+    let mut rx = rx_of(&[other()]);
+    let mut got: Vec<(u64, u32, Vec<u8>)> = Vec::new();
+    // Term 1: the epoch record, then messages 2..=5, its own (member 1)
+    // among them, committed.
+    let d = data(
+        1,
+        1,
+        6,
+        &[
+            (0, 1, CONTROL | EPOCH, b""),
+            (2, 1, 0, b"a"),
+            (1, 1, 0, b"mine"),
+            (2, 2, 0, b"b"),
+            (1, 2, 0, b"mine too"),
+        ],
+    );
+    rx.on_datagram(MS, &d, Some(primary()), &mut |s, id, m| {
+        got.push((s, id, m.to_vec()))
+    });
+    assert_eq!(got.len(), 4);
+    assert_eq!((rx.next_seq(), rx.own_seen()), (6, 2));
+    // Term 3 from the other node, whose log ends epoch 1 at 3 (it has the
+    // record and "a" only) and holds none of member 1's commands.
+    let w = welcome_of(3, 5, 0, 1, 3);
+    rx.on_datagram(2 * MS, &w, Some(other()), &mut |_, _, _| unreachable!());
+    let ev = rx.take_events();
+    assert!(
+        ev.contains(&MemberEvent::Fork {
+            next: 6,
+            epoch: 1,
+            term: 3,
+            resume: 3
+        }),
+        "{ev:?}"
+    );
+    assert_eq!(rx.next_seq(), 3);
+    assert_eq!(rx.counters().forks.get(), 1);
+    // Its own commands delivered at 3 and 5 are lost: the publishing side
+    // is told it delivered nothing the new primary has (so it renumbers
+    // its pending commands after 0, and acknowledges none of them early).
+    assert_eq!(rx.own_seen(), 0);
+    let w = rx
+        .take_welcome()
+        .expect("the welcome for the publishing side");
+    assert_eq!((w.last, w.delivered), (0, 2));
+    // The gap from 3 is asked for, and the new order delivered from 3.
+    let mut out = Outbox::new();
+    rx.end_batch(2 * MS, &mut out);
+    let replay = out
+        .iter()
+        .filter_map(|(_, d)| Cmd::parse(d).ok())
+        .find(|c| c.kind == CmdKind::Replay)
+        .expect("a replay request");
+    assert_eq!(replay.range().0, 3);
+    let d = data(3, 3, 5, &[(0, 3, CONTROL | EPOCH, b""), (2, 3, 0, b"c")]);
+    got.clear();
+    rx.on_datagram(3 * MS, &d, Some(other()), &mut |s, id, m| {
+        got.push((s, id, m.to_vec()))
+    });
+    assert_eq!(got, vec![(4, 2, b"c".to_vec())]);
+    assert_eq!(rx.next_seq(), 5);
+}
+
+#[test]
+fn a_message_delivered_in_part_is_not_acknowledged_to_the_publishing_side() {
+    use crate::seq::wire::{CONT, MORE};
+    let mut rx = rx();
+    let d = data(1, 1, 3, &[(1, 1, MORE, b"he"), (1, 2, CONT | MORE, b"ll")]);
+    rx.on_datagram(MS, &d, Some(primary()), &mut |_, _, _| unreachable!());
+    assert_eq!((rx.next_seq(), rx.own_seen()), (3, 0));
+    let d = data(1, 3, 4, &[(1, 3, CONT, b"o")]);
+    let mut got = Vec::new();
+    rx.on_datagram(MS, &d, Some(primary()), &mut |_, _, m| got.push(m.to_vec()));
+    assert_eq!(got, vec![b"hello".to_vec()]);
+    assert_eq!(rx.own_seen(), 3);
 }

@@ -181,6 +181,18 @@ impl<L: Log> Node<L> {
             self.c.taken.bump(1);
         }
         if self.role == Role::Leader {
+            if !taken && h.flags & wire::KEEPALIVE == 0 {
+                // The member asks where it stands in this term: what it
+                // sent before (held beyond a gap) may carry numbers that
+                // its welcome makes it reuse (after a fork it renumbers
+                // from `last + 1`). It resends what the welcome shows
+                // missing.
+                if let Some(w) = self.ld.windows.get_mut(&cmd.member_id) {
+                    w.held.clear();
+                    w.bytes = 0;
+                    w.nacked = None;
+                }
+            }
             let flags = if taken { TAKEN } else { 0 };
             self.welcome(from, cmd.member_id, Some(&h), flags, env);
         }
