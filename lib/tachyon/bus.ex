@@ -50,8 +50,9 @@ defmodule Tachyon.Bus do
       `fields.epoch`) reached the member.
     * `:renumbered` - the new primary lacked `fields.lost` of this member's
       commands that the member had seen delivered (lost in a fork): its
-      pending commands were renumbered after what the new primary holds
-      and sent to it (each is delivered once, in publish order).
+      pending commands go to it marked to skip those numbers (each is
+      delivered once, in publish order, under the number `publish`
+      returned).
     * `:fork` - a primary of `fields.epoch` does not hold what this member
       delivered from `fields.resume_seq` up to `fields.next_seq` (the last
       of it in `fields.last_epoch`; possible only with
@@ -271,8 +272,8 @@ defmodule Tachyon.Bus do
   `:send_errors`, `:epoch`, `:stale_epoch`, `:forks`, `:nacked` (commands
   the primary asked for again), `:probes` (tail-loss probes: the last
   command in flight sent again after two smoothed round trips without
-  news, RFC 8985; also in `:resent`), `:renumbered` (commands published again
-  after a new primary lacked them), `:strangers` (datagrams from outside
+  news, RFC 8985; also in `:resent`), `:renumbered` (pending commands sent
+  marked to skip the numbers a fork lost), `:strangers` (datagrams from outside
   the group), `:conflicts`, `:welcomes`, `:commit` (the commit index last
   heard), `:cwnd` (the congestion window: command datagrams in flight at
   most), `:rto_us` (the retransmission timeout from the measured round

@@ -21,8 +21,8 @@
 //! end instead: every member whose deliveries are not all in the final log
 //! must have reported a fork, and a fork loses only what its losing branch
 //! delivered: every accepted publish is in the final log unless its own
-//! sender delivered it (a publish still pending at the fork is renumbered
-//! and sequenced by the new primary, never dropped).
+//! sender delivered it (a publish still pending at the fork skips the lost
+//! numbers and is sequenced by the new primary, never dropped).
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::net::SocketAddr;

@@ -28,26 +28,31 @@ pub fn write_cmd_msg(out: &mut Vec<u8>, member_seq: u64, flags: u8, data: &[u8])
     out.extend_from_slice(data);
 }
 
-/// Rewrites the `member_seq` of every message of a publish command: the
-/// first becomes `first` (the member renumbers its pending commands after
-/// a fork). Returns the last one's.
-pub fn renumber(d: &mut [u8], first: u64) -> Option<u64> {
+/// Makes a publish command start at its message `seq` and marks that one
+/// [`SKIP`] (after a fork lost the member's messages before it: those
+/// already in the command go). Returns the command's new first
+/// `member_seq`, `None` if it has no message from `seq` on or is not
+/// well formed (then it is left as it was).
+pub fn skip_to(d: &mut Vec<u8>, seq: u64) -> Option<u64> {
     if d.len() < CMD_HEADER {
         return None;
     }
     let count = u16_at(d, 16);
     let mut at = CMD_HEADER;
-    let mut seq = first;
-    for _ in 0..count {
+    for k in 0..count {
         if d.len() < at + CMD_MSG_HEADER {
             return None;
         }
-        d[at..at + 8].copy_from_slice(&seq.to_le_bytes());
-        let len = u16_at(d, at + 10) as usize;
-        at += CMD_MSG_HEADER + len;
-        seq += 1;
+        let s = u64::from_le_bytes(d[at..at + 8].try_into().ok()?);
+        if s >= seq {
+            d.drain(CMD_HEADER..at);
+            d[CMD_HEADER + 8] |= SKIP;
+            set_cmd_count(d, count - k);
+            return Some(s);
+        }
+        at += CMD_MSG_HEADER + u16_at(d, at + 10) as usize;
     }
-    Some(seq - 1)
+    None
 }
 
 /// A replay request for `[from, to)`.

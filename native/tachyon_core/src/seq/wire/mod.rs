@@ -52,6 +52,10 @@ pub const HELLO_BODY: usize = 21;
 pub const MORE: u8 = 0x01;
 /// Not the first fragment of its message.
 pub const CONT: u8 = 0x02;
+/// In a command: the member's messages between its last in the primary's
+/// log and this one were delivered on a side a fork dropped; this one is
+/// the member's next (never in the log).
+pub const SKIP: u8 = 0x04;
 /// A control entry (the session record): never delivered.
 pub const CONTROL: u8 = 0x80;
 /// With CONTROL: an epoch record (`member_seq` is the epoch, or term), the

@@ -65,7 +65,7 @@ fn bus_round_trip_and_truncations_refused() {
 }
 
 #[test]
-fn commands_round_trip_renumber_and_garbage_refused() {
+fn commands_round_trip_skip_and_garbage_refused() {
     let mut c = Vec::new();
     cmd_header(&mut c, CmdKind::Publish, 9, 1234);
     write_cmd_msg(&mut c, 1, 0, b"a");
@@ -81,13 +81,16 @@ fn commands_round_trip_renumber_and_garbage_refused() {
     for cut in 0..c.len() {
         assert!(Cmd::parse(&c[..cut]).is_err());
     }
-    assert_eq!(renumber(&mut c, 40), Some(41));
-    let seqs: Vec<_> = Cmd::parse(&c)
+    let whole = c.clone();
+    assert_eq!(skip_to(&mut c, 3), None);
+    assert_eq!(c, whole);
+    assert_eq!(skip_to(&mut c, 2), Some(2));
+    let ps: Vec<_> = Cmd::parse(&c)
         .unwrap()
         .published()
-        .map(|p| p.member_seq)
+        .map(|p| (p.member_seq, p.flags, p.data.to_vec()))
         .collect();
-    assert_eq!(seqs, [40, 41]);
+    assert_eq!(ps, [(2, MORE | SKIP, b"bc".to_vec())]);
     replay(&mut c, 9, 1, 5, 8);
     assert_eq!(Cmd::parse(&c).unwrap().range(), (5, 8));
     let hb = HelloBody {
@@ -165,7 +168,7 @@ fn garbage_never_panics() {
                         let _ = (c.range(), c.hello());
                     }
                     let _ = Peer::parse(&g);
-                    let _ = renumber(&mut g, 3);
+                    let _ = skip_to(&mut g, 3);
                 }
             }
         }

@@ -125,7 +125,7 @@ pub struct TxCounters {
     pub nacked: Counter,
     /// Tail-loss probes sent (RFC 8985; also counted in `resent`).
     pub probes: Counter,
-    /// Pending commands renumbered after a fork.
+    /// Pending commands sent marked to skip the numbers a fork lost.
     pub renumbered: Counter,
     pub send_errors: Counter,
     /// Mirror of the pending queue's length.

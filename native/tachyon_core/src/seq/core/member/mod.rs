@@ -35,7 +35,7 @@ pub enum MemberEvent {
         resume: u64,
     },
     /// A new primary lacked `lost` of this member's commands it had seen
-    /// delivered; the pending ones were renumbered.
+    /// delivered; the pending ones skip those numbers.
     Renumbered { lost: u64 },
     /// The member id is bound to another member: publishes are refused.
     Taken,

@@ -374,7 +374,7 @@ impl Rx {
         // The publishing side holds its commands until the welcome, also
         // for the same node: a primary that restarted may lack commands
         // numbered after its log, and would hold the later ones until a
-        // renumbered command filled the gap (then sequence both).
+        // skipping command came (then sequence both).
         self.switch_to = Some(from);
         self.leader = from;
         self.welcomed = false;
@@ -502,8 +502,8 @@ impl Rx {
         }
         if !self.welcomed && self.own_at_term > w.last {
             // A fork lost commands of this member's that it had delivered:
-            // the pending ones are renumbered after `w.last` and are done
-            // only once the new primary delivers them.
+            // the pending ones skip to after `w.last` and are done only
+            // once the new primary delivers them.
             self.st.own = w.last;
             self.heard = w.last;
         }

@@ -179,8 +179,8 @@ fn after_a_fork_the_member_moves_back_and_delivers_the_new_order_from_there() {
     assert_eq!(rx.next_seq(), 3);
     assert_eq!(rx.counters().forks.get(), 1);
     // Its own commands delivered at 3 and 5 are lost: the publishing side
-    // is told it delivered nothing the new primary has (so it renumbers
-    // its pending commands after 0, and acknowledges none of them early).
+    // is told it delivered 2 that the new primary lacks (so its pending
+    // commands skip to 3, and none of them is acknowledged early).
     assert_eq!(rx.own_seen(), 0);
     let w = rx
         .take_welcome()

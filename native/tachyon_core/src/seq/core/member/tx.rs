@@ -1,7 +1,8 @@
 //! The publishing side of a member: commands sent and not yet seen
 //! delivered, resent when the primary nacks one or when overdue, and
-//! renumbered if a new primary's log lacks commands this member saw
-//! delivered (a fork).
+//! marked to skip the lost numbers if a new primary's log lacks commands
+//! this member saw delivered (a fork). A message keeps its `member_seq`
+//! whichever primary sequences it.
 //!
 //! Congestion control, after TCP's rules ([`super::cc`]), so that a slow
 //! link with a deep queue is never offered more than it carries:
@@ -81,8 +82,12 @@ pub struct Tx {
     closed: bool,
     taken: bool,
     /// A new primary has not welcomed this member yet: commands wait (its
-    /// welcome may renumber them).
+    /// welcome may show a fork).
     held: bool,
+    /// After a fork: the first command to go marks its message of this
+    /// `member_seq` [`wire::SKIP`] (the next pending, or the next
+    /// published if none is).
+    skip: Option<u64>,
     /// The primary holds every command up to this `member_seq` (seen on
     /// the bus in its term): those are not resent on a timer.
     heard: u64,
@@ -119,6 +124,7 @@ impl Tx {
             closed: false,
             taken: w.taken,
             held: false,
+            skip: None,
             heard: 0,
             rtt,
             win,
@@ -271,6 +277,21 @@ impl Tx {
             dgram: b.d,
         });
         self.c.pending.set(self.pending.len() as u64);
+        self.apply_skip();
+    }
+
+    /// Marks the first pending command to skip to `self.skip` (dropping
+    /// its messages before it, delivered on the side a fork dropped).
+    fn apply_skip(&mut self) {
+        let Some(s) = self.skip else { return };
+        let Some(p) = self.pending.front_mut() else {
+            return;
+        };
+        if let Some(first) = wire::skip_to(&mut p.dgram, s) {
+            p.first_seq = first;
+            p.count = (p.last_seq - first + 1) as u16;
+        }
+        self.skip = None;
     }
 
     /// Command datagrams in flight: sent, not heard sequenced.
@@ -401,10 +422,12 @@ impl Tx {
     /// The welcome of a new primary, whose log holds this member's
     /// commands up to `w.last`; `delivered` is this member's highest
     /// `member_seq` it had delivered before the new term. If the primary's
-    /// log lacks some of those, they were lost in a fork: the pending
-    /// commands are renumbered after its last, so that they can be
-    /// sequenced. Then the pending commands go to it, in order, as the
-    /// window lets. Returns how many numbers were lost.
+    /// log lacks some of those, they were lost in a fork: the first
+    /// pending message goes marked [`wire::SKIP`] so that the primary
+    /// sequences it after its last (numbers are never reused: a number
+    /// the primary holds is the message this member sent with it). Then
+    /// the pending commands go to it, in order, as the window lets.
+    /// Returns how many numbers were lost.
     pub fn reconcile(
         &mut self,
         now: Nanos,
@@ -421,16 +444,10 @@ impl Tx {
         }
         let lost = delivered.saturating_sub(w.last);
         if lost > 0 {
-            let mut seq = w.last + 1;
-            for p in self.pending.iter_mut() {
-                let Some(last) = wire::renumber(&mut p.dgram, seq) else {
-                    continue;
-                };
-                p.first_seq = seq;
-                p.last_seq = last;
-                seq = last + 1;
-            }
-            self.next_member_seq = seq;
+            // What was delivered is done, on the side the fork dropped.
+            self.ack(delivered);
+            self.skip = Some(delivered + 1);
+            self.apply_skip();
             self.c.renumbered.bump(self.pending.len() as u64);
             self.heard = w.last;
         } else {

@@ -368,3 +368,42 @@ fn nothing_goes_again_after_the_goodbye() {
     assert_eq!(out.len(), bye, "something was sent after the goodbye");
     assert_eq!(tx.counters().probes.get(), 0);
 }
+
+/// The (member_seq, flags) of each message of each publish command sent.
+fn sent_flags(out: &Outbox) -> Vec<Vec<(u64, u8)>> {
+    out.iter()
+        .filter_map(|(_, d)| {
+            let c = Cmd::parse(d).ok()?;
+            Some(c.published().map(|p| (p.member_seq, p.flags)).collect())
+        })
+        .collect()
+}
+
+#[test]
+fn after_a_fork_the_first_pending_message_skips_the_lost_numbers_and_keeps_its_own() {
+    use crate::seq::wire::SKIP;
+    let (mut tx, mut out) = (new_tx(), Outbox::new());
+    // 1..=6 published; the member saw 1..=4 delivered on a side a fork
+    // dropped (the acknowledgement of 3 and 4 had not reached the
+    // publishing side yet); the new primary holds its messages up to 2.
+    publish(&mut tx, 0, 6, &mut out);
+    tx.ack(2);
+    tx.retarget(primary());
+    out.clear();
+    assert_eq!(tx.reconcile(MS, &welcome(2), 4, &mut out), 2);
+    assert_eq!(
+        sent_flags(&out),
+        vec![vec![(5, SKIP)], vec![(6, 0)]],
+        "3 and 4 are done; 5 skips to after 2 under its own number"
+    );
+    assert_eq!(tx.pending(), 2);
+    // Nothing pending at the fork: the next publish skips.
+    let (mut tx, mut out) = (new_tx(), Outbox::new());
+    publish(&mut tx, 0, 3, &mut out);
+    tx.ack(3);
+    tx.retarget(primary());
+    assert_eq!(tx.reconcile(MS, &welcome(1), 3, &mut out), 2);
+    out.clear();
+    publish(&mut tx, 2 * MS, 2, &mut out);
+    assert_eq!(sent_flags(&out), vec![vec![(4, SKIP)], vec![(5, 0)]]);
+}

@@ -183,10 +183,9 @@ impl<L: Log> Node<L> {
         if self.role == Role::Leader {
             if !taken && h.flags & wire::KEEPALIVE == 0 {
                 // The member asks where it stands in this term: what it
-                // sent before (held beyond a gap) may carry numbers that
-                // its welcome makes it reuse (after a fork it renumbers
-                // from `last + 1`). It resends what the welcome shows
-                // missing.
+                // sent before (held beyond a gap) waits for a welcome that
+                // may show a fork, after which it skips the lost numbers.
+                // It resends what the welcome shows missing.
                 if let Some(w) = self.ld.windows.get_mut(&cmd.member_id) {
                     w.held.clear();
                     w.bytes = 0;
@@ -246,8 +245,10 @@ impl<L: Log> Node<L> {
             self.c.backpressure.bump(1);
             return;
         }
-        if p.member_seq == last + 1 {
-            if self.emit(id, p.member_seq, p.flags, p.data, env) {
+        // After a fork, a member's next may skip numbers it saw delivered
+        // on the side the fork dropped (`SKIP`, never stored).
+        if p.member_seq == last + 1 || p.flags & wire::SKIP != 0 {
+            if self.emit(id, p.member_seq, p.flags & !wire::SKIP, p.data, env) {
                 self.drain_window(now, id, from, env);
             }
             return;
