@@ -504,3 +504,85 @@ fn a_group_of_three_fails_over_and_members_follow_without_loss_or_duplicates() {
         let _ = std::fs::remove_dir_all(d);
     }
 }
+
+/// Publishes `msgs` from `m`, polling meanwhile.
+fn publish_all(m: &Member, msgs: impl IntoIterator<Item = String>, got: &mut Got) {
+    for msg in msgs {
+        while m.publish(msg.as_bytes()) == Err(member::PublishError::Busy) {
+            m.poll(32, &mut |s, id, d| got.push((s, id, d.to_vec())))
+                .unwrap();
+            m.tick();
+        }
+    }
+}
+
+#[test]
+fn two_nodes_available_a_fork_is_reported_and_the_member_goes_on_in_the_new_order() {
+    let dirs: Vec<PathBuf> = (0..2).map(|i| tmp(&format!("avail{i}"))).collect();
+    let group: Vec<SocketAddr> = (0..2)
+        .map(|_| SocketAddr::from(([127, 0, 0, 1], free_port())))
+        .collect();
+    let node = |i: usize| {
+        let mut cfg = SequencerConfig::new(group[i], &dirs[i]);
+        cfg.group = group.clone();
+        cfg.store = small_store();
+        cfg.wait = WaitStrategy::Park;
+        cfg.eager = i == 0;
+        cfg.two_nodes = TwoNodes::Available;
+        Sequencer::start(cfg).expect("node")
+    };
+    let a = node(0);
+    let mut b = node(1);
+    wait_until("a primary", || a.stats().role == "primary");
+    let mut c = MemberConfig::new(group[0], 1);
+    c.alternates = group[1..].to_vec();
+    c.hello_after = Duration::from_millis(20);
+    c.resend_after = Duration::from_millis(10);
+    let m = Member::open(c).unwrap();
+    let mut got = Got::new();
+    // Both nodes hold the first 50; then the standby stops and the
+    // primary, alone, commits 50 more (availability over safety).
+    publish_all(&m, (0..50).map(|i| format!("a{i}")), &mut got);
+    collect(&m, 50, &mut got);
+    wait_until("the standby has the first 50", || {
+        b.stats().next_seq >= a.stats().next_seq
+    });
+    b.stop();
+    publish_all(&m, (0..50).map(|i| format!("b{i}")), &mut got);
+    collect(&m, 100, &mut got);
+    assert_eq!(got.len(), 100, "{:?}", m.stats());
+    let first_b = got[50].0;
+    // The primary stops; the standby comes back alone, without the b's,
+    // and becomes primary: its log forks from what the member delivered.
+    a.stop();
+    b = node(1);
+    publish_all(&m, (0..30).map(|i| format!("c{i}")), &mut got);
+    let mut after = Got::new();
+    collect(&m, 30, &mut after);
+    let events = m.take_events();
+    let fork = events
+        .iter()
+        .find_map(|e| match e {
+            MemberEvent::Fork { next, resume, .. } => Some((*next, *resume)),
+            _ => None,
+        })
+        .unwrap_or_else(|| panic!("no fork among {events:?}"));
+    assert_eq!(fork, (got[99].0 + 1, first_b), "{events:?}");
+    assert!(events.contains(&MemberEvent::Renumbered { lost: 50 }));
+    assert_eq!(m.stats().forks, 1);
+    // From the fork on, the new order: the c's, each once, in order, at
+    // sequence numbers from where the member moved back.
+    let data: Vec<String> = after
+        .iter()
+        .map(|(_, _, d)| String::from_utf8_lossy(d).into_owned())
+        .collect();
+    let want: Vec<String> = (0..30).map(|i| format!("c{i}")).collect();
+    assert_eq!(data, want);
+    assert!(after.iter().all(|(s, _, _)| *s >= first_b));
+    assert!(after.windows(2).all(|w| w[0].0 < w[1].0));
+    assert_eq!(b.stats().role, "primary");
+    b.stop();
+    for d in &dirs {
+        let _ = std::fs::remove_dir_all(d);
+    }
+}
