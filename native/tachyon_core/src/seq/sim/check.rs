@@ -188,32 +188,6 @@ impl Checker {
         }
     }
 
-    /// Where forks are allowed: every member that delivered an entry the
-    /// final log does not hold reported a fork (`forks`: per member).
-    pub fn forks_reported_by_all(&mut self, at: Nanos, log: &MemLog, forks: &HashMap<u32, u64>) {
-        let mut bad = None;
-        for (m, v) in &self.members {
-            if forks.get(m).copied().unwrap_or(0) > 0 {
-                continue;
-            }
-            for (seq, (from, _, tail)) in &v.seqs {
-                if !Self::holds(log, *seq, *from, tail) {
-                    bad = Some(format!(
-                        "member {m} delivered seq {seq} (from {from}), not in the final log, and reported no fork"
-                    ));
-                    break;
-                }
-            }
-            if bad.is_some() {
-                break;
-            }
-        }
-        self.checks += 1;
-        if let Some(d) = bad {
-            self.fail("silent_fork", at, d);
-        }
-    }
-
     /// `member` moved back to `resume` after a fork: what it delivered from
     /// there on is replaced by what it delivers now.
     pub fn moved_back(&mut self, member: u32, resume: u64) {
@@ -224,21 +198,23 @@ impl Checker {
 
     /// Where forks are allowed, at the end: what every member delivered
     /// (since it last moved back after a fork) is the final `log`'s order.
-    pub fn views_in_log(&mut self, at: Nanos, log: &MemLog) {
+    /// A member that did not is a `silent_fork` if it reported no fork
+    /// (`forks`: per member), `diverged` if it did and did not move back.
+    pub fn views_in_log(&mut self, at: Nanos, log: &MemLog, forks: &HashMap<u32, u64>) {
         self.checks += 1;
-        let mut bad = None;
-        'members: for (m, v) in &self.members {
-            for (seq, (from, _, tail)) in &v.seqs {
-                if !Self::holds(log, *seq, *from, tail) {
-                    bad = Some(format!(
-                        "member {m} delivered seq {seq} (from {from}), not the final log's, and did not move back"
-                    ));
-                    break 'members;
-                }
-            }
-        }
-        if let Some(d) = bad {
-            self.fail("diverged", at, d);
+        let bad = self.members.iter().find_map(|(m, v)| {
+            let (seq, (from, _, _)) = v
+                .seqs
+                .iter()
+                .find(|(seq, (from, _, tail))| !Self::holds(log, **seq, *from, tail))?;
+            Some(if forks.get(m).copied().unwrap_or(0) == 0 {
+                ("silent_fork", format!("member {m} delivered seq {seq} (from {from}), not in the final log, and reported no fork"))
+            } else {
+                ("diverged", format!("member {m} delivered seq {seq} (from {from}), not the final log's, and did not move back"))
+            })
+        });
+        if let Some((kind, d)) = bad {
+            self.fail(kind, at, d);
         }
     }
 

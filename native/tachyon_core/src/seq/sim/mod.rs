@@ -381,9 +381,8 @@ impl Sim<'_> {
                 .collect();
             let p = self.primary;
             if let Some(log) = self.procs[p].actor.as_ref().and_then(|a| a.log()).cloned() {
-                self.check.forks_reported_by_all(self.now, &log, &forks);
+                self.check.views_in_log(self.now, &log, &forks);
                 self.check.publishes_kept(self.now, &log);
-                self.check.views_in_log(self.now, &log);
             }
         }
         if self.check.violations.is_empty() {

@@ -186,11 +186,7 @@ impl<L: Log> Node<L> {
                 // sent before (held beyond a gap) waits for a welcome that
                 // may show a fork, after which it skips the lost numbers.
                 // It resends what the welcome shows missing.
-                if let Some(w) = self.ld.windows.get_mut(&cmd.member_id) {
-                    w.held.clear();
-                    w.bytes = 0;
-                    w.nacked = None;
-                }
+                self.ld.windows.remove(&cmd.member_id);
             }
             let flags = if taken { TAKEN } else { 0 };
             self.welcome(from, cmd.member_id, Some(&h), flags, env);
