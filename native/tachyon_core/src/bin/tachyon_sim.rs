@@ -5,8 +5,10 @@
 //!
 //! ```text
 //! tachyon_sim [--seeds N] [--from S] [--seed S] [--trace] [--faults crash,pause,...]
-//!             [--nodes N] [--two-nodes safe|available] [--members M] [--seconds S]
-//!             [--loss P] [--large P] [--slow MS] [--uplink US[:QUEUE]]
+//!             [--no-swarm] [--nodes N] [--two-nodes safe|available]
+//!             [--durability replicated|fsync] [--members M] [--late-members M]
+//!             [--seconds S] [--loss P] [--large P] [--slow MS] [--uplink US[:QUEUE]]
+//!             [--scenario NAME|all]
 //! ```
 
 use std::collections::BTreeMap;
@@ -15,7 +17,9 @@ use std::time::Instant;
 
 use tachyon_core::seq::core::node::TwoNodes;
 use tachyon_core::seq::core::MILLI;
-use tachyon_core::seq::sim::{self, Capacity, Fault, Group, Protocol, SimConfig};
+use tachyon_core::seq::sim::{
+    self, Capacity, Durability, Fault, Group, Protocol, Scenario, SimConfig,
+};
 
 fn main() {
     let mut args = std::env::args().skip(1);
@@ -23,6 +27,7 @@ fn main() {
     let mut cfg = SimConfig::new(0);
     let mut group = Group::new(3);
     let mut slow_ms = f64::INFINITY;
+    let mut scenarios: Vec<Scenario> = Vec::new();
     while let Some(a) = args.next() {
         let mut val = || args.next().unwrap_or_else(|| usage(&a));
         match a.as_str() {
@@ -34,6 +39,25 @@ fn main() {
             }
             "--trace" => trace = true,
             "--members" => cfg.members = val().parse().unwrap_or_else(|_| usage("--members")),
+            "--late-members" => {
+                cfg.late_members = val().parse().unwrap_or_else(|_| usage("--late-members"))
+            }
+            "--no-swarm" => cfg.swarm = false,
+            "--durability" => {
+                group.durability = match val().as_str() {
+                    "replicated" => Durability::Replicated,
+                    "fsync" => Durability::Fsync,
+                    other => usage(other),
+                }
+            }
+            "--scenario" => {
+                let v = val();
+                scenarios = if v == "all" {
+                    Scenario::all()
+                } else {
+                    vec![Scenario::by_name(&v).unwrap_or_else(|| usage(&v))]
+                };
+            }
             "--seconds" => {
                 let s: f64 = val().parse().unwrap_or_else(|_| usage("--seconds"));
                 cfg.fault_time = (s * 1000.0) as u64 * MILLI;
@@ -70,21 +94,29 @@ fn main() {
             _ => usage(&a),
         }
     }
+    if !scenarios.is_empty() {
+        run_scenarios(&scenarios, &group, from, seeds, trace);
+        return;
+    }
     let proto: Box<dyn Protocol> = Box::new(group);
     println!(
-        "tachyon_sim: {} ({} nodes, {} members), seeds {}..{}, faults {:?}, base loss {}",
+        "tachyon_sim: {} ({} nodes, {:?}, {} + {} late members), seeds {}..{}, faults {:?}{}, base loss {}",
         proto.name(),
         proto.nodes(),
+        proto.durability(),
         cfg.members,
+        cfg.late_members,
         from,
         from + seeds - 1,
         cfg.faults.iter().map(|f| f.name()).collect::<Vec<_>>(),
+        if cfg.swarm { " (a subset per seed)" } else { "" },
         cfg.base_loss
     );
     let t0 = Instant::now();
     let mut faults: BTreeMap<&str, u64> = BTreeMap::new();
     let mut kinds: BTreeMap<&str, Vec<u64>> = BTreeMap::new();
     let (mut steps, mut checks, mut delivered, mut takeovers) = (0u64, 0u64, 0u64, 0u64);
+    let mut joins = 0u64;
     let (mut commands, mut resent, mut queue_drops, mut max_queue) = (0u64, 0u64, 0u64, 0u64);
     let mut forks = 0u64;
     let mut failed = 0;
@@ -97,6 +129,7 @@ fn main() {
         checks += r.checks;
         delivered += r.delivered;
         takeovers += r.takeovers;
+        joins += r.joins;
         forks += r.forks_reported;
         commands += r.commands;
         resent += r.resent;
@@ -119,10 +152,12 @@ fn main() {
             let v = &r.violations[0];
             kinds.entry(v.kind).or_default().push(seed);
             println!(
-                "\nseed {seed}: {} at {:.3} ms: {}  (replay: --seed {seed} --trace)",
+                "\nseed {seed}: {} at {:.3} ms (step {}): {}  (mix {:?}; replay: --seed {seed} --trace)",
                 v.kind,
                 v.at as f64 / 1e6,
-                v.detail
+                r.steps,
+                v.detail,
+                r.mix
             );
         }
         if seeds > 1 && std::io::stdout().is_terminal() {
@@ -142,6 +177,7 @@ fn main() {
     println!("invariant checks:    {checks}");
     println!("messages delivered:  {delivered}");
     println!("takeovers:           {takeovers}");
+    println!("member opens:        {joins}");
     println!("forks reported:      {forks}");
     println!("commands sent:       {commands} (resent {resent})");
     if cfg.uplink.is_some() {
@@ -165,12 +201,57 @@ fn main() {
     }
 }
 
+/// Runs each scenario over `seeds` seeds; prints each violating seed.
+fn run_scenarios(list: &[Scenario], base: &Group, from: u64, seeds: u64, trace: bool) {
+    let mut failed = 0;
+    for s in list {
+        let mut g = Group::new(s.nodes);
+        g.durability = base.durability;
+        g.two_nodes = base.two_nodes;
+        let mut bad = Vec::new();
+        let mut checks = 0;
+        for seed in from..from + seeds {
+            let mut cfg = s.config(seed);
+            cfg.trace = trace;
+            let r = sim::run(&cfg, &g);
+            checks += r.checks;
+            if let Some(v) = r.violations.first() {
+                bad.push(seed);
+                if bad.len() <= 3 {
+                    println!(
+                        "{}: seed {seed}: {} at {:.3} ms (step {}): {}",
+                        s.name,
+                        v.kind,
+                        v.at as f64 / 1e6,
+                        r.steps,
+                        v.detail
+                    );
+                }
+            }
+        }
+        println!(
+            "scenario {} ({} nodes, {:?}): {} of {seeds} seeds violating, {checks} checks",
+            s.name,
+            s.nodes,
+            base.durability,
+            bad.len()
+        );
+        if !bad.is_empty() {
+            failed += 1;
+        }
+    }
+    if failed > 0 {
+        std::process::exit(1);
+    }
+}
+
 fn usage(bad: &str) -> ! {
     eprintln!(
         "tachyon_sim: bad argument {bad:?}\nusage: tachyon_sim [--seeds N] [--from S] [--seed S] [--trace] \
-         [--faults crash,pause,stall,partition,lossy_link,reorder_link,clock_jump] [--nodes N] \
-         [--two-nodes safe|available] [--members M] [--seconds S] [--loss P] [--large P] [--slow MS] \
-         [--uplink US[:QUEUE]]"
+         [--faults KIND,...] [--no-swarm] [--nodes N] [--two-nodes safe|available] \
+         [--durability replicated|fsync] [--members M] [--late-members M] [--seconds S] [--loss P] \
+         [--large P] [--slow MS] [--uplink US[:QUEUE]] [--scenario NAME|all]\nfault kinds: {}",
+        Fault::ALL.iter().map(|f| f.name()).collect::<Vec<_>>().join(",")
     );
     std::process::exit(2)
 }

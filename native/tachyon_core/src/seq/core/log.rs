@@ -1,7 +1,7 @@
 //! The log a sequencer node appends to and replays from, with Raft's
 //! persistent state beside it (the node's term and vote): a `Store` and a
-//! small file in the shells (`seq::nodelog`), a [`MemLog`] in the
-//! simulator (whose "disk" survives a crash).
+//! small file in the shells (`seq::nodelog`), a [`MemLog`](super::MemLog)
+//! over a simulated disk in the simulator.
 
 use crate::store::StoreError;
 
@@ -51,86 +51,6 @@ pub trait Log: Entries {
     fn load_vote(&self) -> (u32, Option<u8>);
     /// Records the term and vote durably before the node answers anyone.
     fn save_vote(&mut self, term: u32, vote: Option<u8>) -> Result<(), LogError>;
-}
-
-/// An in-memory log (tests, the simulator).
-#[derive(Debug, Clone, Default)]
-pub struct MemLog {
-    entries: Vec<Vec<u8>>,
-    vote: (u32, Option<u8>),
-    /// Test aid: appends fail while set.
-    pub full: bool,
-}
-
-impl MemLog {
-    pub fn new() -> MemLog {
-        MemLog::default()
-    }
-
-    pub fn entry(&self, i: u64) -> Option<&[u8]> {
-        self.entries.get(i as usize).map(|e| e.as_slice())
-    }
-
-    pub fn len(&self) -> u64 {
-        self.entries.len() as u64
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.entries.is_empty()
-    }
-}
-
-impl Log for MemLog {
-    fn append(&mut self, entry: &[u8]) -> Result<u64, LogError> {
-        if self.full {
-            return Err(LogError::NoSpace);
-        }
-        self.entries.push(entry.to_vec());
-        Ok(self.entries.len() as u64 - 1)
-    }
-
-    fn next_index(&self) -> u64 {
-        self.entries.len() as u64
-    }
-
-    fn truncate(&mut self, from: u64) -> Result<(), LogError> {
-        if from > self.entries.len() as u64 {
-            return Err(LogError::NotFound);
-        }
-        self.entries.truncate(from as usize);
-        Ok(())
-    }
-
-    fn load_vote(&self) -> (u32, Option<u8>) {
-        self.vote
-    }
-
-    fn save_vote(&mut self, term: u32, vote: Option<u8>) -> Result<(), LogError> {
-        self.vote = (term, vote);
-        Ok(())
-    }
-}
-
-impl Entries for MemLog {
-    fn read_range(
-        &self,
-        from: u64,
-        max: usize,
-        f: &mut dyn FnMut(u64, &[u8]),
-    ) -> Result<usize, LogError> {
-        let mut n = 0;
-        for (i, e) in self
-            .entries
-            .iter()
-            .enumerate()
-            .skip(from as usize)
-            .take(max)
-        {
-            f(i as u64, e);
-            n += 1;
-        }
-        Ok(n)
-    }
 }
 
 /// A store's entries (the replayer's reads).

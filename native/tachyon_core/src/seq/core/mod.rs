@@ -17,11 +17,13 @@
 pub mod fill;
 pub mod log;
 pub mod member;
+mod memlog;
 pub mod node;
 
 use std::net::SocketAddr;
 
-pub use log::{Entries, Log, LogError, MemLog};
+pub use log::{Entries, Log, LogError};
+pub use memlog::MemLog;
 
 /// Time in nanoseconds on the caller's monotonic clock (any origin).
 pub type Nanos = u64;

@@ -1,16 +1,14 @@
-//! The processes of a simulation: sequencer nodes and members, each the
-//! real protocol core (`seq::core`) behind one small trait.
+//! The processes of a simulation behind one small trait: sequencer nodes
+//! (here: the real `Node` on a [`MemLog`] with its replayer run
+//! asynchronously, as the shell's thread does) and members
+//! (`super::members`).
 
 use std::net::SocketAddr;
 
-use crate::seq::core::member::{self, Handover, Join, MemberConfig, MemberEvent, Rx, Tx};
 use crate::seq::core::node::{Node, NodeConfig};
-use crate::seq::core::{
-    replay_datagrams, Env, MemLog, Nanos, NodeEvent, Outbox, Replay, Rng, Sink, MICRO, MILLI,
-};
-use crate::seq::BusMode;
+use crate::seq::core::{replay_datagrams, Env, MemLog, Nanos, NodeEvent, Outbox, Replay, Rng, Sink};
 
-use super::check::payload;
+pub use super::members::{SimMember, Start, Workload};
 
 /// What a process reports to the simulation.
 #[derive(Debug)]
@@ -32,13 +30,28 @@ pub enum Event {
     Leader {
         term: u64,
     },
+    /// A member's incarnation `inc` was welcomed (its open returned).
+    Joined {
+        inc: u32,
+        start: Start,
+    },
+    /// A member's incarnation `inc` ended: killed (`undelivered: None`:
+    /// what it had not seen delivered may be lost), or closed, telling its
+    /// caller that `n` publishes were not delivered (`Some(n)`).
+    MemberGone {
+        inc: u32,
+        undelivered: Option<u64>,
+    },
     Trace(String),
 }
 
-/// What a node keeps across a crash: its log, and its term and vote.
+/// A node's disk: its log (with the vote), and the boot of its host
+/// (changed by a power loss: a node can tell a reboot from a process
+/// crash, as `/proc/sys/kernel/random/boot_id` tells the shell).
 #[derive(Debug, Clone, Default)]
 pub struct Disk {
     pub log: MemLog,
+    pub boot: u64,
 }
 
 /// A process: the protocol core and its workload.
@@ -79,254 +92,44 @@ pub trait Actor {
     fn tx_counts(&self) -> (u64, u64) {
         (0, 0)
     }
-}
-
-// -- members -----------------------------------------------------------------
-
-/// The workload of one member.
-#[derive(Debug, Clone)]
-pub struct Workload {
-    /// Publishes stop at this time.
-    pub until: Nanos,
-    /// Time between publishes: uniform in this range.
-    pub gap: (Nanos, Nanos),
-    /// Share of large (fragmented) messages.
-    pub large: f64,
-}
-
-enum MState {
-    Joining(Join),
-    Joined {
-        tx: Box<Tx>,
-        rx: Box<Rx>,
-    },
-    /// Refused: its id is another's.
-    Taken,
-}
-
-pub struct SimMember {
-    id: u32,
-    cfg: MemberConfig,
-    unicast: bool,
-    state: MState,
-    publisher: Publisher,
-}
-
-/// Publishes the workload's messages on time.
-struct Publisher {
-    id: u32,
-    work: Workload,
-    counter: u64,
-    next_publish: Nanos,
-    rng: Rng,
-}
-
-impl SimMember {
-    pub fn new(id: u32, cfg: MemberConfig, work: Workload, seed: u64) -> SimMember {
-        let unicast = matches!(cfg.bus, BusMode::Unicast);
-        SimMember {
-            id,
-            state: MState::Joining(Join::new(&cfg, unicast)),
-            unicast,
-            cfg,
-            publisher: Publisher {
-                id,
-                work,
-                counter: 0,
-                next_publish: 0,
-                rng: Rng::new(seed),
-            },
-        }
+    /// A member's incarnation (its opens so far).
+    fn incarnation(&self) -> u32 {
+        0
     }
-}
-
-impl Publisher {
-    fn publish(&mut self, now: Nanos, tx: &mut Tx, out: &mut Outbox, ev: &mut Vec<Event>) {
-        while self.next_publish <= now && now < self.work.until {
-            let len = if self.rng.chance(self.work.large) {
-                self.rng.range(2_000, 20_000) as usize
-            } else {
-                self.rng.range(12, 200) as usize
-            };
-            let p = payload(self.id, self.counter + 1, len);
-            // Busy: tried again at the next publish time.
-            if tx.publish_many(now, [p.as_slice()], out).is_ok() {
-                self.counter += 1;
-                ev.push(Event::Accepted {
-                    counter: self.counter,
-                });
-            }
-            self.next_publish += self.rng.range(self.work.gap.0, self.work.gap.1).max(1);
-        }
-    }
-}
-
-fn member_events(id: u32, rx: &mut Rx, ev: &mut Vec<Event>) {
-    for e in rx.take_events() {
-        if let MemberEvent::Fork { resume, .. } = e {
-            ev.push(Event::MovedBack { resume });
-        }
-        if !matches!(e, MemberEvent::Term { .. }) {
-            ev.push(Event::Trace(format!("member {id}: {e:?}")));
-        }
-    }
-}
-
-impl Actor for SimMember {
-    fn on_datagram(
+    /// A member's process is killed (no goodbye); it opens again at
+    /// `reopen_at`.
+    fn kill_member(&mut self, _reopen_at: Nanos, _ev: &mut Vec<Event>) {}
+    /// A member closes (with publishes in flight); it opens again at
+    /// `reopen_at`.
+    fn close_member(
         &mut self,
-        now: Nanos,
-        from: SocketAddr,
-        d: &[u8],
+        _now: Nanos,
+        _reopen_at: Nanos,
         _out: &mut Outbox,
-        ev: &mut Vec<Event>,
+        _ev: &mut Vec<Event>,
     ) {
-        match &mut self.state {
-            MState::Joining(j) => j.on_datagram(now, d, Some(from)),
-            MState::Joined { rx, .. } => {
-                let mut f = |seq: u64, member_id: u32, data: &[u8]| {
-                    ev.push(Event::Delivered {
-                        seq,
-                        member_id,
-                        data: data.to_vec(),
-                    })
-                };
-                rx.on_datagram(now, d, Some(from), &mut f);
-                // Events in their place among the deliveries.
-                member_events(self.id, rx, ev);
-            }
-            MState::Taken => {}
-        }
     }
-
-    fn end_batch(&mut self, now: Nanos, out: &mut Outbox, ev: &mut Vec<Event>) {
-        if let MState::Joined { tx, rx } = &mut self.state {
-            let switch = rx.end_batch(now, out);
-            if let Some(to) = switch {
-                ev.push(Event::Trace(format!("member {} follows {to}", self.id)));
-            }
-            if let Some(e) = Handover::take(rx, switch).apply(tx, now, out) {
-                ev.push(Event::Trace(format!("member {}: {e:?}", self.id)));
-            }
-            member_events(self.id, rx, ev);
-        }
-    }
-
-    fn tick(&mut self, now: Nanos, out: &mut Outbox, ev: &mut Vec<Event>) -> Nanos {
-        if let MState::Joining(j) = &mut self.state {
-            match j.tick(now, out) {
-                Ok(w) => match member::from_welcome(&self.cfg, &w, self.unicast, now) {
-                    Ok((tx, rx)) => {
-                        ev.push(Event::Trace(format!(
-                            "member {} joined {}",
-                            self.id, w.from
-                        )));
-                        self.state = MState::Joined {
-                            tx: Box::new(tx),
-                            rx: Box::new(rx),
-                        };
-                        let p = &mut self.publisher;
-                        p.next_publish = p.next_publish.max(now);
-                    }
-                    Err(e) => {
-                        ev.push(Event::Trace(format!("member {} refused: {e}", self.id)));
-                        self.state = MState::Taken;
-                        return now + 1_000 * MILLI;
-                    }
-                },
-                Err(due) => return due,
-            }
-        }
-        let MState::Joined { tx, rx } = &mut self.state else {
-            return now + 1_000 * MILLI;
-        };
-        let mut due = rx.tick(now, out);
-        if let Some(d) = tx.tick(now, out) {
-            due = due.min(d);
-        }
-        let p = &mut self.publisher;
-        p.publish(now, tx, out, ev);
-        if now < p.work.until {
-            due = due.min(p.next_publish.max(now + MICRO));
-        }
-        due
-    }
-
-    fn crash(self: Box<Self>) -> Option<Disk> {
+    /// A member that is down opens again now, starting at `start`.
+    fn reopen_member(&mut self, _now: Nanos, _start: Start) {}
+    /// A node's log, to change (the nemesis's disk faults).
+    fn log_mut(&mut self) -> Option<&mut MemLog> {
         None
-    }
-
-    fn log(&self) -> Option<&MemLog> {
-        None
-    }
-
-    fn primary_term(&self) -> Option<u64> {
-        None
-    }
-
-    fn forks(&self) -> u64 {
-        match &self.state {
-            MState::Joined { rx, .. } => rx.counters().forks.get(),
-            _ => 0,
-        }
-    }
-
-    fn position(&self) -> u64 {
-        match &self.state {
-            MState::Joined { rx, .. } => rx.next_seq(),
-            _ => 0,
-        }
-    }
-
-    fn tx_counts(&self) -> (u64, u64) {
-        match &self.state {
-            MState::Joined { tx, .. } => {
-                let c = tx.counters();
-                (c.commands.get(), c.resent.get())
-            }
-            _ => (0, 0),
-        }
-    }
-
-    fn describe(&self) -> String {
-        match &self.state {
-            MState::Joining(_) => format!("member {} joining", self.id),
-            MState::Taken => format!("member {} refused", self.id),
-            MState::Joined { tx, rx } => {
-                let (t, r) = (tx.counters(), rx.counters());
-                format!(
-                    "member {} term {} next {} commit {} pending {} in_flight {} cwnd {} rto {} us oldest {:?} published {} resent {} nacked {} delivered {} gaps {} replay_requests {} dup {} forks {}",
-                    self.id,
-                    rx.epoch(),
-                    rx.next_seq(),
-                    rx.commit(),
-                    tx.pending(),
-                    tx.in_flight(),
-                    tx.cwnd(),
-                    tx.rto() / MICRO,
-                    tx.oldest_pending(),
-                    t.published.get(),
-                    t.resent.get(),
-                    t.nacked.get(),
-                    r.delivered.get(),
-                    r.gaps.get(),
-                    r.replay_requests.get(),
-                    r.duplicates.get(),
-                    r.forks.get(),
-                )
-            }
-        }
     }
 }
 
 // -- nodes ---------------------------------------------------------------------
 
-/// A sequencer node: the core, and its replayer run inline.
+/// A sequencer node: the core on its log, and its replayer, which answers
+/// replay jobs a little later from the log as it is then (the shell's
+/// replayer thread wakes up after the job is queued).
 pub struct SimNode {
     node: Node<MemLog>,
-    replays: Vec<Replay>,
+    /// Replay jobs and when the replayer gets to each.
+    replays: Vec<(Nanos, Replay)>,
+    queued: Vec<Replay>,
     events: Vec<NodeEvent>,
     buf: Vec<u8>,
+    rng: Rng,
 }
 
 struct SimEnv<'a> {
@@ -351,33 +154,42 @@ impl Env for SimEnv<'_> {
     }
 }
 
+/// The replayer's wake-up: a job waits this long at most.
+const REPLAYER_LAG: Nanos = 300_000;
+
 impl SimNode {
     pub fn new(cfg: NodeConfig, disk: Disk, now: Nanos) -> SimNode {
+        let rng = Rng::new(cfg.seed ^ 0x5eed_0f_2e_91a7);
+        let mut log = disk.log;
+        log.now = now;
         SimNode {
-            node: Node::new(cfg, disk.log, now).expect("node config"),
+            node: Node::new(cfg, log, now).expect("node config"),
             replays: Vec::new(),
+            queued: Vec::new(),
             events: Vec::new(),
             buf: Vec::new(),
+            rng,
         }
     }
 
     fn call(
         &mut self,
+        now: Nanos,
         out: &mut Outbox,
         ev: &mut Vec<Event>,
         f: impl FnOnce(&mut Node<MemLog>, &mut SimEnv<'_>),
     ) {
+        self.node.log_mut().now = now;
+        self.run_replays(now, out);
         let mut env = SimEnv {
             out,
-            replays: &mut self.replays,
+            replays: &mut self.queued,
             events: &mut self.events,
         };
         f(&mut self.node, &mut env);
-        // The replayer: answered at once from the log.
-        for job in self.replays.drain(..) {
-            let _ = replay_datagrams(self.node.log(), &job, &mut self.buf, &mut |d| {
-                out.send(&[job.to_addr], d)
-            });
+        for job in self.queued.drain(..) {
+            let at = now + self.rng.range(1_000, REPLAYER_LAG);
+            self.replays.push((at, job));
         }
         let id = self.node.id();
         for e in self.events.drain(..) {
@@ -385,6 +197,21 @@ impl SimNode {
                 NodeEvent::Leader { term, .. } => ev.push(Event::Leader { term: term as u64 }),
                 e => ev.push(Event::Trace(format!("node {id}: {e:?}"))),
             }
+        }
+    }
+
+    /// The replayer: the jobs due, from the log as it is now.
+    fn run_replays(&mut self, now: Nanos, out: &mut Outbox) {
+        let mut i = 0;
+        while i < self.replays.len() {
+            if self.replays[i].0 > now {
+                i += 1;
+                continue;
+            }
+            let (_, job) = self.replays.remove(i);
+            let _ = replay_datagrams(self.node.log(), &job, &mut self.buf, &mut |d| {
+                out.send(&[job.to_addr], d)
+            });
         }
     }
 }
@@ -398,27 +225,35 @@ impl Actor for SimNode {
         out: &mut Outbox,
         ev: &mut Vec<Event>,
     ) {
-        self.call(out, ev, |n, env| n.on_datagram(now, from, d, env));
+        self.call(now, out, ev, |n, env| n.on_datagram(now, from, d, env));
     }
 
     fn end_batch(&mut self, now: Nanos, out: &mut Outbox, ev: &mut Vec<Event>) {
-        self.call(out, ev, |n, env| n.end_batch(now, env));
+        self.call(now, out, ev, |n, env| n.end_batch(now, env));
     }
 
     fn tick(&mut self, now: Nanos, out: &mut Outbox, ev: &mut Vec<Event>) -> Nanos {
         let mut due = now;
-        self.call(out, ev, |n, env| due = n.tick(now, env));
-        due
+        self.call(now, out, ev, |n, env| due = n.tick(now, env));
+        match self.replays.iter().map(|r| r.0).min() {
+            Some(r) => due.min(r.max(now + 1)),
+            None => due,
+        }
     }
 
     fn crash(self: Box<Self>) -> Option<Disk> {
         Some(Disk {
             log: self.node.into_log(),
+            boot: 0,
         })
     }
 
     fn log(&self) -> Option<&MemLog> {
         Some(self.node.log())
+    }
+
+    fn log_mut(&mut self) -> Option<&mut MemLog> {
+        Some(self.node.log_mut())
     }
 
     fn primary_term(&self) -> Option<u64> {
@@ -437,7 +272,7 @@ impl Actor for SimNode {
         let n = &self.node;
         let c = n.counters();
         format!(
-            "{} term {} leader {:?} next {} commit {} messages {} held {} ooo {} nacks {} dup {} replays {} copied {} truncated {} elections {} not_primary {} backpressure {}",
+            "{} term {} leader {:?} next {} commit {} messages {} held {} ooo {} nacks {} dup {} replays {} copied {} truncated {} elections {} not_primary {} backpressure {} store_errors {}",
             n.role().name(),
             n.term(),
             n.leader(),
@@ -454,6 +289,7 @@ impl Actor for SimNode {
             c.elections.get(),
             c.not_primary.get(),
             c.backpressure.get(),
+            c.store_errors.get(),
         )
     }
 }

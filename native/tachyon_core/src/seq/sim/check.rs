@@ -1,10 +1,13 @@
-//! The invariants, checked as the simulation runs:
+//! The members' invariants, checked as the simulation runs (the nodes'
+//! are in [`super::logcheck`]). A member's life is a run of incarnations
+//! (an open, its deliveries, a kill or a close); each is a *view*:
 //!
 //! 1. *Agreement*: no two members deliver different messages at the same
 //!    sequence number.
-//! 2. *Order*: every member's deliveries have increasing sequence numbers
+//! 2. *Order*: every view's deliveries have increasing sequence numbers
 //!    (a prefix of one total order) and each sender's messages come in its
-//!    publish order, none twice.
+//!    publish order, none twice, none skipped except what its publisher
+//!    was told may be lost (below).
 //! 3. *Durability*: every message a member delivered is in the log of
 //!    every later primary (checked whenever one takes over, and at the end
 //!    on every log); a violation nobody reported as a fork is a *silent*
@@ -13,20 +16,26 @@
 //!    and reachable from the node that took over for the whole takeover
 //!    window.
 //! 5. *One primary per term*: no two nodes send the bus of one term.
-//! 6. *Liveness*: once faults stop, every member delivers every message
-//!    whose publish was accepted, within a bounded time (no wedge).
+//! 6. *Every publish that returned `{:ok, _}` is delivered, or its caller
+//!    was told otherwise*: a publisher killed before its message was
+//!    delivered may have lost it; one that closed was told how many of its
+//!    publishes were not delivered. Every other accepted publish reaches
+//!    every view that covers it by the end: a view from `n` on, the
+//!    messages sequenced at `n` or later; a live view, every message
+//!    accepted after its open returned (`missed`); nobody delivering it at
+//!    all is `lost_publish`.
 //!
 //! Where forks are possible by design (a group of two that prefers
 //! availability, [`Checker::forks_allowed`]), 1 to 3 are checked at the
 //! end instead: every member whose deliveries are not all in the final log
 //! must have reported a fork, and a fork loses only what its losing branch
 //! delivered: every accepted publish is in the final log unless its own
-//! sender delivered it (a publish still pending at the fork skips the lost
-//! numbers and is sequenced by the new primary, never dropped).
+//! sender delivered it.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::net::SocketAddr;
 
+use super::members::Start;
 use crate::seq::core::{MemLog, Nanos};
 use crate::seq::wire::{Msg, CONT, MORE};
 
@@ -73,15 +82,21 @@ fn hash(d: &[u8]) -> u64 {
     h
 }
 
-#[derive(Default)]
+/// A member incarnation: (member id, incarnation).
+pub type ViewId = (u32, u32);
+
+/// What one incarnation of a member delivered.
 struct MemberView {
-    /// seq -> (member_id, hash): kept where forks are allowed.
+    start: Start,
+    joined_at: Nanos,
+    open: bool,
+    /// seq -> (member_id, hash, tail): kept where forks are allowed.
     seqs: BTreeMap<u64, (u32, u64, Vec<u8>)>,
     last_seq: u64,
     /// Per sender, the last counter delivered.
     last_from: HashMap<u32, u64>,
+    got: HashSet<(u32, u64)>,
     delivered: u64,
-    last_delivery_at: Nanos,
 }
 
 /// What has happened, and the checks on it.
@@ -89,13 +104,17 @@ struct MemberView {
 pub struct Checker {
     /// seq -> (member_id, hash of data, the data's last bytes).
     order: BTreeMap<u64, (u32, u64, Vec<u8>)>,
-    members: HashMap<u32, MemberView>,
-    /// Per sender, counters whose publish was accepted.
-    accepted: HashMap<u32, Vec<u64>>,
-    /// When each (sender, counter) was accepted.
-    accepted_at: HashMap<(u32, u64), Nanos>,
-    /// (sender, counter) its own sender delivered.
+    views: BTreeMap<ViewId, MemberView>,
+    /// Per sender, counters whose publish was accepted, and when.
+    accepted: HashMap<u32, Vec<(u64, Nanos)>>,
+    /// Accepted publishes whose publisher was told they may be lost.
+    exempt: HashSet<(u32, u64)>,
+    /// (sender, counter) its own sender (any incarnation) delivered.
     own_delivered: HashSet<(u32, u64)>,
+    /// The sequence number each message was delivered at (its last
+    /// fragment's), and whether it was cut into fragments.
+    seq_of: HashMap<(u32, u64), (u64, bool)>,
+    accepted_at: HashMap<(u32, u64), Nanos>,
     /// Publish-to-delivery times, every member's deliveries.
     pub latencies: Vec<Nanos>,
     /// term -> the address that sent its bus.
@@ -104,6 +123,7 @@ pub struct Checker {
     pub violations: Vec<Violation>,
     pub forks_reported: u64,
     pub takeovers: u64,
+    pub joins: u64,
     pub last_delivery: Nanos,
     /// A group of two preferring availability: forks are allowed if the
     /// members that meet them report them.
@@ -118,25 +138,67 @@ impl Checker {
         }
     }
 
-    fn fail(&mut self, kind: &'static str, at: Nanos, detail: String) {
+    pub fn fail(&mut self, kind: &'static str, at: Nanos, detail: String) {
         if self.violations.len() < 16 {
             self.violations.push(Violation { kind, at, detail });
         }
     }
 
     pub fn accepted(&mut self, at: Nanos, sender: u32, counter: u64) {
-        self.accepted.entry(sender).or_default().push(counter);
+        self.accepted.entry(sender).or_default().push((counter, at));
         self.accepted_at.insert((sender, counter), at);
     }
 
-    pub fn delivered(&mut self, at: Nanos, member: u32, seq: u64, from: u32, data: &[u8]) {
+    /// Incarnation `v` of a member was welcomed (its open returned).
+    pub fn joined(&mut self, at: Nanos, v: ViewId, start: Start) {
+        self.joins += 1;
+        self.views.insert(
+            v,
+            MemberView {
+                start,
+                joined_at: at,
+                open: true,
+                seqs: BTreeMap::new(),
+                last_seq: 0,
+                last_from: HashMap::new(),
+                got: HashSet::new(),
+                delivered: 0,
+            },
+        );
+    }
+
+    /// Incarnation `v` ended: killed (`None`: what its member had not
+    /// seen delivered may be lost), or closed, its caller told that the
+    /// last `n` of its publishes not delivered were not (`Some(n)`).
+    pub fn gone(&mut self, v: ViewId, undelivered: Option<u64>) {
+        if let Some(view) = self.views.get_mut(&v) {
+            view.open = false;
+        }
+        let sender = v.0;
+        let mut pending: Vec<u64> = self
+            .accepted
+            .get(&sender)
+            .map(|a| {
+                a.iter()
+                    .map(|(c, _)| *c)
+                    .filter(|c| !self.own_delivered.contains(&(sender, *c)))
+                    .collect()
+            })
+            .unwrap_or_default();
+        if let Some(n) = undelivered {
+            let keep = pending.len().saturating_sub(n as usize);
+            pending.drain(..keep);
+        }
+        for c in pending {
+            self.exempt.insert((sender, c));
+        }
+    }
+
+    pub fn delivered(&mut self, at: Nanos, v: ViewId, seq: u64, from: u32, data: &[u8]) {
         self.checks += 1;
+        let member = v.0;
         let h = hash(data);
         let tail = data[data.len().saturating_sub(32)..].to_vec();
-        if self.forks_allowed {
-            let v = self.members.entry(member).or_default();
-            v.seqs.insert(seq, (from, h, tail.clone()));
-        }
         match self.order.get(&seq) {
             Some((id, hh, _)) if (*id != from || *hh != h) && !self.forks_allowed => {
                 let d = format!(
@@ -146,21 +208,27 @@ impl Checker {
             }
             Some(_) => {}
             None => {
-                self.order.insert(seq, (from, h, tail));
+                self.order.insert(seq, (from, h, tail.clone()));
             }
         }
-        let v = self.members.entry(member).or_default();
-        v.delivered += 1;
-        v.last_delivery_at = at;
         self.last_delivery = at;
+        let Some(view) = self.views.get_mut(&v) else {
+            let d = format!("member {member} incarnation {} delivered before its open", v.1);
+            self.fail("order", at, d);
+            return;
+        };
+        if self.forks_allowed {
+            view.seqs.insert(seq, (from, h, tail));
+        }
+        view.delivered += 1;
         let mut bad = None;
-        if seq <= v.last_seq {
+        if seq <= view.last_seq {
             bad = Some(format!(
                 "member {member} delivered seq {seq} after {}",
-                v.last_seq
+                view.last_seq
             ));
         }
-        v.last_seq = seq;
+        view.last_seq = seq;
         if let Some((sender, counter)) = decode(data) {
             if let Some(t) = self.accepted_at.get(&(sender, counter)) {
                 self.latencies.push(at.saturating_sub(*t));
@@ -171,15 +239,27 @@ impl Checker {
             if sender == member {
                 self.own_delivered.insert((sender, counter));
             }
+            // Fragments are at most a datagram's worth (above 1 KiB the
+            // checks take a message for fragmented).
+            let fragmented = data.len() > 1024;
+            self.seq_of
+                .entry((sender, counter))
+                .or_insert((seq, fragmented));
+            view.got.insert((sender, counter));
             // Counters go up by one per accepted publish: anything else is
-            // a message twice, out of order, or one lost before it.
-            let last = v.last_from.entry(sender).or_insert(0);
-            if counter != *last + 1 {
-                bad = Some(format!(
-                    "member {member}: {sender}'s message {counter} after {last} (seq {seq})"
-                ));
+            // a message twice, out of order, or one lost before it that
+            // its publisher was not told may be lost. (A view's first
+            // message of a sender may be any: it started anywhere.)
+            if let Some(last) = view.last_from.get(&sender).copied() {
+                let skipped_ok = counter > last
+                    && (last + 1..counter).all(|c| self.exempt.contains(&(sender, c)));
+                if !skipped_ok {
+                    bad = Some(format!(
+                        "member {member}: {sender}'s message {counter} after {last} (seq {seq})"
+                    ));
+                }
             }
-            *last = counter;
+            view.last_from.insert(sender, counter);
         }
         if let Some(d) = bad {
             if !self.forks_allowed {
@@ -188,12 +268,13 @@ impl Checker {
         }
     }
 
-    /// `member` moved back to `resume` after a fork: what it delivered from
+    /// A member moved back to `resume` after a fork: what it delivered from
     /// there on is replaced by what it delivers now.
-    pub fn moved_back(&mut self, member: u32, resume: u64) {
-        let v = self.members.entry(member).or_default();
-        v.seqs.split_off(&resume);
-        v.last_seq = resume.saturating_sub(1);
+    pub fn moved_back(&mut self, v: ViewId, resume: u64) {
+        if let Some(view) = self.views.get_mut(&v) {
+            view.seqs.split_off(&resume);
+            view.last_seq = resume.saturating_sub(1);
+        }
     }
 
     /// Where forks are allowed, at the end: what every member delivered
@@ -202,7 +283,7 @@ impl Checker {
     /// (`forks`: per member), `diverged` if it did and did not move back.
     pub fn views_in_log(&mut self, at: Nanos, log: &MemLog, forks: &HashMap<u32, u64>) {
         self.checks += 1;
-        let bad = self.members.iter().find_map(|(m, v)| {
+        let bad = self.views.iter().filter(|(_, v)| v.open).find_map(|((m, _), v)| {
             let (seq, (from, _, _)) = v
                 .seqs
                 .iter()
@@ -219,7 +300,8 @@ impl Checker {
     }
 
     /// Where forks are allowed: every accepted publish is in the final
-    /// `log`, or its sender delivered it (in a branch a fork then dropped).
+    /// `log`, or its sender delivered it (in a branch a fork then dropped),
+    /// or its publisher was told it may be lost.
     pub fn publishes_kept(&mut self, at: Nanos, log: &MemLog) {
         self.checks += 1;
         let mut logged = HashSet::new();
@@ -238,8 +320,10 @@ impl Checker {
         let mut lost: Vec<(u32, u64)> = self
             .accepted
             .iter()
-            .flat_map(|(s, cs)| cs.iter().map(move |c| (*s, *c)))
-            .filter(|k| !logged.contains(k) && !self.own_delivered.contains(k))
+            .flat_map(|(s, cs)| cs.iter().map(move |(c, _)| (*s, *c)))
+            .filter(|k| {
+                !logged.contains(k) && !self.own_delivered.contains(k) && !self.exempt.contains(k)
+            })
             .collect();
         lost.sort_unstable();
         if let Some((sender, counter)) = lost.first() {
@@ -299,42 +383,52 @@ impl Checker {
         true
     }
 
-    pub fn false_takeover(&mut self, at: Nanos, detail: String) {
-        self.fail("false_takeover", at, detail);
-    }
-
-    /// After the faults: every member delivered every accepted message.
-    pub fn converged(&self, members: &[u32]) -> Result<(), String> {
-        for m in members {
-            let v = self.members.get(m);
-            for (sender, counters) in &self.accepted {
-                let got = v
-                    .and_then(|v| v.last_from.get(sender))
-                    .copied()
-                    .unwrap_or(0);
-                if let Some(max) = counters.iter().max() {
-                    if got < *max {
-                        return Err(format!(
-                            "member {m} has {sender}'s messages up to {got} of {max}"
-                        ));
-                    }
+    /// After the faults: every accepted publish (but those its publisher
+    /// was told may be lost) reached every open view that covers it.
+    pub fn converged(&mut self, at: Nanos) {
+        self.checks += 1;
+        let mut all: Vec<(u32, u64, Nanos)> = self
+            .accepted
+            .iter()
+            .flat_map(|(s, cs)| cs.iter().map(move |(c, t)| (*s, *c, *t)))
+            .filter(|(s, c, _)| !self.exempt.contains(&(*s, *c)))
+            .collect();
+        all.sort_unstable();
+        for (s, c, t) in all {
+            let seq = self.seq_of.get(&(s, c)).copied();
+            let Some((seq, fragmented)) = seq else {
+                let d = format!("{s}'s message {c} (accepted at {:.3} ms) was delivered to no member", t as f64 / 1e6);
+                self.fail("lost_publish", at, d);
+                return;
+            };
+            // Where its first fragment was is not known: after the
+            // sender's message before it.
+            let first = if fragmented {
+                self.seq_of.get(&(s, c.wrapping_sub(1))).map_or(u64::MAX, |p| p.0 + 1)
+            } else {
+                seq
+            };
+            for ((m, inc), v) in self.views.iter().filter(|(_, v)| v.open) {
+                let covers = match v.start {
+                    Start::From(n) => first >= n,
+                    Start::Live => t > v.joined_at,
+                };
+                if covers && !v.got.contains(&(s, c)) {
+                    let d = format!(
+                        "member {m} (incarnation {inc}, {:?}, joined at {:.3} ms) never got {s}'s message {c} (seq {seq}, accepted at {:.3} ms)",
+                        v.start,
+                        v.joined_at as f64 / 1e6,
+                        t as f64 / 1e6
+                    );
+                    self.fail("missed", at, d);
+                    return;
                 }
             }
         }
-        Ok(())
-    }
-
-    pub fn wedge(&mut self, at: Nanos, detail: String) {
-        self.fail("wedge", at, detail);
-    }
-
-    /// A violation found by the simulation itself (not by a delivery).
-    pub fn wedge_kind(&mut self, kind: &'static str, at: Nanos, detail: String) {
-        self.fail(kind, at, detail);
     }
 
     pub fn delivered_total(&self) -> u64 {
-        self.members.values().map(|v| v.delivered).sum()
+        self.views.values().map(|v| v.delivered).sum()
     }
 
     pub fn accepted_total(&self) -> u64 {

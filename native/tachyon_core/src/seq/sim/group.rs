@@ -10,9 +10,26 @@ use crate::seq::core::member::MemberConfig;
 use crate::seq::core::node::{NodeConfig, TwoNodes};
 use crate::seq::core::{Nanos, MILLI};
 
+/// What a node's acknowledgement promises.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Durability {
+    /// The entry is in its page cache (a process crash keeps it, a power
+    /// loss may not).
+    Replicated,
+    /// The entry is on its disk.
+    Fsync,
+}
+
+impl Durability {
+    pub fn on_disk(self) -> bool {
+        self == Durability::Fsync
+    }
+}
+
 pub struct Group {
     pub nodes: usize,
     pub two_nodes: TwoNodes,
+    pub durability: Durability,
     pub election_timeout: Nanos,
     session: Cell<u64>,
     starts: Cell<u64>,
@@ -23,6 +40,7 @@ impl Group {
         Group {
             nodes,
             two_nodes: TwoNodes::Safe,
+            durability: Durability::Replicated,
             election_timeout: 50 * MILLI,
             session: Cell::new(1),
             starts: Cell::new(0),
@@ -84,5 +102,9 @@ impl Protocol for Group {
 
     fn takeover_window(&self) -> Nanos {
         2 * self.election_timeout
+    }
+
+    fn durability(&self) -> Durability {
+        self.durability
     }
 }

@@ -202,6 +202,12 @@ impl<L: Log> Node<L> {
         &self.log
     }
 
+    /// The log, to change under the node (the simulator's clock and disk
+    /// faults; never the entries).
+    pub fn log_mut(&mut self) -> &mut L {
+        &mut self.log
+    }
+
     pub fn into_log(self) -> L {
         self.log
     }

@@ -1,0 +1,608 @@
+//! The simulation's loop: processes, their clocks and inboxes, the
+//! network between them, the nemesis ([`super::faults`]) and the checks
+//! after every step.
+
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::net::SocketAddr;
+
+use super::check::{self, Checker};
+use super::clock::Clock;
+use super::faults::{Fault, Heal};
+use super::logcheck::LogChecker;
+use super::members::{SimMember, Start, Workload};
+use super::net::{Link, Net};
+use super::{Action, Disk, Event, Protocol, Report, SimConfig};
+use crate::seq::core::{Nanos, Outbox, Rng, MICRO, MILLI};
+use crate::seq::wire::{self, Bus, BusKind, Peer, PeerKind, GRANTED};
+
+pub(super) struct Proc {
+    pub addr: SocketAddr,
+    pub actor: Option<Box<dyn Actor>>,
+    /// While a node is down: its disk, and when it restarts.
+    pub disk: Option<Disk>,
+    pub restart_at: Nanos,
+    /// Frozen until then; `true`: it ticks before reading on resume.
+    pub paused: Option<(Nanos, bool)>,
+    pub inbox: VecDeque<(SocketAddr, Vec<u8>)>,
+    pub clock: Clock,
+    pub next_tick: Nanos,
+    /// A fault touched it (or its links) until then.
+    pub unhealthy_until: Nanos,
+    pub member_id: u32,
+}
+
+use super::Actor;
+
+/// A node's disk history, as the nemesis and the checks need it.
+#[derive(Default)]
+pub(super) struct NodeFate {
+    /// The host's boot (a power loss reboots it).
+    pub boot: u64,
+    /// The node lost data it may have acknowledged, and does not hold
+    /// what was committed then (this position) yet.
+    pub amnesiac_until: Option<u64>,
+    /// Its log's prefix hashes before it lost data (it held those when it
+    /// acknowledged them).
+    pub before_loss: Option<Vec<u64>>,
+}
+
+/// A paused process keeps at most this many datagrams (its socket buffer).
+const INBOX: usize = 4096;
+
+pub(super) struct Sim<'a> {
+    pub cfg: &'a SimConfig,
+    pub proto: &'a dyn Protocol,
+    pub rng: Rng,
+    pub net: Net,
+    pub procs: Vec<Proc>,
+    by_addr: HashMap<SocketAddr, usize>,
+    pub node_addrs: Vec<SocketAddr>,
+    pub check: Checker,
+    pub logs: LogChecker,
+    pub fates: Vec<NodeFate>,
+    pub now: Nanos,
+    out: Outbox,
+    ev: Vec<Event>,
+    pub heals: Vec<(Nanos, Heal)>,
+    /// The node believed primary (last to take over).
+    pub primary: usize,
+    pub faults: BTreeMap<&'static str, u64>,
+    /// The fault kinds this seed draws from.
+    pub mix: Vec<Fault>,
+    pub script: VecDeque<(Nanos, Action)>,
+    steps: u64,
+    dumped: Nanos,
+}
+
+impl<'a> Sim<'a> {
+    pub fn new(cfg: &'a SimConfig, proto: &'a dyn Protocol) -> Sim<'a> {
+        let mut rng = Rng::new(cfg.seed);
+        let session = rng.next_u64() | 1;
+        let n = proto.nodes();
+        let node_addrs: Vec<SocketAddr> = (0..n)
+            .map(|i| SocketAddr::from(([127, 0, 1, i as u8 + 1], 7000)))
+            .collect();
+        let mut procs = Vec::new();
+        for (i, a) in node_addrs.iter().enumerate() {
+            let disk = proto.initial_disk(i, session);
+            procs.push(Proc::new(
+                *a,
+                Some(proto.start_node(i, &node_addrs, disk, false, 0, 0)),
+                0,
+            ));
+        }
+        let work = Workload {
+            until: cfg.fault_time,
+            gap: cfg.gap,
+            large: cfg.large,
+        };
+        let scripted = cfg.scenario.as_ref();
+        let (members, late) = match scripted {
+            Some(s) => (s.members, s.late_members.len()),
+            None => (cfg.members, cfg.late_members),
+        };
+        for m in 0..members + late {
+            let id = m as u32 + 1;
+            let addr = SocketAddr::from(([127, 0, 2, m as u8 + 1], 8000));
+            let mut mc = proto.member_config(id, &node_addrs);
+            mc.bind = addr;
+            let (open_at, start) = if m < members {
+                (0, Start::From(1))
+            } else if let Some(s) = scripted {
+                s.late_members[m - members]
+            } else {
+                let at = rng.range(100 * MILLI, cfg.fault_time.max(200 * MILLI));
+                let start = match rng.range(0, 3) {
+                    0 => Start::From(1),
+                    1 => Start::From(rng.range(2, 2_000)),
+                    _ => Start::Live,
+                };
+                (at, start)
+            };
+            let a = SimMember::new(id, mc, work.clone(), rng.next_u64(), open_at, start);
+            procs.push(Proc::new(addr, Some(Box::new(a)), id));
+        }
+        let by_addr = procs.iter().enumerate().map(|(i, p)| (p.addr, i)).collect();
+        let mut net = Net::new(Link::healthy(cfg.base_loss));
+        if let Some(c) = cfg.uplink {
+            for m in n..procs.len() {
+                for node in 0..n {
+                    net.set_capacity(m, node, c);
+                }
+            }
+        }
+        let mix = if cfg.swarm && cfg.scenario.is_none() && cfg.faults.len() > 1 {
+            // Swarm testing: this seed's own subset, at least one kind.
+            let mut m: Vec<Fault> = cfg
+                .faults
+                .iter()
+                .copied()
+                .filter(|_| rng.chance(0.5))
+                .collect();
+            if m.is_empty() {
+                m.push(cfg.faults[rng.range(0, cfg.faults.len() as u64) as usize]);
+            }
+            m
+        } else {
+            cfg.faults.clone()
+        };
+        let script = scripted.map(|s| s.actions.iter().cloned().collect()).unwrap_or_default();
+        Sim {
+            cfg,
+            proto,
+            net,
+            rng,
+            procs,
+            by_addr,
+            node_addrs,
+            check: Checker::new(proto.forks_allowed()),
+            logs: LogChecker::new(n),
+            fates: (0..n).map(|_| NodeFate::default()).collect(),
+            now: 0,
+            out: Outbox::new(),
+            ev: Vec::new(),
+            heals: Vec::new(),
+            primary: 0,
+            faults: BTreeMap::new(),
+            mix,
+            script,
+            steps: 0,
+            dumped: 0,
+        }
+    }
+
+    pub fn trace(&self, s: impl FnOnce() -> String) {
+        if self.cfg.trace {
+            eprintln!("{:>10.3} ms  {}", self.now as f64 / 1e6, s());
+        }
+    }
+
+    pub fn run(mut self) -> Report {
+        let heal_at = self.cfg.fault_time;
+        let end = heal_at + self.cfg.settle_time;
+        let mut next_fault = if self.cfg.scenario.is_some() {
+            Nanos::MAX
+        } else {
+            200 * MILLI
+        };
+        let mut healed = false;
+        while self.check.violations.is_empty() {
+            let mut t = end;
+            if let Some(a) = self.net.next_at() {
+                t = t.min(a);
+            }
+            for p in &self.procs {
+                match (&p.actor, p.paused) {
+                    (None, _) => t = t.min(p.restart_at),
+                    (Some(_), Some((until, _))) => t = t.min(until),
+                    (Some(_), None) => t = t.min(p.next_tick),
+                }
+            }
+            for (at, _) in &self.heals {
+                t = t.min(*at);
+            }
+            if let Some((at, _)) = self.script.front() {
+                t = t.min(*at);
+            }
+            if !healed {
+                t = t.min(next_fault).min(heal_at);
+            }
+            if t >= end {
+                break;
+            }
+            self.now = self.now.max(t);
+            self.steps += 1;
+            if !healed && self.now >= heal_at {
+                healed = true;
+                self.heal_everything();
+            }
+            if !healed && self.now >= next_fault {
+                self.inject();
+                next_fault = self.now
+                    + self
+                        .rng
+                        .range(self.cfg.fault_every.0, self.cfg.fault_every.1);
+            }
+            while self.script.front().is_some_and(|(at, _)| *at <= self.now) {
+                let (_, a) = self.script.pop_front().expect("front");
+                self.act(a);
+            }
+            if self.cfg.trace && self.now >= self.dumped + 50 * MILLI {
+                self.dumped = self.now;
+                self.dump();
+            }
+            self.undo_faults();
+            self.restarts_and_resumes();
+            self.deliveries();
+            self.ticks();
+            self.check.forks_reported = self
+                .procs
+                .iter()
+                .filter_map(|p| p.actor.as_ref())
+                .map(|a| a.forks())
+                .sum();
+        }
+        if self.cfg.trace {
+            self.dump();
+        }
+        let converge = self.final_checks(heal_at);
+        let (commands, resent) = self.tx_counts();
+        Report {
+            seed: self.cfg.seed,
+            steps: self.steps,
+            sim_time: self.now,
+            mix: self.mix.iter().map(|f| f.name()).collect(),
+            faults: self.faults,
+            checks: self.check.checks + self.logs.checks,
+            accepted: self.check.accepted_total(),
+            delivered: self.check.delivered_total(),
+            takeovers: self.check.takeovers,
+            forks_reported: self.check.forks_reported,
+            joins: self.check.joins,
+            converge_after_heal: converge,
+            latency: check::percentiles(&mut self.check.latencies),
+            net: self.net.stats.clone(),
+            commands,
+            resent,
+            violations: self.check.violations,
+        }
+    }
+
+    fn dump(&self) {
+        for i in 0..self.procs.len() {
+            let d = self.procs[i]
+                .actor
+                .as_ref()
+                .map_or("down".into(), |a| a.describe());
+            self.trace(|| format!("process {i}: {d}"));
+        }
+    }
+
+    /// At the end: forks where none can be, every accepted publish where
+    /// it must be, every delivered message in every node's log. Returns
+    /// the time from the heal to the last delivery.
+    fn final_checks(&mut self, heal_at: Nanos) -> Option<Nanos> {
+        if !self.check.violations.is_empty() {
+            return None;
+        }
+        let now = self.now;
+        if !self.check.forks_allowed && self.check.forks_reported > 0 {
+            let d = format!(
+                "{} forks reported where none can be",
+                self.check.forks_reported
+            );
+            self.check.fail("false_fork", now, d);
+            return None;
+        }
+        if self.check.forks_allowed {
+            // Forks lose what the losing side delivered: every member must
+            // have moved back and caught up with the final primary's log.
+            let commit = self.procs[self.primary]
+                .actor
+                .as_ref()
+                .map_or(0, |a| a.position());
+            for p in self.procs.iter().filter(|p| p.member_id > 0) {
+                let Some(a) = p.actor.as_ref() else { continue };
+                let at = a.position();
+                if at != 0 && at != commit {
+                    let d = format!(
+                        "member {} at {at}, the final commit at {commit}",
+                        p.member_id
+                    );
+                    self.check.fail("wedge", now, d);
+                    return None;
+                }
+            }
+            let forks: HashMap<u32, u64> = self
+                .procs
+                .iter()
+                .filter(|p| p.member_id > 0)
+                .map(|p| (p.member_id, p.actor.as_ref().map_or(0, |a| a.forks())))
+                .collect();
+            let p = self.primary;
+            if let Some(log) = self.procs[p].actor.as_ref().and_then(|a| a.log()).cloned() {
+                self.check.views_in_log(now, &log, &forks);
+                self.check.publishes_kept(now, &log);
+            }
+        } else {
+            self.check.converged(now);
+        }
+        if self.check.violations.is_empty() {
+            // Every delivered message is in every node's final log.
+            for p in 0..self.node_addrs.len() {
+                let log = self.procs[p].actor.as_ref().and_then(|a| a.log());
+                // A disk that stays full cannot catch up.
+                if let Some(log) = log.filter(|l| !l.full).cloned() {
+                    let what = format!("node {p} at the end");
+                    if !self.check.log_holds_delivered(now, &log, &what) {
+                        break;
+                    }
+                }
+            }
+        }
+        self.check
+            .violations
+            .is_empty()
+            .then(|| self.check.last_delivery.saturating_sub(heal_at))
+    }
+
+    /// The members' command datagrams sent and resent.
+    fn tx_counts(&self) -> (u64, u64) {
+        self.procs
+            .iter()
+            .filter_map(|p| p.actor.as_ref())
+            .map(|a| a.tx_counts())
+            .fold((0, 0), |(c, r), (a, b)| (c + a, r + b))
+    }
+
+    pub fn local(&self, i: usize) -> Nanos {
+        self.procs[i].clock.local(self.now)
+    }
+
+    pub fn is_node(&self, i: usize) -> bool {
+        i < self.node_addrs.len()
+    }
+
+    /// Sends what process `i` queued, and handles what it reported.
+    pub fn after(&mut self, i: usize) {
+        let from = self.procs[i].addr;
+        let is_node = self.is_node(i);
+        let out = std::mem::take(&mut self.out);
+        for (to, d) in out.iter() {
+            if is_node {
+                self.watch_node_datagram(i, from, to, d);
+            }
+            if let Some(&j) = self.by_addr.get(&to) {
+                self.net.send(&mut self.rng, self.now, i, from, j, to, d);
+            }
+        }
+        self.out = out;
+        self.out.clear();
+        let ev = std::mem::take(&mut self.ev);
+        let m = self.procs[i].member_id;
+        let inc = self.procs[i].actor.as_ref().map_or(0, |a| a.incarnation());
+        for e in ev {
+            match e {
+                Event::Delivered {
+                    seq,
+                    member_id,
+                    data,
+                } => self
+                    .check
+                    .delivered(self.now, (m, inc), seq, member_id, &data),
+                Event::Accepted { counter } => self.check.accepted(self.now, m, counter),
+                Event::MovedBack { resume } => self.check.moved_back((m, inc), resume),
+                Event::Joined { inc, start } => self.check.joined(self.now, (m, inc), start),
+                Event::MemberGone { inc, undelivered } => self.check.gone((m, inc), undelivered),
+                Event::Leader { term } => self.took_over(i, term),
+                Event::Trace(s) => self.trace(|| s),
+            }
+        }
+        if is_node {
+            self.node_log_changed(i);
+        }
+    }
+
+    /// The checks on what a node sends: one primary per term, commits
+    /// held by a majority, one vote per term.
+    fn watch_node_datagram(&mut self, i: usize, from: SocketAddr, to: SocketAddr, d: &[u8]) {
+        if let Ok(b) = Bus::parse(d) {
+            if matches!(b.kind, BusKind::Data | BusKind::Heartbeat) {
+                self.check.primary(self.now, b.h.term as u64, from);
+                if b.h.commit > self.logs.max_commit && !self.check.forks_allowed {
+                    self.commit_announced(i, b.h.commit);
+                }
+            }
+        } else if wire::magic(d) == wire::PEER_MAGIC {
+            if let Ok(p) = Peer::parse(d) {
+                if p.h.kind == PeerKind::VoteReply && p.h.flags & GRANTED != 0 {
+                    if let Some(c) = self.node_addrs.iter().position(|a| *a == to) {
+                        if let Some(v) = self.logs.voted(self.now, i, p.h.term, c) {
+                            self.check.violations.push(v);
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    fn commit_announced(&mut self, primary: usize, commit: u64) {
+        let n = self.node_addrs.len();
+        if n < 3 {
+            // Two nodes commit with the standby or alone (the witness, or
+            // silence): their modes have checks of their own.
+            self.logs.max_commit = self.logs.max_commit.max(commit);
+            return;
+        }
+        let durable = self.proto.durability().on_disk();
+        let Some(plog) = self.procs[primary].actor.as_ref().and_then(|a| a.log()) else {
+            return;
+        };
+        let logs: Vec<_> = (0..n)
+            .map(|j| {
+                let p = &self.procs[j];
+                let log = match &p.actor {
+                    Some(a) => a.log(),
+                    None => p.disk.as_ref().map(|d| &d.log),
+                };
+                (log, self.fates[j].before_loss.as_ref())
+            })
+            .collect();
+        if let Some(v) = self
+            .logs
+            .commit_announced(self.now, commit, plog, &logs, durable)
+        {
+            self.check.violations.push(v);
+        }
+    }
+
+    /// Log matching on what node `i` appended or truncated; a node that
+    /// lost data stops being amnesiac once it holds what was committed.
+    fn node_log_changed(&mut self, i: usize) {
+        let now = self.now;
+        let Some(log) = self.procs[i].actor.as_mut().and_then(|a| a.log_mut()) else {
+            return;
+        };
+        if let Some(v) = self.logs.log_changed(now, i, log) {
+            self.check.violations.push(v);
+        }
+        if self.fates[i]
+            .amnesiac_until
+            .is_some_and(|c| log.len() >= c)
+        {
+            self.fates[i].amnesiac_until = None;
+            self.fates[i].before_loss = None;
+            self.trace(|| format!("node {i} holds what was committed when it lost data"));
+        }
+    }
+
+    fn took_over(&mut self, i: usize, term: u64) {
+        self.check.takeovers += 1;
+        self.trace(|| format!("node {i} primary of term {term}"));
+        let p = self.primary;
+        let w = self.proto.takeover_window();
+        if p != i {
+            let old = &self.procs[p];
+            let healthy = old.runs()
+                && old
+                    .actor
+                    .as_ref()
+                    .is_some_and(|a| a.primary_term().is_some())
+                && old.unhealthy_until + w <= self.now
+                && !self.net.link_impaired(p, i)
+                && !self.net.link_impaired(i, p);
+            if healthy {
+                let d = format!(
+                    "node {i} took over (term {term}) from node {p}, up and reachable for {} ms",
+                    (self.now - old.unhealthy_until) / MILLI
+                );
+                self.check.fail("false_takeover", self.now, d);
+            }
+        }
+        self.primary = i;
+        if let Some(log) = self.procs[i].actor.as_ref().and_then(|a| a.log()).cloned() {
+            self.check.log_holds_delivered(
+                self.now,
+                &log,
+                &format!("node {i}, primary of term {term}"),
+            );
+        }
+    }
+
+    fn deliveries(&mut self) {
+        let mut batches: BTreeMap<usize, Vec<(SocketAddr, Vec<u8>)>> = BTreeMap::new();
+        while let Some(f) = self.net.pop_due(self.now) {
+            if self.procs[f.to].actor.is_none() {
+                continue;
+            }
+            let p = &mut self.procs[f.to];
+            if p.paused.is_some() {
+                if p.inbox.len() < INBOX {
+                    p.inbox.push_back((f.from, f.bytes));
+                } else {
+                    self.net.stats.overflowed += 1;
+                }
+                continue;
+            }
+            self.net.stats.delivered += 1;
+            batches.entry(f.to).or_default().push((f.from, f.bytes));
+        }
+        for (i, b) in batches {
+            self.batch(i, b);
+        }
+    }
+
+    /// Process `i` reads `b` (one receive batch); it ticks right after.
+    pub fn batch(&mut self, i: usize, b: Vec<(SocketAddr, Vec<u8>)>) {
+        let now = self.local(i);
+        let Some(mut a) = self.procs[i].actor.take() else {
+            return;
+        };
+        for (from, d) in &b {
+            a.on_datagram(now, *from, d, &mut self.out, &mut self.ev);
+        }
+        a.end_batch(now, &mut self.out, &mut self.ev);
+        self.procs[i].actor = Some(a);
+        self.procs[i].next_tick = self.now;
+        self.after(i);
+    }
+
+    pub fn tick(&mut self, i: usize) {
+        let now = self.local(i);
+        let Some(mut a) = self.procs[i].actor.take() else {
+            return;
+        };
+        let due = a.tick(now, &mut self.out, &mut self.ev);
+        self.procs[i].actor = Some(a);
+        // At least a microsecond on: a core asking for `now` again is
+        // ticked again in the next step.
+        let at = self.procs[i].clock.to_sim(due);
+        self.procs[i].next_tick = at.max(self.now + MICRO);
+        self.after(i);
+    }
+
+    fn ticks(&mut self) {
+        for i in 0..self.procs.len() {
+            if self.procs[i].runs() && self.procs[i].next_tick <= self.now {
+                self.tick(i);
+            }
+        }
+    }
+
+    /// Calls `f` on member process `i` and handles what it did.
+    pub fn with_member(
+        &mut self,
+        i: usize,
+        f: impl FnOnce(&mut dyn Actor, Nanos, &mut Outbox, &mut Vec<Event>),
+    ) {
+        let now = self.local(i);
+        let Some(mut a) = self.procs[i].actor.take() else {
+            return;
+        };
+        f(a.as_mut(), now, &mut self.out, &mut self.ev);
+        self.procs[i].actor = Some(a);
+        self.procs[i].next_tick = self.now;
+        self.after(i);
+    }
+}
+
+impl Proc {
+    fn new(addr: SocketAddr, actor: Option<Box<dyn Actor>>, member_id: u32) -> Proc {
+        Proc {
+            addr,
+            actor,
+            disk: None,
+            restart_at: 0,
+            paused: None,
+            inbox: VecDeque::new(),
+            clock: Clock::default(),
+            next_tick: 0,
+            unhealthy_until: 0,
+            member_id,
+        }
+    }
+
+    pub fn runs(&self) -> bool {
+        self.actor.is_some() && self.paused.is_none()
+    }
+}
