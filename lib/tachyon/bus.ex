@@ -63,6 +63,11 @@ defmodule Tachyon.Bus do
       application decides what to do with what it applied before.
     * `:member_id_taken` - another member holds this `member_id`;
       publishes return `{:error, :member_id_taken}`.
+    * `:enospc` - the primary could not append this member's command
+      (`fields.member_seq`): its disk is full. It steps down and a node
+      with room takes over; the command is resent to it. Meanwhile
+      publishes return `{:error, :enospc}`, until a primary takes this
+      member's commands again.
 
   ## Options
 
@@ -202,14 +207,18 @@ defmodule Tachyon.Bus do
   Publishes `data` (iodata); returns `{:ok, member_seq}` (of its last
   fragment when it is larger than a datagram), `{:error, :too_large}`
   (over `:max_message_size`), `{:error, :busy}` (too many commands not yet
-  seen on the bus) or `{:error, :closed}`.
+  seen on the bus), `{:error, :enospc}` (the primary's disk is full: see
+  the `:enospc` event) or `{:error, :closed}`. A publish that returned
+  `{:ok, _}` is delivered, unless the member is killed first or `close/2`
+  says it was not.
 
   ## Example
 
       {:ok, member_seq} = Tachyon.Bus.publish(bus, "order 42")
   """
   @spec publish(bus(), iodata()) ::
-          {:ok, pos_integer()} | {:error, :too_large | :busy | :closed | :member_id_taken}
+          {:ok, pos_integer()}
+          | {:error, :too_large | :busy | :enospc | :closed | :member_id_taken}
   def publish(bus, data) when is_binary(data), do: Native.bus_publish(bus, data)
   def publish(bus, data), do: Native.bus_publish(bus, IO.iodata_to_binary(data))
 
@@ -223,7 +232,8 @@ defmodule Tachyon.Bus do
       {:ok, _} = Tachyon.Bus.publish_many(bus, ["a", "b", "c"])
   """
   @spec publish_many(bus(), [binary()]) ::
-          {:ok, pos_integer()} | {:error, :too_large | :busy | :closed | :member_id_taken}
+          {:ok, pos_integer()}
+          | {:error, :too_large | :busy | :enospc | :closed | :member_id_taken}
   def publish_many(bus, list) when is_list(list) and list != [],
     do: Native.bus_publish_many(bus, list)
 
@@ -289,22 +299,56 @@ defmodule Tachyon.Bus do
   def stats(bus), do: Native.bus_stats(bus)
 
   @doc """
-  Leaves the bus (a unicast member tells the sequencer); the thread, if
-  any, stops. Idempotent. Given the pid or name of a process started by
-  `start_link/1`, closes its member and stops it for good (not restarted);
-  `{:error, :noproc}` if none runs.
+  Leaves the bus once every message this member published has been
+  delivered (to this member, so in the bus's order for every member),
+  waiting at most `timeout` milliseconds (default 5000): from the call on,
+  publishes return `{:error, :closed}`; what is pending is still resent
+  (through a change of primary too). Returns `:ok` when nothing was left,
+  or `{:error, {:undelivered, n}}`: `n` messages whose `publish` returned
+  `{:ok, _}` were not seen delivered (they may still be, if a primary
+  holds them: the caller cannot tell). A `:poll` member is driven by the
+  close meanwhile; what it delivers then is dropped. Then the member says
+  goodbye (a unicast member leaves the fan-out) and the thread, if any,
+  stops. Idempotent (`:ok` once closed).
+
+  Given the pid or name of a process started by `start_link/1`, closes its
+  member so and stops it for good (not restarted); `{:error, :noproc}` if
+  none runs. A member whose owner exits, or whose process is shut down by
+  its supervisor, closes without waiting more than a second.
 
   ## Example
 
       :ok = Tachyon.Bus.close(bus)
+      {:error, {:undelivered, _n}} = Tachyon.Bus.close(bus_cut_off_from_its_sequencer, 100)
   """
-  @spec close(bus() | GenServer.server()) :: :ok | {:error, :noproc}
-  def close(bus) when is_reference(bus), do: Native.bus_close(bus)
+  @spec close(bus() | GenServer.server(), timeout()) ::
+          :ok | {:error, {:undelivered, pos_integer()} | :noproc}
+  def close(bus, timeout \\ 5000)
 
-  def close(server) do
+  def close(bus, timeout) when is_reference(bus),
+    do: Native.bus_drain_close(bus, timeout_ms(timeout))
+
+  def close(server, timeout) do
+    drained =
+      try do
+        close(bus(server), timeout)
+      catch
+        :exit, _ -> :ok
+      end
+
     case Tachyon.Named.close(server) do
       {:error, :noproc} = error -> error
-      _ -> :ok
+      _ -> drained
     end
   end
+
+  defp timeout_ms(:infinity), do: 3_600_000
+  defp timeout_ms(ms) when is_integer(ms) and ms >= 0, do: ms
+
+  defp timeout_ms(other),
+    do:
+      raise(
+        ArgumentError,
+        "the close timeout must be milliseconds or :infinity, got: #{inspect(other)}"
+      )
 end

@@ -91,6 +91,7 @@ defmodule Tachyon.Native do
   def bus_recv(_bus, _max, _polled_ns), do: err()
   def bus_select(_bus), do: err()
   def bus_close(_bus), do: err()
+  def bus_drain_close(_bus, _timeout_ms), do: err()
   def bus_stats(_bus), do: err()
   def bus_ack(_bus, _n), do: err()
   def bench_seq_native(_opts), do: err()

@@ -34,11 +34,16 @@ defmodule Tachyon.Telemetry do
   | `[:tachyon, :sequencer, :campaign]` | the node asks for votes |
   | `[:tachyon, :sequencer, :voted]` | the node voted |
   | `[:tachyon, :sequencer, :truncated]` | the node removed an uncommitted suffix of its log |
+  | `[:tachyon, :sequencer, :learner]` | the node started as a learner (it votes for nobody until it caught up) |
+  | `[:tachyon, :sequencer, :caught_up]` | a learner caught up with the primary and votes again |
+  | `[:tachyon, :sequencer, :disk_full]` | an append found no room (a primary steps down) |
+  | `[:tachyon, :sequencer, :disk_space]` | a node whose disk was full has room again |
   | `[:tachyon, :bus, :stats]` | every `:stats_interval_ms` (member process) |
   | `[:tachyon, :bus, :epoch]` | a member heard a new primary |
   | `[:tachyon, :bus, :renumbered]` | a member resent commands a new primary lacked |
   | `[:tachyon, :bus, :fork]` | a member saw a primary that lacks what it delivered |
   | `[:tachyon, :bus, :member_id_taken]` | another member holds this `member_id` |
+  | `[:tachyon, :bus, :enospc]` | the primary could not append this member's command: its disk is full |
   | `[:tachyon, :echo, :start]` | an echo server started |
   | `[:tachyon, :echo, :stats]` | every `:stats_interval_ms` (server process) |
   | `[:tachyon, :echo, :stop]` | an echo server stopped |
@@ -167,6 +172,33 @@ defmodule Tachyon.Telemetry do
       * Measurements: `:from`, `:removed`.
       * Metadata: as for `:start`.
 
+    * `[:tachyon, :sequencer, :learner]` - the node started as a learner:
+      it cannot vouch for what it acknowledged before (`:reason`:
+      `:new_disk` (no metadata: a new or replaced disk), `:rebooted` (its
+      host rebooted while acknowledgements promised only the page cache,
+      `durability: :replicated`), `:cut` (its log's recovery cut records
+      that did not verify), `:restarted` (it was a learner when it
+      stopped)). It votes for nobody until `:caught_up`.
+      * Measurements: `:reason`.
+      * Metadata: as for `:start`.
+
+    * `[:tachyon, :sequencer, :caught_up]` - a learner holds everything
+      the primary of `:epoch` committed: it votes again.
+      * Measurements: `:epoch`.
+      * Metadata: as for `:start`.
+
+    * `[:tachyon, :sequencer, :disk_full]` - an append found no room on the
+      node's disk (`:primary`: it was the primary, and stepped down: a node
+      with room takes over). The node does not campaign until its disk has
+      room (`:disk_space`).
+      * Measurements: `:primary`.
+      * Metadata: as for `:start`.
+
+    * `[:tachyon, :sequencer, :disk_space]` - the node's disk has room
+      again (checked every half election timeout while full).
+      * Measurements: none.
+      * Metadata: as for `:start`.
+
     * `[:tachyon, :bus, :stats]` - periodic, from a member started with
       `Tachyon.Bus.start_link/1` (every `:stats_interval_ms`, default 1000).
       * Measurements: the member's counters: `:published`, `:commands`,
@@ -178,11 +210,11 @@ defmodule Tachyon.Telemetry do
         (see `Tachyon.Bus.stats/1`).
       * Metadata: `:member_id`.
 
-    * `[:tachyon, :bus, :epoch | :fork | :renumbered | :member_id_taken]`
+    * `[:tachyon, :bus, :epoch | :fork | :renumbered | :member_id_taken | :enospc]`
       - a member's event (see `Tachyon.Bus`, "Events"), from any member
       opened while the `:tachyon` application runs.
       * Measurements: the event's fields (`:epoch`; `:next_seq`,
-        `:last_epoch`, `:epoch`; `:lost`), and `:member_id`.
+        `:last_epoch`, `:epoch`; `:lost`; `:member_seq`), and `:member_id`.
       * Metadata: `:bus`, `:member_id`.
 
   ## Echo and UDP events

@@ -20,8 +20,10 @@ defmodule Tachyon.Bus.Server do
     end
   end
 
+  # A shutdown waits a second at most for what the member published to be
+  # delivered (the child spec's shutdown is 5 s).
   @impl true
-  def close(bus), do: Native.bus_close(bus)
+  def close(bus), do: Native.bus_drain_close(bus, 1000)
 
   @impl true
   def stats(bus, _data), do: Native.bus_stats(bus)

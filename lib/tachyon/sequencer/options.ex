@@ -107,6 +107,21 @@ defmodule Tachyon.Sequencer.Options do
         fork; members report a fork as an event).
         """
       ],
+      durability: [
+        type: {:in, [:replicated, :fsync]},
+        default: :replicated,
+        doc: """
+        what "committed" means, and so what a member's delivery promises.
+        `:replicated`: held by a majority of the nodes in their page cache
+        (a node acknowledges an entry once appended: it survives `kill -9`
+        of any minority and the power loss of a minority of hosts, not of a
+        majority at once). `:fsync`: on the disk of a majority (a node
+        acknowledges an entry once synced; one sync per receive batch, off
+        the sequencing thread: group commit): committed messages survive the
+        power loss of every host. The same on every node. See
+        docs/FAILOVER.md, "Durability".
+        """
+      ],
       eager: [
         type: :boolean,
         default: true,

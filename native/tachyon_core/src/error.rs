@@ -242,6 +242,7 @@ impl From<PublishError> for Error {
             PublishError::Busy => Error::Busy,
             PublishError::Closed => Error::Closed,
             PublishError::Taken => Error::MemberIdTaken,
+            PublishError::NoSpace => Error::NoSpace,
         }
     }
 }
@@ -255,6 +256,7 @@ impl From<SeqError> for Error {
             SeqError::BadConfig => Error::BadArg,
             SeqError::Timeout => Error::Timeout,
             SeqError::Taken => Error::MemberIdTaken,
+            SeqError::OldFormat => Error::BadLog,
         }
     }
 }

@@ -97,7 +97,7 @@ fn relay_floors_return_every_message_one_or_many_per_datagram() {
         ..SocketOptions::default()
     };
     let relay = EchoServer::start(cfg).unwrap();
-    assert_eq!(bus_datagram_size(256, 1), 36 + 16 + 256);
+    assert_eq!(bus_datagram_size(256, 1), 36 + 20 + 256);
     for (per, window) in [(1usize, 64u64), (64, 4)] {
         let t = throughput(relay.local_addr(), 6_400, 256, per, window, 4 << 20).unwrap();
         // Loopback with room in the buffers: nothing is lost.

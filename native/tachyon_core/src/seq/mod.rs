@@ -76,6 +76,9 @@ pub enum SeqError {
     Timeout,
     /// The member id is bound to another member.
     Taken,
+    /// The log was written by an older version of the sequencer (another
+    /// entry format): left as it is.
+    OldFormat,
 }
 
 /// A session id (a new log's): the clock, the pid and an address, mixed.
@@ -93,6 +96,15 @@ impl From<StoreError> for SeqError {
     }
 }
 
+impl From<nodelog::NodeLogError> for SeqError {
+    fn from(e: nodelog::NodeLogError) -> SeqError {
+        match e {
+            nodelog::NodeLogError::Store(e) => SeqError::Store(e),
+            nodelog::NodeLogError::OldFormat => SeqError::OldFormat,
+        }
+    }
+}
+
 impl std::fmt::Display for SeqError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
@@ -102,6 +114,10 @@ impl std::fmt::Display for SeqError {
             SeqError::BadConfig => write!(f, "a configuration the sequencer or member refuses"),
             SeqError::Timeout => write!(f, "no welcome from the sequencer in time"),
             SeqError::Taken => write!(f, "the member id is bound to another member"),
+            SeqError::OldFormat => write!(
+                f,
+                "the log was written by an older version of the sequencer (another entry format); start the group on new directories"
+            ),
         }
     }
 }

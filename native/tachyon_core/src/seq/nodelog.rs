@@ -1,21 +1,29 @@
 //! A node's log in the shells: a [`Store`] (the entries) and, beside it in
-//! the same directory, `vote` (Raft's persistent term and vote, written
-//! and `fdatasync`ed before the node answers anyone). The replayer thread
-//! reads the same store through [`SharedStore`].
+//! the same directory, `meta` (the node's [`Meta`]: Raft's term and vote,
+//! the log's identity, the host's boot at the last start, whether the node
+//! is a learner; written in place with a checksum and `fdatasync`ed before
+//! the node answers anyone). The replayer and the syncer read the same
+//! store through [`SharedStore`].
 //!
 //! A truncation (a follower's uncommitted tail, after a change of primary)
-//! closes the store, cuts its files ([`crate::store::truncate_dir`]) and
-//! reopens it: rare, and it keeps the live writer out of it.
+//! closes the store, cuts its files durably ([`crate::store::truncate_dir`])
+//! and reopens it: rare, and it keeps the live writer out of it.
+//!
+//! The store is opened with `repair`: a record that does not verify cuts
+//! the log there (the node then starts as a learner and copies what it
+//! lost from its peers). A log written by an older version (16-byte
+//! message headers, a `vote` file) is refused, untouched.
 
 use std::fs::{File, OpenOptions};
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
-use super::core::{Entries, Log, LogError};
+use super::core::{Entries, Log, LogError, Meta};
 use crate::store::{self, Store, StoreError};
 
-/// The store as the replayer sees it: replaced after a truncation.
+/// The store as the replayer and the syncer see it: replaced after a
+/// truncation.
 #[derive(Clone)]
 pub struct SharedStore(Arc<Mutex<Arc<Store>>>);
 
@@ -29,39 +37,91 @@ impl SharedStore {
     }
 }
 
-const VOTE_MAGIC: u32 = 0x5456_4f54; // "TOVT"
+const META_MAGIC: u32 = 0x4154_4d54; // "TMTA"
+const META_VERSION: u32 = 1;
+const META_LEN: usize = 40;
+
+/// Why a node's log could not be opened.
+#[derive(Debug)]
+pub enum NodeLogError {
+    Store(StoreError),
+    /// Written by an older version of the sequencer (its entries' format
+    /// differs): left as it is.
+    OldFormat,
+}
+
+impl From<StoreError> for NodeLogError {
+    fn from(e: StoreError) -> NodeLogError {
+        NodeLogError::Store(e)
+    }
+}
+
+impl From<std::io::Error> for NodeLogError {
+    fn from(e: std::io::Error) -> NodeLogError {
+        NodeLogError::Store(StoreError::from(e))
+    }
+}
 
 pub struct NodeLog {
     store: Arc<Store>,
     shared: SharedStore,
     dir: PathBuf,
     cfg: store::Config,
-    vote: (u32, Option<u8>),
-    vote_file: File,
+    meta: Option<Meta>,
+    meta_file: Option<File>,
+    lost: u64,
 }
 
 impl NodeLog {
-    /// Opens (or creates) the store and the vote file in `dir`.
-    pub fn open(dir: &Path, cfg: store::Config) -> Result<NodeLog, StoreError> {
+    /// Opens (or creates) the store and reads the metadata in `dir`.
+    /// `on_disk`: acknowledgements will promise the disk, so everything
+    /// the files hold is synced first (a crash of the last writer may have
+    /// left it in the page cache only).
+    pub fn open(
+        dir: &Path,
+        mut cfg: store::Config,
+        on_disk: bool,
+    ) -> Result<NodeLog, NodeLogError> {
+        if dir.join("vote").exists() && !dir.join("meta").exists() {
+            return Err(NodeLogError::OldFormat);
+        }
+        cfg.repair = true;
         let store = Arc::new(Store::open(dir, cfg.clone())?);
-        let vote_file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .open(dir.join("vote"))?;
-        let mut b = [0u8; 16];
-        let vote = match vote_file.read_exact_at(&mut b, 0) {
-            Ok(()) => decode_vote(&b).unwrap_or((0, None)),
-            Err(_) => (0, None),
+        if store.next_index().unwrap_or(0) > 0 {
+            // Entry 0 is the session record: a message with a 16-byte
+            // header in the old format, 20 bytes now.
+            let ok = store
+                .read_with(0, |e| crate::seq::wire::Msg::from_entry(e).is_ok())
+                .unwrap_or(false);
+            if !ok {
+                store.close();
+                return Err(NodeLogError::OldFormat);
+            }
+        }
+        if on_disk {
+            store.sync_all()?;
+        }
+        let lost = store.recovery().lost_records;
+        let path = dir.join("meta");
+        let (meta, meta_file) = match OpenOptions::new().read(true).write(true).open(&path) {
+            Ok(f) => {
+                let mut b = [0u8; META_LEN];
+                let m = f
+                    .read_exact_at(&mut b, 0)
+                    .ok()
+                    .and_then(|_| decode_meta(&b));
+                (m, Some(f))
+            }
+            Err(_) => (None, None),
         };
         Ok(NodeLog {
             shared: SharedStore(Arc::new(Mutex::new(store.clone()))),
             store,
             dir: dir.to_path_buf(),
             cfg,
-            vote,
-            vote_file,
+            meta,
+            meta_file,
+            lost,
         })
     }
 
@@ -72,25 +132,53 @@ impl NodeLog {
     pub fn store(&self) -> &Arc<Store> {
         &self.store
     }
+
+    fn meta_file(&mut self) -> std::io::Result<&File> {
+        if self.meta_file.is_none() {
+            let f = OpenOptions::new()
+                .read(true)
+                .write(true)
+                .create(true)
+                .truncate(false)
+                .open(self.dir.join("meta"))?;
+            crate::sys::fsync_dir(&self.dir)?;
+            self.meta_file = Some(f);
+        }
+        Ok(self.meta_file.as_ref().expect("opened above"))
+    }
 }
 
-fn encode_vote(term: u32, vote: Option<u8>) -> [u8; 16] {
-    let mut b = [0u8; 16];
-    b[0..4].copy_from_slice(&VOTE_MAGIC.to_le_bytes());
-    b[4..8].copy_from_slice(&term.to_le_bytes());
-    b[8] = vote.map_or(0, |_| 1);
-    b[9] = vote.unwrap_or(0);
-    let crc = crate::crc::crc32c(&b[..12]);
-    b[12..16].copy_from_slice(&crc.to_le_bytes());
+fn encode_meta(m: &Meta) -> [u8; META_LEN] {
+    let mut b = [0u8; META_LEN];
+    b[0..4].copy_from_slice(&META_MAGIC.to_le_bytes());
+    b[4..8].copy_from_slice(&META_VERSION.to_le_bytes());
+    b[8..12].copy_from_slice(&m.term.to_le_bytes());
+    b[12] = m.vote.is_some() as u8;
+    b[13] = m.vote.unwrap_or(0);
+    b[14] = m.learner as u8;
+    b[16..24].copy_from_slice(&m.log_id.to_le_bytes());
+    b[24..32].copy_from_slice(&m.boot.to_le_bytes());
+    let crc = crate::crc::crc32c(&b[..32]);
+    b[32..36].copy_from_slice(&crc.to_le_bytes());
     b
 }
 
-fn decode_vote(b: &[u8; 16]) -> Option<(u32, Option<u8>)> {
+fn decode_meta(b: &[u8; META_LEN]) -> Option<Meta> {
     let u32_at = |o: usize| u32::from_le_bytes([b[o], b[o + 1], b[o + 2], b[o + 3]]);
-    if u32_at(0) != VOTE_MAGIC || crate::crc::crc32c(&b[..12]) != u32_at(12) {
+    let u64_at = |o: usize| u64::from_le_bytes(b[o..o + 8].try_into().unwrap_or([0; 8]));
+    if u32_at(0) != META_MAGIC
+        || u32_at(4) != META_VERSION
+        || crate::crc::crc32c(&b[..32]) != u32_at(32)
+    {
         return None;
     }
-    Some((u32_at(4), (b[8] == 1).then_some(b[9])))
+    Some(Meta {
+        term: u32_at(8),
+        vote: (b[12] == 1).then_some(b[13]),
+        learner: b[14] == 1,
+        log_id: u64_at(16),
+        boot: u64_at(24),
+    })
 }
 
 impl Entries for NodeLog {
@@ -124,21 +212,30 @@ impl Log for NodeLog {
         cut.map(|_| ()).map_err(LogError::from)
     }
 
-    fn load_vote(&self) -> (u32, Option<u8>) {
-        self.vote
+    fn load_meta(&self) -> Option<Meta> {
+        self.meta
     }
 
-    fn save_vote(&mut self, term: u32, vote: Option<u8>) -> Result<(), LogError> {
-        if self.vote == (term, vote) {
+    fn save_meta(&mut self, m: &Meta) -> Result<(), LogError> {
+        if self.meta == Some(*m) {
             return Ok(());
         }
-        let b = encode_vote(term, vote);
-        self.vote_file
-            .write_all_at(&b, 0)
-            .and_then(|_| self.vote_file.sync_data())
+        let b = encode_meta(m);
+        self.meta_file()
+            .and_then(|f| f.write_all_at(&b, 0).and_then(|_| f.sync_data()))
             .map_err(|e| LogError::Store(StoreError::from(e)))?;
-        self.vote = (term, vote);
+        self.meta = Some(*m);
         Ok(())
+    }
+
+    fn recovery_lost(&self) -> u64 {
+        self.lost
+    }
+
+    fn has_space(&mut self) -> bool {
+        // A new segment needs its whole size (it is allocated at creation).
+        let need = self.cfg.segment_size as u64 + crate::store::format::HEADER_SIZE as u64;
+        crate::sys::free_space(&self.dir).is_ok_and(|free| free >= need)
     }
 }
 
@@ -147,18 +244,29 @@ mod tests {
     use super::*;
 
     #[test]
-    fn votes_round_trip_and_garbage_is_no_vote() {
-        for (t, v) in [(0, None), (7, Some(2)), (u32::MAX, Some(0))] {
-            assert_eq!(decode_vote(&encode_vote(t, v)), Some((t, v)));
-        }
-        let mut b = encode_vote(3, Some(1));
-        b[5] ^= 1;
-        assert_eq!(decode_vote(&b), None);
-        assert_eq!(decode_vote(&[0; 16]), None);
+    fn metadata_round_trips_and_garbage_is_none() {
+        let m = Meta {
+            term: 7,
+            vote: Some(2),
+            log_id: 0xdead_beef,
+            boot: 42,
+            learner: true,
+        };
+        assert_eq!(decode_meta(&encode_meta(&m)), Some(m));
+        let none = Meta {
+            vote: None,
+            learner: false,
+            ..m
+        };
+        assert_eq!(decode_meta(&encode_meta(&none)), Some(none));
+        let mut b = encode_meta(&m);
+        b[9] ^= 1;
+        assert_eq!(decode_meta(&b), None);
+        assert_eq!(decode_meta(&[0; META_LEN]), None);
     }
 
     #[test]
-    fn the_vote_survives_a_reopen_and_a_truncation_keeps_the_rest() {
+    fn the_metadata_survives_a_reopen_and_a_truncation_keeps_the_rest() {
         let dir = std::env::temp_dir().join(format!("tachyon-nodelog-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         let cfg = store::Config {
@@ -166,33 +274,45 @@ mod tests {
             max_message_size: 1024,
             ..store::Config::default()
         };
-        let mut l = NodeLog::open(&dir, cfg.clone()).unwrap();
+        let mut l = NodeLog::open(&dir, cfg.clone(), false).unwrap();
+        assert_eq!(l.load_meta(), None);
+        let mut e = Vec::new();
         for i in 0..100u64 {
-            assert_eq!(l.append(&i.to_le_bytes()).unwrap(), i);
+            e.clear();
+            crate::seq::wire::write_msg(&mut e, (i > 0) as u32, i, 0, 1, b"x");
+            assert_eq!(l.append(&e).unwrap(), i);
         }
-        l.save_vote(4, Some(1)).unwrap();
+        let m = Meta {
+            term: 4,
+            vote: Some(1),
+            log_id: 99,
+            boot: 3,
+            learner: false,
+        };
+        l.save_meta(&m).unwrap();
         let reader = l.shared();
         l.truncate(60).unwrap();
         assert_eq!(l.next_index(), 60);
         assert_eq!(reader.get().next_index().unwrap(), 60);
-        assert_eq!(l.append(b"x").unwrap(), 60);
+        assert_eq!(l.append(b"y").unwrap(), 60);
         drop(l);
         drop(reader);
-        let l = NodeLog::open(&dir, cfg).unwrap();
-        assert_eq!(l.load_vote(), (4, Some(1)));
+        let l = NodeLog::open(&dir, cfg.clone(), true).unwrap();
+        assert_eq!(l.load_meta(), Some(m));
         assert_eq!(l.next_index(), 61);
         let mut got = Vec::new();
-        l.read_range(58, 10, &mut |i, e| got.push((i, e.to_vec())))
+        l.read_range(59, 10, &mut |i, e| got.push((i, e.len())))
             .unwrap();
-        assert_eq!(
-            got,
-            vec![
-                (58, 58u64.to_le_bytes().to_vec()),
-                (59, 59u64.to_le_bytes().to_vec()),
-                (60, b"x".to_vec())
-            ]
-        );
+        assert_eq!(got, vec![(59, crate::seq::wire::MSG_HEADER + 1), (60, 1)]);
         drop(l);
+        // An older version's directory (a `vote` file, no `meta`) is left
+        // alone.
+        std::fs::remove_file(dir.join("meta")).unwrap();
+        std::fs::write(dir.join("vote"), [0u8; 16]).unwrap();
+        assert!(matches!(
+            NodeLog::open(&dir, cfg, false),
+            Err(NodeLogError::OldFormat)
+        ));
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -202,7 +202,7 @@ fn a_command_that_arrives_after_the_goodbye_does_not_bind_the_id_again() {
     // after it (UDP reorders), from its address.
     let late = Socket::bind(a_addr, &SocketOptions::default()).unwrap();
     let mut d = Vec::new();
-    wire::cmd_header(&mut d, wire::CmdKind::Publish, 7, session);
+    wire::cmd_header(&mut d, wire::CmdKind::Publish, 7, session, 0);
     wire::write_cmd_msg(&mut d, 2, 0, b"late");
     wire::set_cmd_count(&mut d, 1);
     late.send_to(&d, &s.local_addr()).unwrap();
@@ -282,7 +282,7 @@ fn garbage_is_counted_and_dropped() {
     }
     // A well-formed command of another session.
     let mut c = Vec::new();
-    wire::cmd_header(&mut c, wire::CmdKind::Publish, 9, s.session() ^ 1);
+    wire::cmd_header(&mut c, wire::CmdKind::Publish, 9, s.session() ^ 1, 0);
     wire::write_cmd_msg(&mut c, 1, 0, b"x");
     wire::set_cmd_count(&mut c, 1);
     stranger.send_to(&c, &s.local_addr()).unwrap();

@@ -198,7 +198,9 @@ fn cut_damage(
 /// and a reopened store continues at `from`. Returns the entries removed.
 /// A sequencer node drops an uncommitted tail this way (rarely, after a
 /// change of primary): closing the store, truncating, reopening keeps the
-/// live writer, its pre-touch thread and prepared segments out of it.
+/// live writer, its pre-touch thread and prepared segments out of it. The
+/// cut is on the disk when this returns (synced, and the directory too
+/// when files went).
 pub fn truncate_dir(dir: &Path, from: u64) -> Result<u64, StoreError> {
     let _lock = lock_dir(dir)?;
     let mut segs = Vec::new();
@@ -245,7 +247,10 @@ pub fn truncate_dir(dir: &Path, from: u64) -> Result<u64, StoreError> {
         }
         seg.clear_seal();
         removed += count - k as u64;
-        seg.sync_async();
+        // Durable before it returns: nothing appended after the cut may
+        // reach the disk while what it removed is still there (a crash
+        // would read the two back as one log).
+        seg.sync_range(0, seg.layout.file_len)?;
     }
     if dirty {
         fsync_dir(dir)?;

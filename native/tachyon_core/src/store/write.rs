@@ -86,6 +86,27 @@ impl Store {
         Ok(idx)
     }
 
+    /// Makes every segment durable as it is, whoever wrote it (a store
+    /// opened after a crash of its writer cannot know what of its files
+    /// the page cache still holds unwritten): each file synced whole, then
+    /// the directory. Slow; for an open that must promise the disk.
+    pub fn sync_all(&self) -> Result<(), StoreError> {
+        let segs: Vec<_> = self
+            .segments
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter()
+            .cloned()
+            .collect();
+        for s in segs {
+            if !s.deleted.load(Ordering::Acquire) {
+                s.sync_range(0, s.layout.file_len)?;
+            }
+        }
+        fsync_dir(&self.dir)?;
+        Ok(())
+    }
+
     /// Makes everything appended so far durable (msync of the written ranges
     /// and fsync of the directory). Returns the bytes flushed. Does not block
     /// appenders while it waits for the disk.

@@ -75,6 +75,9 @@ fn bus_event<'a>(env: Env<'a>, bus: Term<'a>, id: u32, e: &MemberEvent) -> Term<
         ),
         MemberEvent::Renumbered { lost } => ("renumbered", vec![("lost", lost.encode(env))]),
         MemberEvent::Taken => ("member_id_taken", vec![]),
+        MemberEvent::NoSpace { member_seq } => {
+            ("enospc", vec![("member_seq", member_seq.encode(env))])
+        }
         MemberEvent::Term { term } => ("epoch", vec![("epoch", term.encode(env))]),
     };
     let mut fields = fields;
@@ -307,6 +310,30 @@ fn bus_close<'a>(env: Env<'a>, res: Obj<'a, BusResource>) -> Atom {
     res.owner.unwatch(&res, env);
     close_now(&res, env);
     atoms::ok()
+}
+
+/// Leaves the bus once every message it published is delivered (to this
+/// member: in the bus's order), waiting at most `timeout_ms`: no more
+/// publishes from the start, what is pending is still resent (a `:poll`
+/// member is driven here meanwhile: what it delivers then is dropped).
+/// `:ok`, or `{:error, {:undelivered, n}}` with the messages that were
+/// not. Blocks: on a dirty scheduler.
+#[rustler::nif(schedule = "DirtyIo")]
+fn bus_drain_close<'a>(env: Env<'a>, res: Obj<'a, BusResource>, timeout_ms: u64) -> Term<'a> {
+    let timeout = Duration::from_millis(timeout_ms.min(3_600_000));
+    let drive = res.poll.is_some();
+    let n = if res.member.is_closed() {
+        0
+    } else {
+        res.member.drain(timeout, drive, &mut |_, _, _| {})
+    };
+    res.owner.unwatch(&res, env);
+    close_now(&res, env);
+    if n == 0 {
+        atoms::ok().encode(env)
+    } else {
+        (atoms::error(), (seq_atoms::undelivered(), n)).encode(env)
+    }
 }
 
 /// Acknowledges `n` delivered messages (room under `:max_queue`).

@@ -23,6 +23,7 @@ use rustler::types::atom::Atom;
 use rustler::{Binary, Encoder, Env, LocalPid, Monitor, NewBinary, NifResult, Term};
 use tachyon_core::credit::Credits;
 use tachyon_core::report::{Report, Reporter};
+use tachyon_core::seq::core::node::Durability;
 use tachyon_core::seq::member::PublishError;
 use tachyon_core::seq::{
     BusMode, Member, MemberConfig, MemberEvent, Sequencer, SequencerConfig, TwoNodes,
@@ -52,6 +53,7 @@ mod seq_atoms {
         tachyon_bus_ready,
         tachyon_bus_event,
         not_poll,
+        undelivered,
         unicast,
         multicast,
     }

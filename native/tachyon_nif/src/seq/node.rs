@@ -58,8 +58,8 @@ fn seq_reporter(events: Arc<Mutex<Events>>) -> Reporter {
 /// max_datagram, batching, heartbeat_us, heartbeat_after_us, replay_max,
 /// segment_size, recbuf, sndbuf, reuseaddr, group (a list of `{ip, port}`,
 /// empty for a group of one), election_timeout_us, two_nodes (`:safe` or
-/// `:available`), eager, report_id. Returns `{:ok, ref, info}` or
-/// `{:error, reason}`.
+/// `:available`), durability (`:replicated` or `:fsync`), eager,
+/// report_id. Returns `{:ok, ref, info}` or `{:error, reason}`.
 #[rustler::nif(schedule = "DirtyIo")]
 fn seq_start<'a>(env: Env<'a>, opts: Term<'a>) -> NifResult<Term<'a>> {
     let path: String = get(env, opts, "path")?;
@@ -87,6 +87,12 @@ fn seq_start<'a>(env: Env<'a>, opts: Term<'a>) -> NifResult<Term<'a>> {
         "available" => TwoNodes::Available,
         _ => return Err(rustler::Error::BadArg),
     };
+    let durability: Atom = get(env, opts, "durability")?;
+    cfg.durability = match durability.to_term(env).atom_to_string()?.as_str() {
+        "replicated" => Durability::Replicated,
+        "fsync" => Durability::Fsync,
+        _ => return Err(rustler::Error::BadArg),
+    };
     cfg.eager = get(env, opts, "eager")?;
     let events = Arc::new(Mutex::new(Events {
         id: get(env, opts, "report_id")?,
@@ -109,6 +115,7 @@ fn seq_start<'a>(env: Env<'a>, opts: Term<'a>) -> NifResult<Term<'a>> {
             ("next_seq", s.first_next().encode(env)),
             ("epoch", st.epoch.encode(env)),
             ("node_id", s.id().encode(env)),
+            ("learner", st.learner.encode(env)),
             ("core", p.core.encode(env)),
             ("pinned", p.pinned.encode(env)),
             ("wait", atom(env, p.wait.name())),

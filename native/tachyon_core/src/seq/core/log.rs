@@ -37,20 +37,51 @@ pub trait Entries {
     ) -> Result<usize, LogError>;
 }
 
-/// An append-only log of entries indexed from 0, with Raft's persistent
-/// term and vote beside it.
+/// What a node keeps beside its log, on stable storage: Raft's
+/// `currentTerm` and `votedFor`, and what the node knows of its log.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Meta {
+    pub term: u32,
+    pub vote: Option<u8>,
+    /// The log's identity: random, made when the log was created (a
+    /// replaced disk has another).
+    pub log_id: u64,
+    /// The host's boot when the node last started: another boot is a
+    /// reboot or a power loss (the page cache is gone).
+    pub boot: u64,
+    /// The node lacks, or cannot prove it holds, what it acknowledged: it
+    /// grants no vote until it has caught up with a primary (or heard
+    /// every node, when none can lead).
+    pub learner: bool,
+}
+
+/// An append-only log of entries indexed from 0, with the node's [`Meta`]
+/// beside it.
 pub trait Log: Entries {
     /// Appends one entry; returns its index.
     fn append(&mut self, entry: &[u8]) -> Result<u64, LogError>;
     /// The index the next append gets.
     fn next_index(&self) -> u64;
     /// Removes the entries from `from` on (a follower's uncommitted tail
-    /// that the primary's log does not hold).
+    /// that the primary's log does not hold), durably: the removal is on
+    /// the disk when this returns, so that nothing appended after it can
+    /// be read back followed by what it removed.
     fn truncate(&mut self, from: u64) -> Result<(), LogError>;
-    /// The node's last term and vote in it (`(0, None)` for a new node).
-    fn load_vote(&self) -> (u32, Option<u8>);
-    /// Records the term and vote durably before the node answers anyone.
-    fn save_vote(&mut self, term: u32, vote: Option<u8>) -> Result<(), LogError>;
+    /// The node's metadata (`None`: none on the disk, a new or replaced
+    /// disk).
+    fn load_meta(&self) -> Option<Meta>;
+    /// Records the metadata durably before the node answers anyone.
+    fn save_meta(&mut self, m: &Meta) -> Result<(), LogError>;
+    /// Entries the log's recovery cut at open (a record that did not
+    /// verify, and what followed it).
+    fn recovery_lost(&self) -> u64 {
+        0
+    }
+    /// Whether an append would find room (asked by a node whose disk was
+    /// full, to know when to lead again).
+    fn has_space(&mut self) -> bool {
+        true
+    }
 }
 
 /// A store's entries (the replayer's reads).

@@ -22,7 +22,7 @@
 
 use std::collections::BTreeMap;
 
-use super::log::{Entries, Log, LogError};
+use super::log::{Entries, Log, LogError, Meta};
 use super::{Nanos, Rng};
 
 /// What the platter holds at one index.
@@ -47,7 +47,7 @@ pub struct MemLog {
     dirty: BTreeMap<u64, Nanos>,
     /// The caller's clock, for write-back ages (the simulator sets it).
     pub now: Nanos,
-    vote: (u32, Option<u8>),
+    meta: Option<Meta>,
     /// Test aid: appends fail while set.
     pub full: bool,
     recovery_lost: u64,
@@ -124,10 +124,7 @@ impl MemLog {
     /// them (nothing dirty below).
     pub fn durable(&self) -> u64 {
         let len = self.len();
-        self.dirty
-            .keys()
-            .next()
-            .map_or(len, |&i| i.min(len))
+        self.dirty.keys().next().map_or(len, |&i| i.min(len))
     }
 
     fn write_back(&mut self, i: u64) {
@@ -256,20 +253,34 @@ impl Log for MemLog {
         }
         self.entries.truncate(from as usize);
         self.chain.truncate(from as usize);
-        for i in from..len {
-            self.dirty.insert(i, self.now);
+        // Durable before it returns: the truncated slots are zeroed on
+        // the platter, and any write to them pending is dropped.
+        let stale: Vec<u64> = self.dirty.range(from..).map(|(i, _)| *i).collect();
+        for i in stale {
+            self.dirty.remove(&i);
+        }
+        for s in self.disk.iter_mut().skip(from as usize) {
+            *s = Slot::Zero;
         }
         self.changed(from);
         Ok(())
     }
 
-    fn load_vote(&self) -> (u32, Option<u8>) {
-        self.vote
+    fn load_meta(&self) -> Option<Meta> {
+        self.meta
     }
 
-    fn save_vote(&mut self, term: u32, vote: Option<u8>) -> Result<(), LogError> {
-        self.vote = (term, vote);
+    fn save_meta(&mut self, m: &Meta) -> Result<(), LogError> {
+        self.meta = Some(*m);
         Ok(())
+    }
+
+    fn recovery_lost(&self) -> u64 {
+        self.recovery_lost
+    }
+
+    fn has_space(&mut self) -> bool {
+        !self.full
     }
 }
 
@@ -335,19 +346,18 @@ mod tests {
     }
 
     #[test]
-    fn a_truncation_not_on_the_platter_comes_back_after_a_power_loss() {
+    fn a_truncation_is_durable_and_what_follows_it_is_not_until_synced() {
         let mut l = log_of(6);
         l.sync_all();
         l.truncate(3).unwrap();
         l.append(b"new").unwrap();
-        assert_eq!(l.len(), 4);
-        // Nothing of it written: the old entries are back.
+        assert_eq!((l.len(), l.durable()), (4, 3));
+        // The new entry lost: the old ones do not come back.
         let mut rng = Rng::new(3);
         let mut a = l.clone();
         a.power_loss(&mut rng, u64::MAX, 0.0, 0.0);
-        assert_eq!(a.len(), 6);
-        assert_eq!(a.entry(3), Some(&[3u8][..]));
-        // Synced: the truncation holds.
+        assert_eq!(a.len(), 3);
+        // Synced: it holds.
         l.sync_all();
         l.power_loss(&mut rng, u64::MAX, 0.0, 0.0);
         assert_eq!(l.len(), 4);

@@ -22,7 +22,7 @@ pub mod node;
 
 use std::net::SocketAddr;
 
-pub use log::{Entries, Log, LogError};
+pub use log::{Entries, Log, LogError, Meta};
 pub use memlog::MemLog;
 
 /// Time in nanoseconds on the caller's monotonic clock (any origin).
@@ -54,6 +54,37 @@ pub struct Replay {
     pub to: u64,
     pub header: crate::seq::wire::BusHeader,
     pub max_datagram: usize,
+    /// The node's [`Fence`] when the job was made: a replayer answers it
+    /// only while the node's is the same (the same term, as primary, and
+    /// no truncation since); the log under another term's header would be
+    /// another log.
+    pub fence: Fence,
+}
+
+/// Replays of at most this many entries are answered by the sequencing
+/// thread itself, from the log, in the same `sendmmsg` as its other
+/// datagrams: a gap fill of a datagram or two (what a lost datagram under
+/// light loss costs) then waits for no thread to wake up. Measured on the
+/// 2-core VM, the parked replayer's wake-up was tens of microseconds,
+/// the whole tail of `tachyon.sequencer.roundtrip.loss`. Larger replays
+/// (rewinds) go to the replayer, off the sequencing path. (The shell and
+/// the simulator both follow this.)
+pub const INLINE_REPLAY: u64 = 16;
+
+impl Replay {
+    /// Whether the node's own thread answers it ([`INLINE_REPLAY`]).
+    pub fn is_small(&self) -> bool {
+        self.to.saturating_sub(self.from) <= INLINE_REPLAY
+    }
+}
+
+/// What a replay job's answer depends on: the primary's term and its
+/// log's generation (bumped by every truncation). 0: not a primary.
+pub type Fence = u64;
+
+/// The fence of a primary of `term` whose log is at generation `gen`.
+pub fn fence(term: u32, gen: u64) -> Fence {
+    (term as u64) << 32 | (gen & 0xffff_ffff) | 1 << 31
 }
 
 /// Packs a replay's entries into bus data datagrams (as many per datagram
@@ -115,12 +146,28 @@ pub enum NodeEvent {
     /// The entries from `from` on were removed (an uncommitted tail the
     /// primary's log does not hold).
     Truncated { from: u64, removed: u64 },
+    /// This node started as a learner: it grants no vote until it has
+    /// caught up (`reason`: `new_disk`, `rebooted`, `cut`, `restarted`).
+    Learner { reason: &'static str },
+    /// A learner caught up with the primary of `term`: it votes again.
+    CaughtUp { term: u32 },
+    /// An append failed for want of space: a primary steps down, and no
+    /// node campaigns until its disk has room again.
+    DiskFull { primary: bool },
+    /// The disk has room again.
+    DiskSpace,
 }
 
-/// A node's environment: where its datagrams, replays and events go.
+/// A node's environment: where its datagrams, replays, syncs and events
+/// go.
 pub trait Env: Sink {
     fn replay(&mut self, job: Replay);
     fn event(&mut self, e: NodeEvent);
+    /// Makes the log durable up to `upto` (everything appended so far, at
+    /// least), off the node's thread: the shell answers with
+    /// [`node::Node::synced`] once it is, with the same `gen`. Asked only
+    /// with `durability: fsync`, one at a time.
+    fn sync(&mut self, upto: u64, gen: u64);
 }
 
 /// A [`Sink`] that keeps what was sent (tests and the simulator).

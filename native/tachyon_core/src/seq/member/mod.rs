@@ -28,6 +28,7 @@ use std::time::{Duration, Instant};
 
 use crossbeam_utils::CachePadded;
 
+pub use super::core::member::looked;
 use super::core::member::{self as core, Handover, Join, Rx, RxCounters, Tx, TxCounters};
 use super::core::Nanos;
 use super::{clock, SeqError};
@@ -60,6 +61,8 @@ pub struct Member {
     deferred: SpinMutex<Vec<Handover>>,
     /// Mirrors of `tx`'s state, read without its lock.
     closed: AtomicBool,
+    /// No more publishes (a close waits for what is pending).
+    shut: AtomicBool,
     frag: AtomicUsize,
     txc: Arc<CachePadded<TxCounters>>,
     rxc: Arc<CachePadded<RxCounters>>,
@@ -88,6 +91,7 @@ impl Member {
         Ok(Member {
             deferred: SpinMutex::new(Vec::new()),
             closed: AtomicBool::new(false),
+            shut: AtomicBool::new(false),
             frag: AtomicUsize::new(tx.fragment_size()),
             txc: tx.counters().clone(),
             rxc: rx.counters().clone(),
@@ -160,7 +164,7 @@ impl Member {
         I: IntoIterator<Item = &'a [u8]>,
         I::IntoIter: Clone,
     {
-        if self.closed.load(Ordering::Acquire) {
+        if self.closed.load(Ordering::Acquire) || self.shut.load(Ordering::Acquire) {
             return Err(PublishError::Closed);
         }
         self.publish_locked(self.tx.lock(), msgs)
@@ -174,7 +178,7 @@ impl Member {
         I: IntoIterator<Item = &'a [u8]>,
         I::IntoIter: Clone,
     {
-        if self.closed.load(Ordering::Acquire) {
+        if self.closed.load(Ordering::Acquire) || self.shut.load(Ordering::Acquire) {
             return Some(Err(PublishError::Closed));
         }
         let tx = self.try_lock_tx(TRY_LOCK_FOR)?;
@@ -244,10 +248,10 @@ impl Member {
         let now = clock::now();
         // The publishing side's acknowledgements come through here: its
         // window holds publishes back only while someone looks.
-        self.txc.looked.set(now);
+        looked(&self.txc, now);
         let mut guard = self.rx.lock();
         let RxAll { batches, rx } = &mut *guard;
-        let (own_before, heard_before) = (rx.own_seen(), rx.own_heard());
+        let mark = rx.mark();
         let total = self
             .socks
             .recv(batches, max, &self.rxc.malformed, &mut |d, from| {
@@ -256,12 +260,11 @@ impl Member {
         if total == 0 {
             return Ok(0);
         }
-        let switch = rx.end_batch(now, &mut sink);
-        let handover = Handover::take(rx, switch);
+        let handover = rx.finish(now, mark, &mut sink);
         let mut events = rx.take_events();
         drop(guard);
-        if handover.own > own_before || handover.heard != heard_before || !handover.is_empty() {
-            self.hand_over(handover, now, &mut events);
+        if let Some(h) = handover {
+            self.hand_over(h, now, &mut events);
         }
         if !events.is_empty() {
             self.events.lock().append(&mut events);
@@ -326,9 +329,54 @@ impl Member {
         std::mem::take(&mut *self.events.lock())
     }
 
+    /// No more publishes: what is pending is still sent and resent (by
+    /// whoever drives the member) until it is delivered; see
+    /// [`Member::drain`].
+    pub fn shut(&self) {
+        self.shut.store(true, Ordering::Release);
+        self.tx.lock().shut();
+    }
+
+    /// Commands published and not yet delivered to this member (a mirror:
+    /// no lock).
+    pub fn pending(&self) -> u64 {
+        self.txc.pending.get()
+    }
+
+    /// A close that waits: no more publishes, then (driving the member
+    /// itself if `drive`, else waiting for whoever drives it) until every
+    /// message published is delivered to this member, at most `timeout`;
+    /// then the goodbye. Returns the messages that were not delivered (0:
+    /// every publish that returned `Ok` is in the bus's order). Blocks:
+    /// from the BEAM, on a dirty scheduler. Messages delivered meanwhile
+    /// go to `deliver`.
+    pub fn drain(
+        &self,
+        timeout: Duration,
+        drive: bool,
+        deliver: &mut dyn FnMut(u64, u32, &[u8]),
+    ) -> u64 {
+        self.shut();
+        let t0 = Instant::now();
+        while self.pending() > 0 && t0.elapsed() < timeout && !self.is_closed() {
+            if drive {
+                if self.poll(64, deliver).unwrap_or(0) == 0 {
+                    let due = self.tick().min(Duration::from_millis(1));
+                    let _ = crate::wait::poll_fds(&[(self.poll_fd(), libc::POLLIN)], Some(due));
+                }
+            } else {
+                std::thread::sleep(Duration::from_micros(200));
+            }
+        }
+        let undelivered = self.tx.lock().undelivered();
+        self.close();
+        undelivered
+    }
+
     /// Leaves the bus: no more publishes; the member id is free again (and
     /// a unicast member leaves the fan-out). Waits for the `tx` lock to say
-    /// goodbye (see [`Member::try_close`]).
+    /// goodbye (see [`Member::try_close`]). What is pending is sent once
+    /// more and then forgotten: [`Member::drain`] waits for it.
     pub fn close(&self) {
         self.closed.store(true, Ordering::Release);
         let mut sink = self.sink();

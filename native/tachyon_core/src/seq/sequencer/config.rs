@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use crate::seq::core::nanos;
-use crate::seq::core::node::{NodeConfig, TwoNodes};
+use crate::seq::core::node::{Durability, NodeConfig, TwoNodes};
 use crate::seq::wire;
 use crate::seq::{BusMode, SeqError};
 use crate::store;
@@ -46,6 +46,8 @@ pub struct SequencerConfig {
     pub two_nodes: TwoNodes,
     /// Hold an election at start (the preferred primary).
     pub eager: bool,
+    /// What an acknowledgement promises: the page cache, or the disk.
+    pub durability: Durability,
 }
 
 impl SequencerConfig {
@@ -68,6 +70,7 @@ impl SequencerConfig {
             election_timeout: Duration::from_millis(50),
             two_nodes: TwoNodes::Safe,
             eager: true,
+            durability: Durability::Replicated,
         }
     }
 
@@ -104,8 +107,27 @@ impl SequencerConfig {
         c.two_nodes = self.two_nodes;
         c.replay_max = self.replay_max.max(1) as u64;
         c.eager = self.eager;
+        c.durability = self.durability;
         c.new_session = crate::seq::new_session();
+        c.new_log_id = crate::seq::new_session();
+        c.incarnation = (crate::seq::new_session() >> 16) as u32 | 1;
+        c.boot = boot_id();
         c.seed = c.new_session ^ std::process::id() as u64;
         c
+    }
+}
+
+/// The host's boot, as the kernel names it (`/proc/sys/kernel/random/
+/// boot_id`, a random UUID made at each boot), hashed; 0 where there is
+/// none (then a reboot cannot be told from a process restart, and a node
+/// with `durability: :replicated` trusts its page cache as before).
+pub fn boot_id() -> u64 {
+    match std::fs::read("/proc/sys/kernel/random/boot_id") {
+        Ok(b) => {
+            let h = crate::crc::crc32c(&b) as u64;
+            let l = crate::crc::crc32c(&b.iter().rev().copied().collect::<Vec<_>>()) as u64;
+            (h << 32 | l).max(1)
+        }
+        Err(_) => 0,
     }
 }

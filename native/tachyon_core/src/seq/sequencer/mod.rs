@@ -17,7 +17,7 @@ use std::collections::VecDeque;
 use std::io;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use crossbeam_utils::CachePadded;
 
@@ -41,7 +41,7 @@ struct Shared {
     session: Counter,
     replayed: Counter,
     /// Entries replayed by the sequencing thread itself (small replays,
-    /// see `threads::INLINE_REPLAY`): its own counter, one writer each.
+    /// see `core::INLINE_REPLAY`): its own counter, one writer each.
     replayed_inline: Counter,
     replays_dropped: Counter,
     malformed: Counter,
@@ -49,6 +49,27 @@ struct Shared {
     take_over: AtomicBool,
     /// Replays for the replayer.
     replays: Mutex<VecDeque<Replay>>,
+    /// The node's replay fence (`seq::core::Fence`) after its last step:
+    /// the replayer drops jobs made under another.
+    fence: AtomicU64,
+    /// Replay jobs dropped: made under another term or before a
+    /// truncation.
+    stale_replays: Counter,
+    /// A sync asked by the node, and one done: (up to, generation).
+    sync_ask: Mutex<Option<(u64, u64)>>,
+    sync_done: Mutex<Option<(u64, u64)>>,
+    sync_errors: Counter,
+    /// The syncer's wake-up line, and the node thread's.
+    syncer_wake: OnceLock<Arc<crate::wait::Wake>>,
+    node_wake: OnceLock<Arc<crate::wait::Wake>>,
+}
+
+impl Shared {
+    /// What the other threads read of the node after each of its steps.
+    fn after_step(&self, node: &Node<NodeLog>) {
+        self.session.set(node.session());
+        self.fence.store(node.fence(), Ordering::Release);
+    }
 }
 
 /// A running sequencer node.
@@ -60,6 +81,7 @@ pub struct Sequencer {
     shared: Arc<Shared>,
     worker: Slot,
     replayer: Slot,
+    syncer: Option<Slot>,
     placement: Placement,
     recovered: u64,
     first_next: u64,
@@ -80,7 +102,8 @@ impl Sequencer {
         report: Option<Reporter>,
     ) -> Result<Sequencer, SeqError> {
         cfg.check()?;
-        let log = NodeLog::open(&cfg.dir, cfg.store.clone())?;
+        let on_disk = cfg.durability.on_disk();
+        let log = NodeLog::open(&cfg.dir, cfg.store.clone(), on_disk)?;
         let socks = Sockets::bind(cfg.bind, cfg.bus, &cfg.socket)?;
         if let BusMode::Multicast {
             iface, ttl, looped, ..
@@ -93,6 +116,7 @@ impl Sequencer {
         let (id, group) = (ncfg.id, ncfg.group.clone());
         let store = log.shared();
         let inline_store = store.clone();
+        let sync_store = store.clone();
         let node = Node::new(ncfg, log, clock::now()).map_err(|_| SeqError::BadLog)?;
         let counters = node.counters().clone();
         let recovered = node.members() as u64;
@@ -106,8 +130,15 @@ impl Sequencer {
             witness: AtomicU64::new(u64::MAX),
             take_over: AtomicBool::new(false),
             replays: Mutex::new(VecDeque::new()),
+            fence: AtomicU64::new(0),
+            stale_replays: Counter::default(),
+            sync_ask: Mutex::new(None),
+            sync_done: Mutex::new(None),
+            sync_errors: Counter::default(),
+            syncer_wake: OnceLock::new(),
+            node_wake: OnceLock::new(),
         });
-        shared.session.set(node.session());
+        shared.after_step(&node);
         let sock = Arc::new(socks);
         let (rsock, rshared) = (sock.clone(), shared.clone());
         let (wait, batch, max_datagram) = (cfg.wait, cfg.batch, cfg.max_datagram);
@@ -115,6 +146,16 @@ impl Sequencer {
             threads::replay_loop(ctx, &rsock.sock, &store, &rshared, max_datagram)
         })?;
         let wake = replayer.wake_line().clone();
+        let syncer = if on_disk {
+            let sh = shared.clone();
+            let w = Worker::spawn("tachyon-sync", None, move |ctx| {
+                threads::sync_loop(ctx, &sync_store, &sh)
+            })?;
+            let _ = shared.syncer_wake.set(w.wake_line().clone());
+            Some(w)
+        } else {
+            None
+        };
         let sh = shared.clone();
         let slot = max_datagram.max(crate::udp::MAX_UDP_PAYLOAD.min(65_536));
         let worker = Worker::spawn("tachyon-seq", cfg.core, move |ctx| {
@@ -140,6 +181,7 @@ impl Sequencer {
             drop(node);
             drop(sock);
         })?;
+        let _ = shared.node_wake.set(worker.wake_line().clone());
         let pinned = worker.placement().1;
         Ok(Sequencer {
             local,
@@ -149,6 +191,7 @@ impl Sequencer {
             shared,
             worker: Slot::new(worker),
             replayer: Slot::new(replayer),
+            syncer: syncer.map(Slot::new),
             placement: Placement {
                 core: cfg.core,
                 pinned,
@@ -218,6 +261,9 @@ impl Sequencer {
     pub fn stop(&self) {
         let _ = self.worker.join();
         let _ = self.replayer.join();
+        if let Some(s) = &self.syncer {
+            let _ = s.join();
+        }
     }
 }
 

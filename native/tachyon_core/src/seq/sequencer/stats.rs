@@ -56,6 +56,26 @@ crate::named_fields! {
         /// The primary's node id, if known.
         pub leader: Option<u64>,
         pub session: u64,
+        /// True while a learner: it cannot vouch for what it acknowledged
+        /// before it restarted (a new disk, a reboot, a cut log) and votes
+        /// for nobody until it has caught up.
+        pub learner: bool,
+        /// Entries on the disk (`durability: :fsync`), else the log end:
+        /// what this node's acknowledgement covers.
+        pub durable: u64,
+        /// Syncs asked (one per receive batch at most) and done
+        /// (`durability: :fsync`), and syncs that failed (retried).
+        pub sync_requests: u64,
+        pub syncs: u64,
+        pub sync_errors: u64,
+        /// Appends refused for want of space (a primary then steps down).
+        pub disk_full: u64,
+        /// Replay jobs dropped: made under another term or before a
+        /// truncation.
+        pub stale_replays: u64,
+        /// Probes sent as a learner, and votes refused as one.
+        pub probes: u64,
+        pub learner_refusals: u64,
     }
 }
 
@@ -103,6 +123,15 @@ impl Sequencer {
             role,
             leader: Some(c.leader.get()).filter(|l| *l != u64::MAX),
             session: self.shared.session.get(),
+            learner: c.learner.get() == 1,
+            durable: c.durable.get(),
+            sync_requests: c.sync_requests.get(),
+            syncs: c.syncs_done.get(),
+            sync_errors: self.shared.sync_errors.get(),
+            disk_full: c.full.get(),
+            stale_replays: self.shared.stale_replays.get(),
+            probes: c.probes.get(),
+            learner_refusals: c.learner_refusals.get(),
         }
     }
 }

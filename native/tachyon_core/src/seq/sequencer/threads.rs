@@ -1,7 +1,9 @@
-//! A sequencer node's two threads: `tachyon-seq` runs the node on its
-//! socket (`recvmmsg` in, the node's datagrams out through a `sendmmsg`
-//! queue, its events on the report channel, its replays to the replayer)
-//! and `tachyon-replay` answers replays from the log.
+//! A sequencer node's threads: `tachyon-seq` runs the node on its socket
+//! (`recvmmsg` in, the node's datagrams out through a `sendmmsg` queue,
+//! its events on the report channel, its replays to the replayer, its
+//! syncs to the syncer), `tachyon-replay` answers replays from the log,
+//! and with `durability: fsync` `tachyon-sync` syncs the log (one sync
+//! at a time; each takes everything appended before it: group commit).
 
 use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
@@ -12,7 +14,7 @@ use crate::counter::Counter;
 use crate::report::{Report, Reporter, Value};
 use crate::seq::clock;
 use crate::seq::core::node::Node;
-use crate::seq::core::{replay_datagrams, Env, NodeEvent, Replay, Sink};
+use crate::seq::core::{replay_datagrams, Env, Nanos, NodeEvent, Replay, Sink};
 use crate::seq::member::{Batches, Sockets};
 use crate::seq::nodelog::{NodeLog, SharedStore};
 use crate::udp::sys::{SendBatch, Socket};
@@ -25,14 +27,6 @@ const SEND_QUEUE: usize = 256;
 /// Replays waiting for the replayer at most (more are dropped: members ask
 /// again).
 const REPLAY_QUEUE: usize = 4096;
-/// Replays of at most this many entries are answered by the sequencing
-/// thread itself, from the log, in the same `sendmmsg` as its other
-/// datagrams: a gap fill of a datagram or two (what a lost datagram under
-/// light loss costs) then waits for no thread to wake up. Measured on the
-/// 2-core VM, the parked replayer's wake-up was tens of microseconds,
-/// the whole tail of `tachyon.sequencer.roundtrip.loss`. Larger replays
-/// (rewinds) go to the replayer, off the sequencing thread.
-pub(super) const INLINE_REPLAY: u64 = 16;
 
 /// How the sequencing thread answers replays: small ones itself from
 /// `store`, the others by queueing them and calling `wake` (the
@@ -87,7 +81,7 @@ impl Sink for NodeEnv<'_> {
 
 impl Env for NodeEnv<'_> {
     fn replay(&mut self, job: Replay) {
-        if job.to.saturating_sub(job.from) <= INLINE_REPLAY {
+        if job.is_small() {
             let log = self.replays.store.get();
             let sink = &mut self.sink;
             let sent =
@@ -114,6 +108,17 @@ impl Env for NodeEnv<'_> {
     fn event(&mut self, e: NodeEvent) {
         if let Some(r) = self.report.as_mut() {
             r(event_report(&e));
+        }
+    }
+
+    fn sync(&mut self, upto: u64, gen: u64) {
+        *self
+            .shared
+            .sync_ask
+            .lock()
+            .unwrap_or_else(|p| p.into_inner()) = Some((upto, gen));
+        if let Some(w) = self.shared.syncer_wake.get() {
+            w.wake();
         }
     }
 }
@@ -160,6 +165,14 @@ fn event_report(e: &NodeEvent) -> Report {
             "truncated",
             vec![("from", u(from)), ("removed", u(removed))],
         ),
+        NodeEvent::Learner { reason } => {
+            Report::new("learner", vec![("reason", Value::Atom(reason))])
+        }
+        NodeEvent::CaughtUp { term } => Report::new("caught_up", vec![("epoch", u(term as u64))]),
+        NodeEvent::DiskFull { primary } => {
+            Report::new("disk_full", vec![("primary", Value::Bool(primary))])
+        }
+        NodeEvent::DiskSpace => Report::new("disk_space", vec![]),
     }
 }
 
@@ -178,6 +191,13 @@ pub(super) fn run(
     let mut q = SendBatch::new(SEND_QUEUE);
     let counters = node.counters().clone();
     let mut buf = Vec::new();
+    if let (Some(reason), Some(r)) = (node.started_as(), report.as_mut()) {
+        r(event_report(&NodeEvent::Learner { reason }));
+    }
+    // When the node's timers are due: checked after every batch too, so
+    // that a socket that never empties (a saturated primary cut off from
+    // its majority) still runs check-quorum and the election timers.
+    let mut due: Nanos = 0;
     loop {
         let mut env = NodeEnv {
             sink: QueueSink {
@@ -200,6 +220,14 @@ pub(super) fn run(
         if w != u64::MAX || sh.take_over.swap(false, Ordering::AcqRel) {
             node.witness_down(now, (w != u64::MAX).then_some(w as u8));
         }
+        let done = sh
+            .sync_done
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take();
+        if let Some((upto, gen)) = done {
+            node.synced(now, upto, gen, &mut env);
+        }
         let n = socks
             .recv(b, usize::MAX, &counters.oversized, &mut |d, from| {
                 if let Some(from) = from {
@@ -207,21 +235,63 @@ pub(super) fn run(
                 }
             })
             .unwrap_or(0);
+        let now = clock::now();
         if n > 0 {
             waiter.reset();
-            node.end_batch(clock::now(), &mut env);
-            env.sink.flush();
-            sh.session.set(node.session());
+            node.end_batch(now, &mut env);
+            if now < due {
+                env.sink.flush();
+                sh.after_step(node);
+                continue;
+            }
+        }
+        // After a read found nothing, or when the timers are due.
+        due = node.tick(now, &mut env);
+        env.sink.flush();
+        sh.after_step(node);
+        if n > 0 {
             continue;
         }
-        // Only after a read found nothing: the timers.
-        let now = clock::now();
-        let due = node.tick(now, &mut env);
-        env.sink.flush();
-        sh.session.set(node.session());
         let now = clock::now();
         if due > now {
             waiter.idle_at_most(Some(Duration::from_nanos(due - now)), || false);
+        }
+    }
+}
+
+/// The syncer (`durability: fsync`): syncs the log when asked, one sync
+/// at a time (each covers everything appended before it: the appends of
+/// the batches that came meanwhile ride along), and tells the node.
+pub(super) fn sync_loop(ctx: &Ctx, store: &SharedStore, sh: &Shared) {
+    let mut waiter = ctx.waiter(WaitStrategy::Park, Duration::from_millis(100));
+    while !ctx.stopped() {
+        let ask = sh.sync_ask.lock().unwrap_or_else(|p| p.into_inner()).take();
+        let Some((upto, gen)) = ask else {
+            waiter.idle(|| {
+                sh.sync_ask
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .is_some()
+            });
+            continue;
+        };
+        waiter.reset();
+        match store.get().sync() {
+            Ok(_) => {
+                *sh.sync_done.lock().unwrap_or_else(|p| p.into_inner()) = Some((upto, gen));
+                if let Some(w) = sh.node_wake.get() {
+                    w.wake();
+                }
+            }
+            Err(_) => {
+                // The store was replaced (a truncation: the node asks
+                // again) or the disk failed: counted, asked again later.
+                sh.sync_errors.bump(1);
+                let mut a = sh.sync_ask.lock().unwrap_or_else(|p| p.into_inner());
+                a.get_or_insert((upto, gen));
+                drop(a);
+                ctx.sleep(Duration::from_millis(1));
+            }
         }
     }
 }
@@ -255,6 +325,12 @@ pub(super) fn replay_loop(
             continue;
         };
         waiter.reset();
+        if job.fence == 0 || job.fence != sh.fence.load(Ordering::Acquire) {
+            // Made under another term, or before a truncation: the log
+            // now is not the one the job's header speaks for.
+            sh.stale_replays.bump(1);
+            continue;
+        }
         let s = store.get();
         let mut sink = QueueSink {
             q: &mut q,

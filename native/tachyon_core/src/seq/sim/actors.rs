@@ -6,7 +6,9 @@
 use std::net::SocketAddr;
 
 use crate::seq::core::node::{Node, NodeConfig};
-use crate::seq::core::{replay_datagrams, Env, MemLog, Nanos, NodeEvent, Outbox, Replay, Rng, Sink};
+use crate::seq::core::{
+    replay_datagrams, Env, MemLog, Nanos, NodeEvent, Outbox, Replay, Rng, Sink,
+};
 
 pub use super::members::{SimMember, Start, Workload};
 
@@ -127,6 +129,9 @@ pub struct SimNode {
     /// Replay jobs and when the replayer gets to each.
     replays: Vec<(Nanos, Replay)>,
     queued: Vec<Replay>,
+    /// A sync asked (`durability: fsync`) and when the disk is done.
+    sync: Option<(Nanos, u64, u64)>,
+    asked: Option<(u64, u64)>,
     events: Vec<NodeEvent>,
     buf: Vec<u8>,
     rng: Rng,
@@ -136,6 +141,7 @@ struct SimEnv<'a> {
     out: &'a mut Outbox,
     replays: &'a mut Vec<Replay>,
     events: &'a mut Vec<NodeEvent>,
+    asked: &'a mut Option<(u64, u64)>,
 }
 
 impl Sink for SimEnv<'_> {
@@ -152,6 +158,10 @@ impl Env for SimEnv<'_> {
     fn event(&mut self, e: NodeEvent) {
         self.events.push(e);
     }
+
+    fn sync(&mut self, upto: u64, gen: u64) {
+        *self.asked = Some((upto, gen));
+    }
 }
 
 /// The replayer's wake-up: a job waits this long at most.
@@ -159,13 +169,15 @@ const REPLAYER_LAG: Nanos = 300_000;
 
 impl SimNode {
     pub fn new(cfg: NodeConfig, disk: Disk, now: Nanos) -> SimNode {
-        let rng = Rng::new(cfg.seed ^ 0x5eed_0f_2e_91a7);
+        let rng = Rng::new(cfg.seed ^ 0x5eed_0f2e_91a7);
         let mut log = disk.log;
         log.now = now;
         SimNode {
             node: Node::new(cfg, log, now).expect("node config"),
             replays: Vec::new(),
             queued: Vec::new(),
+            sync: None,
+            asked: None,
             events: Vec::new(),
             buf: Vec::new(),
             rng,
@@ -185,11 +197,43 @@ impl SimNode {
             out,
             replays: &mut self.queued,
             events: &mut self.events,
+            asked: &mut self.asked,
         };
+        if let Some((at, upto, gen)) = self.sync {
+            if at <= now {
+                // The disk is done: what the sync covered is on it (the
+                // page cache as it is now, if nothing cut it meanwhile:
+                // a truncation makes the answer stale, `gen`).
+                self.sync = None;
+                self.node.log_mut().sync_to(upto);
+                self.node.synced(now, upto, gen, &mut env);
+            }
+        }
         f(&mut self.node, &mut env);
         for job in self.queued.drain(..) {
-            let at = now + self.rng.range(1_000, REPLAYER_LAG);
-            self.replays.push((at, job));
+            if job.is_small() {
+                // Answered by the node's own thread, as the shell does.
+                let _ = replay_datagrams(self.node.log(), &job, &mut self.buf, &mut |d| {
+                    out.send(&[job.to_addr], d)
+                });
+                continue;
+            }
+            // Now and then the replayer's thread waits for a CPU for long.
+            let lag = if self.rng.chance(0.05) {
+                self.rng.range(1_000_000, 20_000_000)
+            } else {
+                self.rng.range(1_000, REPLAYER_LAG)
+            };
+            self.replays.push((now + lag, job));
+        }
+        if let Some((upto, gen)) = self.asked.take() {
+            // A sync takes 20 us to 1 ms (a slow one now and then).
+            let lat = if self.rng.chance(0.05) {
+                self.rng.range(1_000_000, 10_000_000)
+            } else {
+                self.rng.range(20_000, 300_000)
+            };
+            self.sync = Some((now + lat, upto, gen));
         }
         let id = self.node.id();
         for e in self.events.drain(..) {
@@ -200,7 +244,9 @@ impl SimNode {
         }
     }
 
-    /// The replayer: the jobs due, from the log as it is now.
+    /// The replayer: the jobs due, from the log as it is now, unless the
+    /// node's fence moved (another term, a truncation) since the job was
+    /// made, as the shell's replayer does.
     fn run_replays(&mut self, now: Nanos, out: &mut Outbox) {
         let mut i = 0;
         while i < self.replays.len() {
@@ -209,6 +255,9 @@ impl SimNode {
                 continue;
             }
             let (_, job) = self.replays.remove(i);
+            if job.fence == 0 || job.fence != self.node.fence() {
+                continue;
+            }
             let _ = replay_datagrams(self.node.log(), &job, &mut self.buf, &mut |d| {
                 out.send(&[job.to_addr], d)
             });
@@ -235,10 +284,12 @@ impl Actor for SimNode {
     fn tick(&mut self, now: Nanos, out: &mut Outbox, ev: &mut Vec<Event>) -> Nanos {
         let mut due = now;
         self.call(now, out, ev, |n, env| due = n.tick(now, env));
-        match self.replays.iter().map(|r| r.0).min() {
-            Some(r) => due.min(r.max(now + 1)),
-            None => due,
-        }
+        let replay = self.replays.iter().map(|r| r.0).min();
+        let sync = self.sync.map(|s| s.0);
+        [replay, sync]
+            .into_iter()
+            .flatten()
+            .fold(due, |d, x| d.min(x.max(now + 1)))
     }
 
     fn crash(self: Box<Self>) -> Option<Disk> {

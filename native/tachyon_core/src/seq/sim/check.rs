@@ -29,8 +29,8 @@
 //! availability, [`Checker::forks_allowed`]), 1 to 3 are checked at the
 //! end instead: every member whose deliveries are not all in the final log
 //! must have reported a fork, and a fork loses only what its losing branch
-//! delivered: every accepted publish is in the final log unless its own
-//! sender delivered it.
+//! delivered: every accepted publish is in the final log unless a member
+//! delivered it.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::net::SocketAddr;
@@ -213,7 +213,10 @@ impl Checker {
         }
         self.last_delivery = at;
         let Some(view) = self.views.get_mut(&v) else {
-            let d = format!("member {member} incarnation {} delivered before its open", v.1);
+            let d = format!(
+                "member {member} incarnation {} delivered before its open",
+                v.1
+            );
             self.fail("order", at, d);
             return;
         };
@@ -230,8 +233,12 @@ impl Checker {
         }
         view.last_seq = seq;
         if let Some((sender, counter)) = decode(data) {
+            // Publish to delivery, for members that were there when it was
+            // published (a rewind's deliveries are old news).
             if let Some(t) = self.accepted_at.get(&(sender, counter)) {
-                self.latencies.push(at.saturating_sub(*t));
+                if *t >= view.joined_at {
+                    self.latencies.push(at.saturating_sub(*t));
+                }
             }
             if sender != from {
                 bad = Some(format!("seq {seq}: payload of {sender} from member {from}"));
@@ -300,8 +307,9 @@ impl Checker {
     }
 
     /// Where forks are allowed: every accepted publish is in the final
-    /// `log`, or its sender delivered it (in a branch a fork then dropped),
-    /// or its publisher was told it may be lost.
+    /// `log`, or a member delivered it (in a branch a fork then dropped:
+    /// its sender saw it in that order, and does not publish it again), or
+    /// its publisher was told it may be lost.
     pub fn publishes_kept(&mut self, at: Nanos, log: &MemLog) {
         self.checks += 1;
         let mut logged = HashSet::new();
@@ -322,13 +330,13 @@ impl Checker {
             .iter()
             .flat_map(|(s, cs)| cs.iter().map(move |(c, _)| (*s, *c)))
             .filter(|k| {
-                !logged.contains(k) && !self.own_delivered.contains(k) && !self.exempt.contains(k)
+                !logged.contains(k) && !self.seq_of.contains_key(k) && !self.exempt.contains(k)
             })
             .collect();
         lost.sort_unstable();
         if let Some((sender, counter)) = lost.first() {
             let d = format!(
-                "{} accepted publishes in no log and never delivered to their sender, the first {sender}'s {counter}",
+                "{} accepted publishes in no log and delivered to no member, the first {sender}'s {counter}",
                 lost.len()
             );
             self.fail("lost_publish", at, d);
@@ -397,14 +405,19 @@ impl Checker {
         for (s, c, t) in all {
             let seq = self.seq_of.get(&(s, c)).copied();
             let Some((seq, fragmented)) = seq else {
-                let d = format!("{s}'s message {c} (accepted at {:.3} ms) was delivered to no member", t as f64 / 1e6);
+                let d = format!(
+                    "{s}'s message {c} (accepted at {:.3} ms) was delivered to no member",
+                    t as f64 / 1e6
+                );
                 self.fail("lost_publish", at, d);
                 return;
             };
             // Where its first fragment was is not known: after the
             // sender's message before it.
             let first = if fragmented {
-                self.seq_of.get(&(s, c.wrapping_sub(1))).map_or(u64::MAX, |p| p.0 + 1)
+                self.seq_of
+                    .get(&(s, c.wrapping_sub(1)))
+                    .map_or(0, |p| p.0 + 1)
             } else {
                 seq
             };

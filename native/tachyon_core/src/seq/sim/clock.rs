@@ -35,7 +35,7 @@ impl Clock {
 
     /// The simulation time at which the clock reads `local` (at least
     /// `sim0`).
-    pub fn to_sim(&self, local: Nanos) -> Nanos {
+    pub fn to_sim(self, local: Nanos) -> Nanos {
         let dl = local.saturating_sub(self.local0);
         if self.rate == 1.0 {
             self.sim0 + dl

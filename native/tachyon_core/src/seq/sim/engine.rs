@@ -146,7 +146,9 @@ impl<'a> Sim<'a> {
         } else {
             cfg.faults.clone()
         };
-        let script = scripted.map(|s| s.actions.iter().cloned().collect()).unwrap_or_default();
+        let script = scripted
+            .map(|s| s.actions.iter().cloned().collect())
+            .unwrap_or_default();
         Sim {
             cfg,
             proto,
@@ -466,10 +468,7 @@ impl<'a> Sim<'a> {
         if let Some(v) = self.logs.log_changed(now, i, log) {
             self.check.violations.push(v);
         }
-        if self.fates[i]
-            .amnesiac_until
-            .is_some_and(|c| log.len() >= c)
-        {
+        if self.fates[i].amnesiac_until.is_some_and(|c| log.len() >= c) {
             self.fates[i].amnesiac_until = None;
             self.fates[i].before_loss = None;
             self.trace(|| format!("node {i} holds what was committed when it lost data"));

@@ -327,7 +327,9 @@ impl Sim<'_> {
                 (self.proto.durability().on_disk() || self.may_lose_data(i))
                     && self.take_down(i, Down::PowerLoss, now + d)
             }
-            Fault::ReplaceDisk => self.may_lose_data(i) && self.take_down(i, Down::Replace, now + d),
+            Fault::ReplaceDisk => {
+                self.may_lose_data(i) && self.take_down(i, Down::Replace, now + d)
+            }
             Fault::Corrupt => self.may_lose_data(i) && self.take_down(i, Down::Corrupt, now + d),
             Fault::DiskFull => {
                 self.trace(|| format!("disk of node {i} full for {} ms", d / MILLI));
@@ -492,7 +494,9 @@ impl Sim<'_> {
             }
             Action::MemberClose(id) => {
                 let i = self.member_proc(id);
-                self.with_member(i, |a, now, out, ev| a.close_member(now, Nanos::MAX, out, ev));
+                self.with_member(i, |a, now, out, ev| {
+                    a.close_member(now, Nanos::MAX, out, ev)
+                });
             }
             Action::MemberOpen(id, start) => {
                 let i = self.member_proc(id);

@@ -7,24 +7,9 @@ use std::net::SocketAddr;
 use super::actors::{Actor, Disk, SimNode};
 use super::Protocol;
 use crate::seq::core::member::MemberConfig;
+pub use crate::seq::core::node::Durability;
 use crate::seq::core::node::{NodeConfig, TwoNodes};
 use crate::seq::core::{Nanos, MILLI};
-
-/// What a node's acknowledgement promises.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Durability {
-    /// The entry is in its page cache (a process crash keeps it, a power
-    /// loss may not).
-    Replicated,
-    /// The entry is on its disk.
-    Fsync,
-}
-
-impl Durability {
-    pub fn on_disk(self) -> bool {
-        self == Durability::Fsync
-    }
-}
 
 pub struct Group {
     pub nodes: usize,
@@ -81,8 +66,12 @@ impl Protocol for Group {
         cfg.election_timeout = self.election_timeout;
         cfg.eager = i == 0 && !restart;
         cfg.new_session = self.session.get();
+        cfg.durability = self.durability;
         self.starts.set(self.starts.get() + 1);
         cfg.seed = self.session.get() ^ self.starts.get().wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        cfg.boot = disk.boot;
+        cfg.new_log_id = crate::seq::core::Rng::new(cfg.seed ^ 0x1d).next_u64() | 1;
+        cfg.incarnation = (cfg.seed >> 7) as u32 | 1;
         Box::new(SimNode::new(cfg, disk, now))
     }
 

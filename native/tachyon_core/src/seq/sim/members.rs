@@ -9,7 +9,7 @@ use std::net::SocketAddr;
 
 use super::actors::{Actor, Disk, Event};
 use super::check::payload;
-use crate::seq::core::member::{self, Handover, Join, MemberConfig, MemberEvent, Rx, Tx};
+use crate::seq::core::member::{self, Join, Mark, MemberConfig, MemberEvent, Rx, Tx};
 use crate::seq::core::{MemLog, Nanos, Outbox, Rng, MICRO, MILLI};
 use crate::seq::BusMode;
 
@@ -36,13 +36,23 @@ pub struct Workload {
 enum MState {
     /// Not running: before its first open, or killed or closed; opens
     /// again at `until` (never if `Nanos::MAX`).
-    Down { until: Nanos },
+    Down {
+        until: Nanos,
+    },
     Joining(Join),
     Joined {
         tx: Box<Tx>,
         rx: Box<Rx>,
+        /// What the receive side had heard when this batch began.
+        mark: Option<Mark>,
+        /// Closing: publishes refused, what is pending still resent until
+        /// it is delivered or this time comes; then down until the second.
+        closing: Option<(Nanos, Nanos)>,
     },
 }
+
+/// How long a close waits for what is pending (`Bus.close/2`'s timeout).
+const CLOSE_WAIT: Nanos = 300 * MILLI;
 
 pub struct SimMember {
     id: u32,
@@ -127,6 +137,15 @@ impl SimMember {
         !matches!(self.state, MState::Down { .. })
     }
 
+    /// How the next incarnation starts: live or from the beginning.
+    fn next_start(&mut self) -> Start {
+        if self.rng.chance(0.5) {
+            Start::Live
+        } else {
+            Start::From(1)
+        }
+    }
+
     fn go_down(&mut self, reopen_at: Nanos, start: Start) {
         self.state = MState::Down { until: reopen_at };
         self.start = start;
@@ -178,7 +197,11 @@ impl Actor for SimMember {
     ) {
         match &mut self.state {
             MState::Joining(j) => j.on_datagram(now, d, Some(from)),
-            MState::Joined { rx, .. } => {
+            MState::Joined { rx, tx, mark, .. } => {
+                if mark.is_none() {
+                    *mark = Some(rx.mark());
+                    member::looked(tx.counters(), now);
+                }
                 let mut f = |seq: u64, member_id: u32, data: &[u8]| {
                     ev.push(Event::Delivered {
                         seq,
@@ -195,13 +218,15 @@ impl Actor for SimMember {
     }
 
     fn end_batch(&mut self, now: Nanos, out: &mut Outbox, ev: &mut Vec<Event>) {
-        if let MState::Joined { tx, rx } = &mut self.state {
-            let switch = rx.end_batch(now, out);
-            if let Some(to) = switch {
-                ev.push(Event::Trace(format!("member {} follows {to}", self.id)));
-            }
-            if let Some(e) = Handover::take(rx, switch).apply(tx, now, out) {
-                ev.push(Event::Trace(format!("member {}: {e:?}", self.id)));
+        if let MState::Joined { tx, rx, mark, .. } = &mut self.state {
+            let Some(m) = mark.take() else { return };
+            if let Some(h) = rx.finish(now, m, out) {
+                if let Some(to) = h.switch_to {
+                    ev.push(Event::Trace(format!("member {} follows {to}", self.id)));
+                }
+                if let Some(e) = h.apply(tx, now, out) {
+                    ev.push(Event::Trace(format!("member {}: {e:?}", self.id)));
+                }
             }
             member_events(self.id, rx, ev);
         }
@@ -219,11 +244,12 @@ impl Actor for SimMember {
                 Ok(w) => match member::from_welcome(&self.config(), &w, self.unicast, now) {
                     Ok((tx, rx)) => {
                         ev.push(Event::Trace(format!(
-                            "member {} joined {} at {} (commit {})",
+                            "member {} joined {} at {} (commit {}, last {})",
                             self.id,
                             w.from,
                             rx.next_seq(),
-                            w.commit
+                            w.commit,
+                            w.last
                         )));
                         ev.push(Event::Joined {
                             inc: self.inc,
@@ -232,6 +258,8 @@ impl Actor for SimMember {
                         self.state = MState::Joined {
                             tx: Box::new(tx),
                             rx: Box::new(rx),
+                            mark: None,
+                            closing: None,
                         };
                         let p = &mut self.publisher;
                         p.next_publish = p.next_publish.max(now);
@@ -249,12 +277,37 @@ impl Actor for SimMember {
                 Err(due) => return due,
             }
         }
-        let MState::Joined { tx, rx } = &mut self.state else {
+        let MState::Joined {
+            tx, rx, closing, ..
+        } = &mut self.state
+        else {
             return now + 1_000 * MILLI;
         };
+        if let Some((deadline, reopen_at)) = *closing {
+            if tx.pending() == 0 || now >= deadline {
+                // The goodbye, and the caller told what was not delivered.
+                let n = tx.undelivered();
+                tx.close(now, out);
+                ev.push(Event::Trace(format!(
+                    "member {} closed, {n} undelivered",
+                    self.id
+                )));
+                ev.push(Event::MemberGone {
+                    inc: self.inc,
+                    undelivered: Some(n),
+                });
+                let start = self.next_start();
+                self.go_down(reopen_at, start);
+                return reopen_at;
+            }
+        }
+        member::looked(tx.counters(), now);
         let mut due = rx.tick(now, out);
         if let Some(d) = tx.tick(now, out) {
             due = due.min(d);
+        }
+        if let Some((deadline, _)) = *closing {
+            due = due.min(deadline);
         }
         let p = &mut self.publisher;
         p.publish(now, tx, out, ev);
@@ -280,11 +333,7 @@ impl Actor for SimMember {
         if !self.is_open() {
             return;
         }
-        let start = if self.rng.chance(0.5) {
-            Start::Live
-        } else {
-            Start::From(1)
-        };
+        let start = self.next_start();
         ev.push(Event::Trace(format!("member {} killed", self.id)));
         ev.push(Event::MemberGone {
             inc: self.inc,
@@ -297,30 +346,23 @@ impl Actor for SimMember {
         &mut self,
         now: Nanos,
         reopen_at: Nanos,
-        out: &mut Outbox,
+        _out: &mut Outbox,
         ev: &mut Vec<Event>,
     ) {
-        let MState::Joined { tx, .. } = &mut self.state else {
+        let MState::Joined { tx, closing, .. } = &mut self.state else {
             return;
         };
-        // Closing says goodbye; the publishes not yet delivered to this
-        // member are, as the caller is told, undelivered.
-        tx.close(now, out);
+        if closing.is_some() {
+            return;
+        }
+        // No more publishes; what is pending is still resent for a while.
+        tx.shut();
         ev.push(Event::Trace(format!(
             "member {} closes with {} pending",
             self.id,
             tx.pending()
         )));
-        ev.push(Event::MemberGone {
-            inc: self.inc,
-            undelivered: Some(0),
-        });
-        let start = if self.rng.chance(0.5) {
-            Start::Live
-        } else {
-            Start::From(1)
-        };
-        self.go_down(reopen_at, start);
+        *closing = Some((now + CLOSE_WAIT, reopen_at.max(now + CLOSE_WAIT)));
     }
 
     fn reopen_member(&mut self, now: Nanos, start: Start) {
@@ -362,7 +404,7 @@ impl Actor for SimMember {
         match &self.state {
             MState::Down { until } => format!("member {} down until {until}", self.id),
             MState::Joining(_) => format!("member {} joining", self.id),
-            MState::Joined { tx, rx } => {
+            MState::Joined { tx, rx, .. } => {
                 let (t, r) = (tx.counters(), rx.counters());
                 format!(
                     "member {} inc {} term {} next {} commit {} pending {} in_flight {} cwnd {} rto {} us oldest {:?} published {} resent {} nacked {} delivered {} gaps {} replay_requests {} dup {} forks {}",

@@ -178,7 +178,7 @@ pub fn session_log(session: u64) -> crate::seq::core::MemLog {
     use crate::seq::core::Log;
     let mut log = crate::seq::core::MemLog::new();
     let mut e = Vec::new();
-    wire::write_msg(&mut e, 0, session, CONTROL, &[]);
+    wire::write_msg(&mut e, 0, session, CONTROL, 1, &[]);
     log.append(&e).expect("memory log");
     log
 }

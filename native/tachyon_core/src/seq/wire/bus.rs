@@ -53,6 +53,10 @@ pub struct WelcomeBody {
     /// The largest epoch of the primary's log not above the one asked.
     pub epoch: u32,
     pub max_datagram: u16,
+    /// The incarnation of the member it answers (a hello's, or a
+    /// command's): a member takes only the welcomes of its own, not those
+    /// of an earlier incarnation at the same address.
+    pub incarnation: u64,
 }
 
 /// A welcome datagram.
@@ -63,11 +67,18 @@ pub fn welcome(out: &mut Vec<u8>, h: &BusHeader, flags: u8, w: &WelcomeBody) {
     out.extend_from_slice(&w.epoch.to_le_bytes());
     out.extend_from_slice(&w.max_datagram.to_le_bytes());
     out.extend_from_slice(&0u16.to_le_bytes());
+    out.extend_from_slice(&w.incarnation.to_le_bytes());
 }
 
 /// A nack to one member: `member_seq` is missing.
 pub fn nack(out: &mut Vec<u8>, h: &BusHeader, member_seq: u64) {
     bus_header(out, BusKind::Nack, h, 0);
+    out.extend_from_slice(&member_seq.to_le_bytes());
+}
+
+/// To one member: `member_seq` could not be appended (a full disk).
+pub fn full(out: &mut Vec<u8>, h: &BusHeader, member_seq: u64) {
+    bus_header(out, BusKind::Full, h, 0);
     out.extend_from_slice(&member_seq.to_le_bytes());
 }
 
@@ -94,6 +105,7 @@ impl<'a> Bus<'a> {
             3 => BusKind::Welcome,
             4 => BusKind::End,
             5 => BusKind::Nack,
+            6 => BusKind::Full,
             _ => return Err(Bad::Malformed),
         };
         let bus = Bus {
@@ -123,7 +135,7 @@ impl<'a> Bus<'a> {
             }
             BusKind::Heartbeat | BusKind::End => bus.body.is_empty() && bus.count == 0,
             BusKind::Welcome => bus.body.len() == WELCOME_BODY && bus.count == 0,
-            BusKind::Nack => bus.body.len() == 8 && bus.count == 0,
+            BusKind::Nack | BusKind::Full => bus.body.len() == 8 && bus.count == 0,
         };
         if ok {
             Ok(bus)
@@ -158,11 +170,18 @@ impl<'a> Bus<'a> {
             epoch_end: u64_at(self.body, 8),
             epoch: u32_at(self.body, 16),
             max_datagram: u16_at(self.body, 20),
+            incarnation: u64_at(self.body, 24),
         })
     }
 
     /// A nack's missing `member_seq`.
     pub fn nacked(&self) -> Option<u64> {
         (self.kind == BusKind::Nack && self.body.len() == 8).then(|| u64_at(self.body, 0))
+    }
+
+    /// A full notice's `member_seq` (the command the primary could not
+    /// append).
+    pub fn refused(&self) -> Option<u64> {
+        (self.kind == BusKind::Full && self.body.len() == 8).then(|| u64_at(self.body, 0))
     }
 }

@@ -2,8 +2,17 @@
 
 use super::*;
 
-/// Starts a command datagram in `out` (cleared).
-pub fn cmd_header(out: &mut Vec<u8>, kind: CmdKind, member_id: u32, session: u64) {
+/// Starts a command datagram in `out` (cleared). `incarnation`: the
+/// member's (0 where it does not matter: replay requests): a command of
+/// an earlier incarnation of the member, delayed past the hello of a
+/// later one, is told apart by it.
+pub fn cmd_header(
+    out: &mut Vec<u8>,
+    kind: CmdKind,
+    member_id: u32,
+    session: u64,
+    incarnation: u64,
+) {
     out.clear();
     out.extend_from_slice(&CMD_MAGIC.to_le_bytes());
     out.push(VERSION);
@@ -12,6 +21,7 @@ pub fn cmd_header(out: &mut Vec<u8>, kind: CmdKind, member_id: u32, session: u64
     out.extend_from_slice(&session.to_le_bytes());
     out.extend_from_slice(&0u16.to_le_bytes());
     out.extend_from_slice(&0u16.to_le_bytes());
+    out.extend_from_slice(&incarnation.to_le_bytes());
 }
 
 /// Sets the message count of a command datagram.
@@ -55,9 +65,29 @@ pub fn skip_to(d: &mut Vec<u8>, seq: u64) -> Option<u64> {
     None
 }
 
+/// The messages of a publish command whose last fragment it holds (the
+/// messages it completes); 0 if it is not well formed.
+pub fn final_fragments(d: &[u8]) -> u64 {
+    if d.len() < CMD_HEADER {
+        return 0;
+    }
+    let count = u16_at(d, 16);
+    let (mut at, mut n) = (CMD_HEADER, 0);
+    for _ in 0..count {
+        if d.len() < at + CMD_MSG_HEADER {
+            return n;
+        }
+        if d[at + 8] & MORE == 0 {
+            n += 1;
+        }
+        at += CMD_MSG_HEADER + u16_at(d, at + 10) as usize;
+    }
+    n
+}
+
 /// A replay request for `[from, to)`.
 pub fn replay(out: &mut Vec<u8>, member_id: u32, session: u64, from: u64, to: u64) {
-    cmd_header(out, CmdKind::Replay, member_id, session);
+    cmd_header(out, CmdKind::Replay, member_id, session, 0);
     out.extend_from_slice(&from.to_le_bytes());
     out.extend_from_slice(&to.to_le_bytes());
 }
@@ -78,7 +108,7 @@ pub struct HelloBody {
 
 /// A hello.
 pub fn hello(out: &mut Vec<u8>, member_id: u32, session: u64, h: &HelloBody) {
-    cmd_header(out, CmdKind::Hello, member_id, session);
+    cmd_header(out, CmdKind::Hello, member_id, session, h.incarnation);
     out.push(h.flags);
     out.extend_from_slice(&h.incarnation.to_le_bytes());
     out.extend_from_slice(&h.epoch.to_le_bytes());
@@ -92,6 +122,8 @@ pub struct Cmd<'a> {
     pub member_id: u32,
     pub session: u64,
     pub count: u16,
+    /// The sending member's incarnation (0: not said).
+    pub incarnation: u64,
     body: &'a [u8],
 }
 
@@ -120,6 +152,7 @@ impl<'a> Cmd<'a> {
             member_id: u32_at(b, 4),
             session: u64_at(b, 8),
             count: u16_at(b, 16),
+            incarnation: u64_at(b, 20),
             body: &b[CMD_HEADER..],
         };
         if cmd.member_id == 0 {

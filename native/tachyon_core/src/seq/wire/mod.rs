@@ -10,7 +10,7 @@
 //! * peer (`"TN"`): between the nodes of a sequencer group (pre-votes,
 //!   votes, acknowledgements, log syncs).
 //!
-//! A *message* has the same 16-byte header on the bus and in the
+//! A *message* has the same 20-byte header on the bus and in the
 //! sequencer's log, so a replay copies a log entry into a datagram as it is:
 //!
 //! ```text
@@ -19,6 +19,9 @@
 //! 12 u8  flags       (MORE, CONT, CONTROL, EPOCH)
 //! 13 u8  0
 //! 14 u16 len         (bytes of data that follow)
+//! 16 u32 term        (of the primary that sequenced it: Raft's entry term,
+//!                     so that two logs compare entry by entry and a log
+//!                     read back after a crash shows where terms mix)
 //! ```
 
 mod bus;
@@ -35,16 +38,16 @@ pub const BUS_MAGIC: u16 = 0x4254;
 pub const CMD_MAGIC: u16 = 0x4354;
 /// Peer datagram magic, `"TN"`.
 pub const PEER_MAGIC: u16 = 0x4e54;
-pub const VERSION: u8 = 2;
+pub const VERSION: u8 = 3;
 
 pub const BUS_HEADER: usize = 36;
-pub const CMD_HEADER: usize = 20;
-pub const PEER_HEADER: usize = 20;
-pub const MSG_HEADER: usize = 16;
+pub const CMD_HEADER: usize = 28;
+pub const PEER_HEADER: usize = 32;
+pub const MSG_HEADER: usize = 20;
 /// A published message's header inside a command datagram.
 pub const CMD_MSG_HEADER: usize = 12;
 /// The body of a welcome.
-pub const WELCOME_BODY: usize = 24;
+pub const WELCOME_BODY: usize = 32;
 /// The body of a hello.
 pub const HELLO_BODY: usize = 21;
 
@@ -71,6 +74,11 @@ pub const UNICAST: u8 = 0x01;
 pub const KEEPALIVE: u8 = 0x02;
 /// Peer reply flag: granted.
 pub const GRANTED: u8 = 0x01;
+/// Peer flag: the sender is a learner (it cannot vouch for what it
+/// acknowledged before it restarted: it does not vote until it caught up).
+pub const LEARNER: u8 = 0x02;
+/// Peer flag: the sender is the primary of the header's term.
+pub const LEADER: u8 = 0x04;
 
 /// Kinds of bus datagrams.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -87,6 +95,9 @@ pub enum BusKind {
     /// To one member: its command `member_seq` (the body, u64) has not
     /// arrived, later ones have and are held; resend it.
     Nack = 5,
+    /// To one member: its command `member_seq` (the body, u64) could not
+    /// be appended (the primary's disk is full); the primary steps down.
+    Full = 6,
 }
 
 /// Kinds of command datagrams.
@@ -120,6 +131,11 @@ pub enum PeerKind {
     /// Body: the largest epoch of the primary's log not above the one asked
     /// about, where it ends there, and the primary's log end.
     SyncReply = 7,
+    /// A learner asks every node where its log stands (it votes only
+    /// once it heard them all, or caught up with a primary).
+    Probe = 8,
+    /// Body: last log term, log end, the commit position it knows.
+    ProbeReply = 9,
 }
 
 /// Why a datagram was refused.
@@ -162,6 +178,8 @@ pub struct Msg<'a> {
     pub member_id: u32,
     pub member_seq: u64,
     pub flags: u8,
+    /// The term of the primary that sequenced it.
+    pub term: u32,
     pub data: &'a [u8],
 }
 
@@ -190,6 +208,7 @@ impl<'a> Msg<'a> {
                 member_id: u32_at(b, 0),
                 member_seq: u64_at(b, 4),
                 flags: b[12],
+                term: u32_at(b, 16),
                 data: &b[MSG_HEADER..end],
             },
             end,
@@ -198,7 +217,14 @@ impl<'a> Msg<'a> {
 
     /// Appends the header and data to `out` (a log entry or a bus message).
     pub fn write(&self, out: &mut Vec<u8>) {
-        write_msg(out, self.member_id, self.member_seq, self.flags, self.data);
+        write_msg(
+            out,
+            self.member_id,
+            self.member_seq,
+            self.flags,
+            self.term,
+            self.data,
+        );
     }
 
     pub fn size(&self) -> usize {
@@ -214,20 +240,28 @@ impl<'a> Msg<'a> {
 
 /// Appends a message header and `data` to `out`. `data` is at most
 /// `u16::MAX` bytes (fragments are cut below that).
-pub fn write_msg(out: &mut Vec<u8>, member_id: u32, member_seq: u64, flags: u8, data: &[u8]) {
+pub fn write_msg(
+    out: &mut Vec<u8>,
+    member_id: u32,
+    member_seq: u64,
+    flags: u8,
+    term: u32,
+    data: &[u8],
+) {
     debug_assert!(data.len() <= u16::MAX as usize);
     out.extend_from_slice(&member_id.to_le_bytes());
     out.extend_from_slice(&member_seq.to_le_bytes());
     out.push(flags);
     out.push(0);
     out.extend_from_slice(&(data.len() as u16).to_le_bytes());
+    out.extend_from_slice(&term.to_le_bytes());
     out.extend_from_slice(data);
 }
 
 /// An epoch record (the first entry of a primary's term).
 pub fn epoch_record(out: &mut Vec<u8>, epoch: u32) {
     out.clear();
-    write_msg(out, 0, epoch as u64, CONTROL | EPOCH, &[]);
+    write_msg(out, 0, epoch as u64, CONTROL | EPOCH, epoch, &[]);
 }
 
 #[cfg(test)]

@@ -1,4 +1,14 @@
 //! Peer datagrams (`"TN"`): between the nodes of a sequencer group.
+//!
+//! ```text
+//! 0  u16 magic "TN"   2 u8 version   3 u8 kind
+//! 4  u32 term
+//! 8  u64 session
+//! 16 u8  node         17 u8 flags (GRANTED, LEARNER, LEADER)   18 u16 0
+//! 20 u64 log id       (the sender's log: made when it was created)
+//! 28 u32 incarnation  (the sender's process: random at each start)
+//! 32 body: up to three u64
+//! ```
 
 use super::*;
 
@@ -10,6 +20,11 @@ pub struct PeerHeader {
     pub session: u64,
     pub node: u8,
     pub flags: u8,
+    /// The sender's log: an acknowledgement of another log (a replaced
+    /// disk) is not the same node's word.
+    pub log_id: u64,
+    /// The sender's process: a restarted node acknowledges anew.
+    pub incarnation: u32,
 }
 
 /// A decoded peer datagram.
@@ -18,7 +33,8 @@ pub struct Peer {
     pub h: PeerHeader,
     /// PreVote/Vote: (last log term, log end); Ack: (0, match end); Sync:
     /// (last epoch, log end); SyncReply: (epoch, epoch end) with `c` the
-    /// primary's log end.
+    /// primary's log end; ProbeReply: (last log term, log end) with `c`
+    /// the commit position the sender knows.
     pub a: u64,
     pub b: u64,
     pub c: u64,
@@ -27,8 +43,8 @@ pub struct Peer {
 impl Peer {
     pub(super) fn body_len(kind: PeerKind) -> usize {
         match kind {
-            PeerKind::PreVoteReply | PeerKind::VoteReply => 0,
-            PeerKind::SyncReply => 24,
+            PeerKind::PreVoteReply | PeerKind::VoteReply | PeerKind::Probe => 0,
+            PeerKind::SyncReply | PeerKind::ProbeReply => 24,
             _ => 16,
         }
     }
@@ -44,6 +60,8 @@ impl Peer {
         out.push(self.h.node);
         out.push(self.h.flags);
         out.extend_from_slice(&0u16.to_le_bytes());
+        out.extend_from_slice(&self.h.log_id.to_le_bytes());
+        out.extend_from_slice(&self.h.incarnation.to_le_bytes());
         let n = Self::body_len(self.h.kind);
         for (i, v) in [self.a, self.b, self.c].iter().enumerate() {
             if i * 8 < n {
@@ -64,6 +82,8 @@ impl Peer {
             5 => PeerKind::Ack,
             6 => PeerKind::Sync,
             7 => PeerKind::SyncReply,
+            8 => PeerKind::Probe,
+            9 => PeerKind::ProbeReply,
             _ => return Err(Bad::Malformed),
         };
         let n = Self::body_len(kind);
@@ -84,6 +104,8 @@ impl Peer {
                 session: u64_at(b, 8),
                 node: b[16],
                 flags: b[17],
+                log_id: u64_at(b, 20),
+                incarnation: u32_at(b, 28),
             },
             a: at(0),
             b: at(1),

@@ -24,15 +24,15 @@ fn bus_round_trip_and_truncations_refused() {
     };
     let mut b = Vec::new();
     bus_header(&mut b, BusKind::Data, &h, 0);
-    write_msg(&mut b, 3, 5, 0, b"hello");
-    write_msg(&mut b, 4, 1, MORE, b"");
+    write_msg(&mut b, 3, 5, 0, 3, b"hello");
+    write_msg(&mut b, 4, 1, MORE, 3, b"");
     set_count(&mut b, 2);
     let bus = Bus::parse(&b).unwrap();
     assert_eq!((bus.kind, bus.h, bus.count), (BusKind::Data, h, 2));
     assert_eq!(bus.end(), 12);
     let got: Vec<_> = bus.messages().collect();
     assert_eq!(got[0].0, 10);
-    assert_eq!(got[0].1.data, b"hello");
+    assert_eq!((got[0].1.data, got[0].1.term), (&b"hello"[..], 3));
     assert_eq!(
         (got[1].0, got[1].1.member_id, got[1].1.flags),
         (11, 4, MORE)
@@ -51,7 +51,10 @@ fn bus_round_trip_and_truncations_refused() {
         epoch_end: 99,
         epoch: 2,
         max_datagram: 1472,
+        incarnation: 0,
     };
+    full(&mut b, &h, 77);
+    assert_eq!(Bus::parse(&b).unwrap().refused(), Some(77));
     welcome(&mut b, &h, TAKEN, &w);
     let bus = Bus::parse(&b).unwrap();
     assert_eq!((bus.welcome(), bus.flags), (Some(w), TAKEN));
@@ -67,7 +70,7 @@ fn bus_round_trip_and_truncations_refused() {
 #[test]
 fn commands_round_trip_skip_and_garbage_refused() {
     let mut c = Vec::new();
-    cmd_header(&mut c, CmdKind::Publish, 9, 1234);
+    cmd_header(&mut c, CmdKind::Publish, 9, 1234, 5);
     write_cmd_msg(&mut c, 1, 0, b"a");
     write_cmd_msg(&mut c, 2, MORE, b"bc");
     set_cmd_count(&mut c, 2);
@@ -104,7 +107,7 @@ fn commands_round_trip_skip_and_garbage_refused() {
     hello(&mut c, 0, 0, &hb);
     assert!(Cmd::parse(&c).is_err(), "member id 0 is reserved");
     // A stranger may not publish control entries.
-    cmd_header(&mut c, CmdKind::Publish, 9, 1);
+    cmd_header(&mut c, CmdKind::Publish, 9, 1, 5);
     write_cmd_msg(&mut c, 1, CONTROL, b"x");
     set_cmd_count(&mut c, 1);
     assert!(Cmd::parse(&c).is_err());
@@ -120,6 +123,8 @@ fn peers_round_trip() {
         PeerKind::Ack,
         PeerKind::Sync,
         PeerKind::SyncReply,
+        PeerKind::Probe,
+        PeerKind::ProbeReply,
     ];
     let mut d = Vec::new();
     for kind in kinds {
@@ -130,7 +135,9 @@ fn peers_round_trip() {
                 term: 7,
                 session: 5,
                 node: 1,
-                flags: GRANTED,
+                flags: GRANTED | LEARNER,
+                log_id: 0x0123_4567_89ab_cdef,
+                incarnation: 42,
             },
             a: if n > 0 { 11 } else { 0 },
             b: if n > 1 { 12 } else { 0 },

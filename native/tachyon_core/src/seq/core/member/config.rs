@@ -100,6 +100,10 @@ pub enum PublishError {
     Closed,
     /// The member id is bound to another member.
     Taken,
+    /// The primary's disk is full: it could not append this member's last
+    /// command (resent to the next primary); refused until a primary takes
+    /// this member's commands again.
+    NoSpace,
 }
 
 impl MemberConfig {

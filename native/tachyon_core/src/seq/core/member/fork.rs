@@ -74,15 +74,16 @@ impl Epochs {
     /// The primary's largest epoch not above the member's last is `epoch`,
     /// ending at `end`; the member delivered below `next`.
     pub fn matching(&self, epoch: u32, end: u64, next: u64) -> Matching {
-        let floor = self.floor();
         // The member's largest epoch not above the primary's.
         let Some(k) = self.starts.iter().rposition(|s| s.0 <= epoch) else {
             // Every epoch the member delivered is above what the primary
-            // has: nothing it delivered is in the primary's log.
-            return Matching::At(floor.min(next));
+            // has: the two agree at most where the primary's epoch ends
+            // (perhaps before where the member started: it goes back
+            // there, the new order's messages from there on are its own).
+            return Matching::At(end.min(next));
         };
         let own_end = self.starts.get(k + 1).map_or(next, |s| s.1);
-        let at = own_end.min(end).max(floor);
+        let at = own_end.min(end);
         if self.starts[k].0 != epoch {
             Matching::Ask(at)
         } else if k + 1 == self.starts.len() && end >= next {
@@ -93,10 +94,16 @@ impl Epochs {
     }
 
     /// Forgets the epochs that began at or after `at` (the member moved
-    /// back there).
-    pub fn truncate(&mut self, at: u64) {
+    /// back there; if before where it started, it starts there now, in
+    /// `epoch` at most).
+    pub fn truncate(&mut self, at: u64, epoch: u32) {
         while self.starts.len() > 1 && self.starts.back().is_some_and(|s| s.1 >= at) {
             self.starts.pop_back();
+        }
+        if let Some(first) = self.starts.front_mut() {
+            if first.1 > at {
+                *first = (first.0.min(epoch), at);
+            }
         }
     }
 }
@@ -143,27 +150,31 @@ mod tests {
         // is about epoch 1.
         let mut e = member();
         assert_eq!(e.matching(2, 500, 2093), Matching::Ask(400));
-        e.truncate(400);
+        e.truncate(400, 2);
         assert_eq!(e.last(), 1);
         // The primary's epoch 1 ends at 300 (epoch 2 began there).
         assert_eq!(e.matching(1, 300, 400), Matching::At(300));
     }
 
     #[test]
-    fn nothing_in_common_resumes_where_the_member_started() {
+    fn nothing_in_common_resumes_where_the_primarys_epoch_ends() {
         let mut e = Epochs::new(4, 100);
         e.record(5, 150);
-        assert_eq!(e.matching(2, 90, 300), Matching::At(100));
-        assert_eq!(e.floor(), 100);
+        // Even before where the member started: the new order from there
+        // on is what it must deliver.
+        assert_eq!(e.matching(2, 90, 300), Matching::At(90));
+        assert_eq!(e.matching(2, 120, 300), Matching::At(120));
+        e.truncate(90, 2);
+        assert_eq!((e.floor(), e.last()), (90, 2));
     }
 
     #[test]
     fn truncating_keeps_the_start_and_forgets_later_epochs() {
         let mut e = member();
-        e.truncate(1);
+        e.truncate(1, 1);
         assert_eq!((e.last(), e.floor()), (1, 1));
         let mut e = member();
-        e.truncate(401);
+        e.truncate(401, 3);
         assert_eq!(e.last(), 3);
     }
 

@@ -36,6 +36,7 @@ pub struct Welcome {
 /// A member saying hello until welcomed.
 pub struct Join {
     hello: Vec<u8>,
+    incarnation: u64,
     group: Vec<SocketAddr>,
     said: Option<Nanos>,
     best: Option<Welcome>,
@@ -54,6 +55,7 @@ impl Join {
         wire::hello(&mut hello, cfg.member_id, 0, &h);
         Join {
             hello,
+            incarnation: cfg.incarnation,
             group: cfg.group(),
             said: None,
             best: None,
@@ -70,6 +72,11 @@ impl Join {
             return;
         }
         let Some(w) = b.welcome() else { return };
+        // An answer to an earlier incarnation of this member (at the same
+        // address, its hellos still on the way) is not this one's.
+        if w.incarnation != self.incarnation {
+            return;
+        }
         if b.kind == BusKind::Welcome && self.best.is_none_or(|x| b.h.term > x.term) {
             self.best = Some(Welcome {
                 session: b.h.session,

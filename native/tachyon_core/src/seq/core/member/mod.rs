@@ -3,7 +3,22 @@
 //! created from the [`Welcome`] a [`Join`] waits for. The shell
 //! (`seq::member`) keeps them under two locks so that any thread publishes
 //! while one drives the receive side; the simulator drives both from one
-//! thread. [`Member`] is the glue both use between the two halves.
+//! thread. Both drive them the same way, through the same inputs:
+//!
+//! * a join: [`Join::tick`] and [`Join::on_datagram`] until a welcome,
+//!   then [`from_welcome`];
+//! * a receive batch: [`Rx::mark`], [`Rx::on_datagram`] for each datagram,
+//!   [`Rx::finish`], which returns the [`Handover`] for the publishing
+//!   side when anything changed for it (own commands heard or delivered, a
+//!   new primary, its welcome, nacks, a full disk), applied with
+//!   [`Handover::apply`];
+//! * the "looked" signal ([`looked`]): when the receive side last looked
+//!   for datagrams (the window holds publishes back only while it looks);
+//! * timed work: [`Rx::tick`], then [`Tx::tick`];
+//! * publishes ([`Tx::publish_many`]) and a close: [`Tx::shut`] (no more
+//!   publishes; what is pending is still resent), then, once nothing is
+//!   pending or the caller stops waiting, [`Tx::close`] (the goodbye;
+//!   [`Tx::undelivered`] says what was not delivered).
 
 pub mod cc;
 pub mod config;
@@ -39,6 +54,11 @@ pub enum MemberEvent {
     Renumbered { lost: u64 },
     /// The member id is bound to another member: publishes are refused.
     Taken,
+    /// The primary could not append this member's command `member_seq`:
+    /// its disk is full (it steps down; the command is resent to the next
+    /// primary). Publishes are refused with `NoSpace` until a primary
+    /// takes this member's commands again.
+    NoSpace { member_seq: u64 },
     /// A new primary, of `term`.
     Term { term: u32 },
 }
@@ -74,6 +94,12 @@ pub fn from_welcome(
     Ok((tx, rx))
 }
 
+/// The "looked" signal: the receive side looks for datagrams at `now` (a
+/// poll or a tick). The shell sets it at every poll without the `tx` lock.
+pub fn looked(tx: &TxCounters, now: Nanos) {
+    tx.looked.set(now);
+}
+
 /// What passes from the receive side to the publishing side after a poll
 /// (the shell takes the two locks in turn; the simulator holds both).
 pub struct Handover {
@@ -83,6 +109,16 @@ pub struct Handover {
     pub switch_to: Option<std::net::SocketAddr>,
     pub welcome: Option<Welcome>,
     pub nacks: Vec<u64>,
+    /// A primary could not append this command: its disk is full.
+    pub full: Option<u64>,
+}
+
+/// What the receive side had heard of the member's own commands before a
+/// poll ([`Rx::mark`]).
+#[derive(Debug, Clone, Copy)]
+pub struct Mark {
+    own: u64,
+    heard: u64,
 }
 
 impl Handover {
@@ -95,11 +131,15 @@ impl Handover {
             switch_to,
             welcome: rx.take_welcome(),
             nacks: rx.take_nacks().collect(),
+            full: rx.take_full(),
         }
     }
 
     pub fn is_empty(&self) -> bool {
-        self.switch_to.is_none() && self.welcome.is_none() && self.nacks.is_empty()
+        self.switch_to.is_none()
+            && self.welcome.is_none()
+            && self.nacks.is_empty()
+            && self.full.is_none()
     }
 
     /// Applied to `tx`; returns events for the owner. Heard before
@@ -108,6 +148,9 @@ impl Handover {
     pub fn apply(self, tx: &mut Tx, now: Nanos, sink: &mut dyn Sink) -> Option<MemberEvent> {
         if self.taken {
             tx.set_taken();
+        }
+        if self.full.is_some() {
+            tx.set_full();
         }
         if let Some(to) = self.switch_to {
             tx.retarget(to);

@@ -14,7 +14,14 @@
 //!   epoch, the primary's log does not hold what the member delivered: a
 //!   fork, counted and reported ([`MemberEvent::Fork`]);
 //! * a message is delivered only below the commit position of the term's
-//!   primary.
+//!   primary;
+//! * a member starts at the commit position its welcome names (or where
+//!   it asked to start, if that is before): what is beyond may be cut by
+//!   the next primary, and a message published after the open returned is
+//!   sequenced after the commit position in any primary's log. Asked to
+//!   start beyond the commit position, it starts at it and delivers from
+//!   where it asked (what is below goes by unseen): its view of the terms
+//!   it passes stays whole.
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::net::SocketAddr;
@@ -25,7 +32,7 @@ use crossbeam_utils::CachePadded;
 use super::config::{MemberConfig, RxCounters};
 use super::fork::{Epochs, Matching};
 use super::join::Welcome;
-use super::MemberEvent;
+use super::{Handover, Mark, MemberEvent};
 use crate::seq::core::fill::Fill;
 use crate::seq::core::{nanos, Nanos, Rng, Sink, MILLI};
 use crate::seq::wire::{
@@ -90,6 +97,9 @@ struct Stream {
     member_id: u32,
     max_message_size: usize,
     next: u64,
+    /// Entries below this are taken, not delivered (a start beyond the
+    /// commit position).
+    deliver_from: u64,
     /// Where each epoch delivered began (the last: the epoch of entry
     /// `next - 1`).
     epochs: Epochs,
@@ -106,9 +116,9 @@ impl Stream {
     fn apply(&mut self, seq: u64, m: &Msg<'_>, deliver: &mut dyn FnMut(u64, u32, &[u8])) {
         self.next = seq + 1;
         self.delivered_any = true;
-        if let Some(e) = m.epoch() {
-            self.epochs.record(e, seq);
-        }
+        // Every entry carries its term: the epochs passed are known even
+        // from a start in the middle of one.
+        self.epochs.record(m.term, seq);
         // A message of this member's counts as delivered with its last
         // fragment: a fork may lose the rest of one delivered in part, and
         // then it is published again whole.
@@ -119,8 +129,10 @@ impl Stream {
             return;
         }
         if m.flags & (MORE | CONT) == 0 {
-            self.c.delivered.bump(1);
-            deliver(seq, m.member_id, m.data);
+            if seq >= self.deliver_from {
+                self.c.delivered.bump(1);
+                deliver(seq, m.member_id, m.data);
+            }
             return;
         }
         let part = if m.flags & CONT == 0 {
@@ -139,7 +151,7 @@ impl Stream {
         v.extend_from_slice(m.data);
         if m.flags & MORE != 0 {
             self.partial.insert(m.member_id, v);
-        } else {
+        } else if seq >= self.deliver_from {
             self.c.delivered.bump(1);
             deliver(seq, m.member_id, &v);
         }
@@ -191,6 +203,8 @@ pub struct Rx {
     /// committed or not: the primary holds every command up to it.
     heard: u64,
     nacks: Vec<u64>,
+    /// A primary could not append this command (a full disk).
+    full: Option<u64>,
     /// A primary said the member id is another member's.
     taken: bool,
     /// A fork being resolved: where the member was (its next, and the
@@ -203,7 +217,8 @@ pub struct Rx {
 impl Rx {
     /// After the welcome `w`.
     pub fn new(cfg: &MemberConfig, w: &Welcome, unicast: bool, now: Nanos) -> Rx {
-        let next = cfg.from.map_or(w.next, |f| f.max(1));
+        let start = cfg.from.map_or(w.commit, |f| f.max(1));
+        let next = start.min(w.commit);
         let c = Arc::new(CachePadded::new(RxCounters::default()));
         c.hellos.bump(1);
         c.welcomes.bump(1);
@@ -227,6 +242,7 @@ impl Rx {
                 member_id: cfg.member_id,
                 max_message_size: cfg.max_message_size,
                 next,
+                deliver_from: start,
                 epochs: Epochs::new(w.epoch, next),
                 delivered_any: false,
                 own: w.last,
@@ -251,6 +267,7 @@ impl Rx {
             own_at_term: 0,
             heard: 0,
             nacks: Vec::new(),
+            full: None,
             taken: false,
             fork: None,
             events: Vec::new(),
@@ -298,6 +315,28 @@ impl Rx {
     /// Whether a primary said the member id is another member's.
     pub fn is_taken(&self) -> bool {
         self.taken
+    }
+
+    /// A command a primary could not append (a full disk), once.
+    pub fn take_full(&mut self) -> Option<u64> {
+        self.full.take()
+    }
+
+    /// Before the datagrams of a poll: what the publishing side has heard.
+    pub fn mark(&self) -> Mark {
+        Mark {
+            own: self.own_seen(),
+            heard: self.own_heard(),
+        }
+    }
+
+    /// After the datagrams of a poll (at least one): a hello to a new
+    /// primary, a gap request at once; and, if anything changed for the
+    /// publishing side since `mark`, what to hand over to it.
+    pub fn finish(&mut self, now: Nanos, mark: Mark, sink: &mut dyn Sink) -> Option<Handover> {
+        let switch = self.end_batch(now, sink);
+        let h = Handover::take(self, switch);
+        (h.own > mark.own || h.heard != mark.heard || !h.is_empty()).then_some(h)
     }
 
     pub fn take_events(&mut self) -> Vec<MemberEvent> {
@@ -353,6 +392,12 @@ impl Rx {
             BusKind::Data => self.data(&b, deliver),
             BusKind::Welcome => self.welcomed(&b),
             BusKind::Nack => self.nacks.extend(b.nacked()),
+            BusKind::Full => {
+                if let Some(seq) = b.refused() {
+                    self.full = Some(seq);
+                    self.events.push(MemberEvent::NoSpace { member_seq: seq });
+                }
+            }
             BusKind::End => {
                 // The primary stopped: look for the next one at once.
                 self.heard_at = 0;
@@ -455,6 +500,10 @@ impl Rx {
     /// The welcome of the current term's primary.
     fn welcomed(&mut self, b: &Bus<'_>) {
         let Some(w) = b.welcome() else { return };
+        if w.incarnation != self.incarnation {
+            // An earlier incarnation's, at the same address.
+            return;
+        }
         self.c.welcomes.bump(1);
         if b.flags & TAKEN != 0 {
             if !self.taken {
@@ -480,7 +529,7 @@ impl Rx {
                     // Not known yet: back to where the two agree at most,
                     // and ask again about the epoch before.
                     self.fork.get_or_insert((next, self.st.epochs.last()));
-                    self.rewind(at);
+                    self.rewind(at, w.epoch);
                     self.hello_now = true;
                     return;
                 }
@@ -490,7 +539,7 @@ impl Rx {
                 // delivered from `at` on: it goes on from there in the
                 // primary's order.
                 let (next, epoch) = self.fork.take().unwrap_or((next, self.st.epochs.last()));
-                self.rewind(at);
+                self.rewind(at, w.epoch);
                 self.c.forks.bump(1);
                 self.events.push(MemberEvent::Fork {
                     next,
@@ -528,10 +577,13 @@ impl Rx {
     /// Moves back to `at` (after a fork, in a log that agrees with this
     /// member's deliveries below `at` only): what is held goes, the gap up
     /// to the primary's end is filled from the primary.
-    fn rewind(&mut self, at: u64) {
+    fn rewind(&mut self, at: u64, epoch: u32) {
         let st = &mut self.st;
-        st.epochs.truncate(at);
+        st.epochs.truncate(at, epoch);
         st.next = at;
+        // The new order from `at` on is delivered, also below where the
+        // member was asked to start.
+        st.deliver_from = st.deliver_from.min(at);
         st.partial.clear();
         if at <= st.epochs.floor() {
             st.delivered_any = false;

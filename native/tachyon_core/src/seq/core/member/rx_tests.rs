@@ -87,6 +87,7 @@ fn a_welcome_of_the_term_followed_is_not_handed_over() {
         epoch_end: 1,
         epoch: 1,
         max_datagram: 1472,
+        incarnation: 0,
     };
     wire::welcome(&mut d, &header(), 0, &body);
     rx.on_datagram(MS, &d, Some(primary()), &mut |_, _, _| {});
@@ -113,7 +114,7 @@ fn data(term: u32, first: u64, commit: u64, msgs: &[(u32, u64, u8, &[u8])]) -> V
     let mut d = Vec::new();
     wire::bus_header(&mut d, BusKind::Data, &h, 0);
     for (id, ms, flags, m) in msgs {
-        wire::write_msg(&mut d, *id, *ms, *flags, m);
+        wire::write_msg(&mut d, *id, *ms, *flags, term, m);
     }
     wire::set_count(&mut d, msgs.len() as u16);
     d
@@ -132,6 +133,7 @@ fn welcome_of(term: u32, next: u64, last: u64, epoch: u32, epoch_end: u64) -> Ve
         epoch_end,
         epoch,
         max_datagram: 1472,
+        incarnation: 0,
     };
     let mut d = Vec::new();
     wire::welcome(&mut d, &h, 0, &body);

@@ -68,6 +68,7 @@ struct Pending {
 pub struct Tx {
     member_id: u32,
     session: u64,
+    incarnation: u64,
     frag: usize,
     max_datagram: usize,
     max_message_size: usize,
@@ -80,7 +81,11 @@ pub struct Tx {
     heard_n: usize,
     pool: Vec<Vec<u8>>,
     closed: bool,
+    /// No more publishes (a close waits for what is pending).
+    shut: bool,
     taken: bool,
+    /// A primary could not append a command of this member (a full disk).
+    full: bool,
     /// A new primary has not welcomed this member yet: commands wait (its
     /// welcome may show a fork).
     held: bool,
@@ -109,6 +114,7 @@ impl Tx {
         Tx {
             member_id: cfg.member_id,
             session: w.session,
+            incarnation: cfg.incarnation,
             frag: frag.min(Self::frag_for(w.max_datagram)),
             max_datagram: cfg
                 .max_datagram
@@ -122,7 +128,9 @@ impl Tx {
             heard_n: 0,
             pool: Vec::new(),
             closed: false,
+            shut: false,
             taken: w.taken,
+            full: false,
             held: false,
             skip: None,
             heard: 0,
@@ -161,6 +169,17 @@ impl Tx {
         self.taken = true;
     }
 
+    /// A primary's disk is full: publishes are refused until a primary
+    /// takes this member's commands again (a new term's welcome, or one of
+    /// its commands heard sequenced).
+    pub fn set_full(&mut self) {
+        self.full = true;
+    }
+
+    pub fn is_full(&self) -> bool {
+        self.full
+    }
+
     pub fn fragment_size(&self) -> usize {
         self.frag
     }
@@ -182,11 +201,14 @@ impl Tx {
         if it.clone().any(|m| m.len() > self.max_message_size) {
             return Err(PublishError::TooLarge);
         }
-        if self.closed {
+        if self.closed || self.shut {
             return Err(PublishError::Closed);
         }
         if self.taken {
             return Err(PublishError::Taken);
+        }
+        if self.full {
+            return Err(PublishError::NoSpace);
         }
         if self.pending.len() >= self.max_pending {
             return Err(PublishError::Busy);
@@ -249,7 +271,13 @@ impl Tx {
             self.flush(now, sink);
         }
         if b.count == 0 {
-            wire::cmd_header(&mut b.d, CmdKind::Publish, self.member_id, self.session);
+            wire::cmd_header(
+                &mut b.d,
+                CmdKind::Publish,
+                self.member_id,
+                self.session,
+                self.incarnation,
+            );
             b.first = self.next_member_seq;
         } else if b.waited {
             self.c.coalesced.bump(1);
@@ -390,6 +418,8 @@ impl Tx {
         self.heard = member_seq;
         let n = self.pending.partition_point(|p| p.last_seq <= member_seq);
         if n > self.heard_n {
+            // A primary took this member's commands: it has room.
+            self.full = false;
             self.probed = false;
             let sent = self.sent_n;
             let newly = self.pending.range(self.heard_n..n);
@@ -437,6 +467,8 @@ impl Tx {
     ) -> u64 {
         self.frag = self.frag.min(Self::frag_for(w.max_datagram));
         self.taken = w.taken;
+        // A new primary wrote its epoch record: it has room.
+        self.full = false;
         self.target = w.from;
         self.held = false;
         for p in self.pending.iter_mut() {
@@ -501,6 +533,22 @@ impl Tx {
         self.c.pending.set(self.pending.len() as u64);
     }
 
+    /// No more publishes: what is pending is still sent and resent (a
+    /// close waits for it to be delivered, or for its caller's patience,
+    /// before [`Tx::close`]).
+    pub fn shut(&mut self) {
+        self.shut = true;
+    }
+
+    /// Messages published and not yet delivered to this member (each
+    /// counted once, by its last fragment).
+    pub fn undelivered(&self) -> u64 {
+        self.pending
+            .iter()
+            .map(|p| wire::final_fragments(&p.dgram))
+            .sum()
+    }
+
     /// No more publishes; the member id is free again (a unicast member is
     /// also dropped from the fan-out). What waits for the window goes
     /// first, at once. False if already closed.
@@ -515,7 +563,13 @@ impl Tx {
             }
         }
         let mut b = Vec::with_capacity(wire::CMD_HEADER);
-        wire::cmd_header(&mut b, CmdKind::Bye, self.member_id, self.session);
+        wire::cmd_header(
+            &mut b,
+            CmdKind::Bye,
+            self.member_id,
+            self.session,
+            self.incarnation,
+        );
         sink.send(&[self.target], &b);
         true
     }

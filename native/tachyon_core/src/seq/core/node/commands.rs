@@ -6,8 +6,9 @@
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 
+use super::leader::Refused;
 use super::{Binding, Departed, Node, Role};
-use crate::seq::core::{Env, Log, Nanos, Replay};
+use crate::seq::core::{fence, Env, Log, Nanos, Replay};
 use crate::seq::wire::{self, Cmd, CmdKind, Published, WelcomeBody, TAKEN};
 
 /// Bytes of commands held per member at most.
@@ -47,7 +48,12 @@ impl<L: Log> Node<L> {
         match cmd.kind {
             CmdKind::Hello => self.on_hello(now, from, cmd, env),
             CmdKind::Bye => {
-                if let Some(b) = self.bindings.get(&cmd.member_id).filter(|b| b.addr == from) {
+                let inc = cmd.incarnation;
+                if let Some(b) = self
+                    .bindings
+                    .get(&cmd.member_id)
+                    .filter(|b| b.addr == from && (inc == 0 || b.incarnation == inc))
+                {
                     let gone = Departed {
                         addr: from,
                         incarnation: b.incarnation,
@@ -79,12 +85,17 @@ impl<L: Log> Node<L> {
                     self.c.wrong_session.bump(1);
                     return;
                 }
-                if self.departed_sent(now, cmd.member_id, from, 0) {
+                if self.departed_sent(now, cmd.member_id, from, cmd.incarnation)
+                    || self.stale_incarnation(now, cmd, from)
+                {
                     return;
                 }
-                if self.bind(now, cmd.member_id, from, 0, false).is_err() {
+                if self
+                    .bind(now, cmd.member_id, from, cmd.incarnation, false)
+                    .is_err()
+                {
                     self.c.taken.bump(cmd.count as u64);
-                    self.welcome(from, cmd.member_id, None, TAKEN, env);
+                    self.welcome(from, cmd.member_id, None, cmd.incarnation, TAKEN, env);
                     return;
                 }
                 for p in cmd.published() {
@@ -117,6 +128,25 @@ impl<L: Log> Node<L> {
             self.c.departed.bump(1);
         }
         same
+    }
+
+    /// Whether `cmd` is a publish of an earlier incarnation of the member
+    /// bound to its id at the same address (sent before its goodbye, or
+    /// resent while it closed, and late): its numbers are the later
+    /// incarnation's now, so it is dropped and counted (`departed`).
+    fn stale_incarnation(&mut self, now: Nanos, cmd: &Cmd<'_>, from: SocketAddr) -> bool {
+        let Some(b) = self.bindings.get(&cmd.member_id) else {
+            return false;
+        };
+        let stale = b.addr == from
+            && b.incarnation != 0
+            && cmd.incarnation != 0
+            && b.incarnation != cmd.incarnation
+            && now.saturating_sub(b.heard) < self.cfg.binding_lease;
+        if stale {
+            self.c.departed.bump(1);
+        }
+        stale
     }
 
     /// Binds `id` to the member at `from`; `Err` if another member holds it
@@ -189,7 +219,7 @@ impl<L: Log> Node<L> {
                 self.ld.windows.remove(&cmd.member_id);
             }
             let flags = if taken { TAKEN } else { 0 };
-            self.welcome(from, cmd.member_id, Some(&h), flags, env);
+            self.welcome(from, cmd.member_id, Some(&h), h.incarnation, flags, env);
         }
     }
 
@@ -198,13 +228,16 @@ impl<L: Log> Node<L> {
         to: SocketAddr,
         id: u32,
         h: Option<&wire::HelloBody>,
+        incarnation: u64,
         flags: u8,
         env: &mut dyn Env,
     ) {
         let (epoch, epoch_end) = match h {
             Some(h) if h.epoch == u32::MAX => {
                 // A member joining asks which epoch its starting point is in.
-                let at = h.next.min(self.ls.next).saturating_sub(1);
+                // It starts at the commit position at most (what is beyond
+                // may be cut by the next primary).
+                let at = h.next.min(self.commit).min(self.ls.next).saturating_sub(1);
                 self.ls.epoch_end(self.ls.term_at(at))
             }
             Some(h) => self.ls.epoch_end(h.epoch),
@@ -215,6 +248,7 @@ impl<L: Log> Node<L> {
             epoch_end,
             epoch,
             max_datagram: self.cfg.max_datagram.min(u16::MAX as usize) as u16,
+            incarnation,
         };
         let hd = self.bus_header(self.ls.next);
         wire::welcome(&mut self.scratch, &hd, flags, &w);
@@ -244,8 +278,10 @@ impl<L: Log> Node<L> {
         // After a fork, a member's next may skip numbers it saw delivered
         // on the side the fork dropped (`SKIP`, never stored).
         if p.member_seq == last + 1 || p.flags & wire::SKIP != 0 {
-            if self.emit(id, p.member_seq, p.flags & !wire::SKIP, p.data, env) {
-                self.drain_window(now, id, from, env);
+            match self.emit(id, p.member_seq, p.flags & !wire::SKIP, p.data, env) {
+                Ok(()) => self.drain_window(now, id, from, env),
+                Err(Refused::NoSpace) => self.full_refusal(now, from, p.member_seq, env),
+                Err(_) => {}
             }
             return;
         }
@@ -290,9 +326,20 @@ impl<L: Log> Node<L> {
                 return;
             };
             w.bytes -= d.len();
-            if !self.emit(id, last + 1, flags, &d, env) {
-                return;
+            match self.emit(id, last + 1, flags, &d, env) {
+                Ok(()) => {}
+                Err(Refused::NoSpace) => return self.full_refusal(now, from, last + 1, env),
+                Err(_) => return,
             }
+        }
+    }
+
+    /// A member's command found the disk full: it is told, and this
+    /// primary steps down (a node with room takes over).
+    fn full_refusal(&mut self, now: Nanos, from: SocketAddr, member_seq: u64, env: &mut dyn Env) {
+        self.refuse_full(from, member_seq, env);
+        if self.role == Role::Leader {
+            self.disk_full(now, env);
         }
     }
 
@@ -317,6 +364,16 @@ impl<L: Log> Node<L> {
         let h = self.bus_header(self.ls.next);
         wire::nack(&mut self.scratch, &h, member_seq);
         env.send(&[to], &self.scratch);
+    }
+
+    /// What a replay job's answer depends on ([`crate::seq::core::Fence`]):
+    /// 0 unless primary.
+    pub fn fence(&self) -> crate::seq::core::Fence {
+        if self.role == Role::Leader {
+            fence(self.term, self.dur.gen)
+        } else {
+            0
+        }
     }
 
     /// A replay request: handed to the replayer (the same request from
@@ -349,6 +406,7 @@ impl<L: Log> Node<L> {
             to: z,
             header: self.bus_header(a),
             max_datagram: self.cfg.max_datagram,
+            fence: self.fence(),
         });
     }
 }

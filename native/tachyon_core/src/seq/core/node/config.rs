@@ -18,6 +18,28 @@ pub enum TwoNodes {
     Available,
 }
 
+/// What a node's acknowledgement of an entry promises, and so what
+/// "committed" means: held by a majority in their page cache, or on their
+/// disk.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Durability {
+    /// An entry is acknowledged once appended (in the page cache: it
+    /// survives a process crash, not a power loss). A node that restarts
+    /// after its host rebooted cannot vouch for what it acknowledged: it
+    /// is a learner until it caught up.
+    Replicated,
+    /// An entry is acknowledged once on the node's disk (one sync per
+    /// receive batch, group commit, off the sequencing thread): committed
+    /// entries survive the power loss of every host.
+    Fsync,
+}
+
+impl Durability {
+    pub fn on_disk(self) -> bool {
+        self == Durability::Fsync
+    }
+}
+
 /// A node's options.
 #[derive(Debug, Clone)]
 pub struct NodeConfig {
@@ -54,6 +76,15 @@ pub struct NodeConfig {
     pub eager: bool,
     /// The session of a new log (the first primary of a group writes it).
     pub new_session: u64,
+    pub durability: Durability,
+    /// The host's boot (`/proc/sys/kernel/random/boot_id`, hashed): a
+    /// node whose last start was under another boot was rebooted.
+    pub boot: u64,
+    /// The identity a new log gets (random).
+    pub new_log_id: u64,
+    /// This start of the node (random): acknowledgements of an earlier
+    /// start do not count.
+    pub incarnation: u32,
     pub seed: u64,
 }
 
@@ -82,6 +113,10 @@ impl NodeConfig {
             binding_lease: 3_000 * MILLI,
             eager: true,
             new_session: 1,
+            durability: Durability::Replicated,
+            boot: 0,
+            new_log_id: 1,
+            incarnation: 1,
             seed: 1,
         }
     }
@@ -95,6 +130,7 @@ impl NodeConfig {
             && self.election_timeout > 0
             && self.heartbeat > 0
             && self.new_session != 0
+            && self.new_log_id != 0
     }
 }
 
@@ -136,6 +172,16 @@ pub struct NodeCounters {
     pub syncs: Counter,
     pub stale: Counter,
     pub replay_requests: Counter,
+    /// Syncs asked of the disk (`durability: fsync`: one per receive batch
+    /// at most), and completed.
+    pub sync_requests: Counter,
+    pub syncs_done: Counter,
+    /// Appends refused for want of space (the primary then steps down).
+    pub full: Counter,
+    /// Probes sent while a learner.
+    pub probes: Counter,
+    /// Votes and pre-votes refused as a learner.
+    pub learner_refusals: Counter,
     /// Mirrors of the node's state, for stats without a lock.
     pub term: Counter,
     /// 0 follower, 1 pre-candidate, 2 candidate, 3 primary.
@@ -143,6 +189,10 @@ pub struct NodeCounters {
     pub next_seq: Counter,
     pub commit: Counter,
     pub leader: Counter,
+    /// 1 while a learner (no vote until caught up).
+    pub learner: Counter,
+    /// Entries on the disk (`durability: fsync`), else the log end.
+    pub durable: Counter,
 }
 
 /// Raft's roles.

@@ -24,10 +24,15 @@
 //! committed entry; a node that restarted or was cut off does not take
 //! over alone). [`TwoNodes::Available`] counts the peer's silence: no
 //! answer to a pre-vote (or vote) within a short wait stands for its vote.
-//! Each node of a group of two takes only terms of its own parity: two
-//! witnesses (one per node) never make two primaries of one term.
+//! Each term has one candidate, node `term mod n` ([`quorum::candidate_of`]):
+//! a node campaigns only in its own terms, and votes in a term only for
+//! its candidate. Two primaries of one term cannot be even if a node
+//! forgets its vote (a replaced disk), and in a group of two two
+//! witnesses (one per node) never make two primaries of one term. A
+//! learner ([`super::learner`]) votes and campaigns only as its rules
+//! allow.
 
-use super::{Node, Role, TwoNodes, TICK_CAP};
+use super::{quorum, Node, Role, TwoNodes, TICK_CAP};
 use crate::seq::core::{Env, Log, Nanos, NodeEvent};
 use crate::seq::wire::{Peer, PeerKind, GRANTED};
 
@@ -63,15 +68,10 @@ impl<L: Log> Node<L> {
         last_term > mine || (last_term == mine && end >= self.ls.next)
     }
 
-    /// The term this node campaigns for: the next one (in a group of two,
-    /// the next of its own parity).
+    /// The term this node campaigns for: the next one whose candidate it
+    /// is.
     fn next_term(&self) -> u32 {
-        let t = self.term + 1;
-        if self.cfg.group.len() == 2 && t % 2 != self.cfg.id as u32 % 2 {
-            t + 1
-        } else {
-            t
-        }
+        quorum::next_term_of(self.term, self.cfg.id, self.cfg.group.len())
     }
 
     /// Votes this round has, the witness's or the silent peer's included.
@@ -103,8 +103,14 @@ impl<L: Log> Node<L> {
     pub(super) fn election_tick(&mut self, now: Nanos, env: &mut dyn Env) -> Nanos {
         match self.role {
             Role::Follower => {
-                if self.silent >= self.timeout {
+                if self.silent >= self.timeout && self.may_campaign(now) {
                     self.start_prevote(now, env);
+                } else if self.silent >= self.timeout {
+                    // A learner that cannot vouch for its log asks every
+                    // node where theirs stand; a full disk waits for room.
+                    self.probe(now, env);
+                    self.silent = 0;
+                    self.new_timeout();
                 } else {
                     let d = self.follower_tick(now, env);
                     let left = self.timeout - self.silent;
@@ -187,9 +193,17 @@ impl<L: Log> Node<L> {
         }
     }
 
-    pub(super) fn on_prevote(&mut self, from: u8, p: &Peer, env: &mut dyn Env) {
+    pub(super) fn on_prevote(&mut self, now: Nanos, from: u8, p: &Peer, env: &mut dyn Env) {
         let proposed = p.h.term;
-        let grant = proposed > self.term && !self.sticky() && self.up_to_date(p.a as u32, p.b);
+        let (last, end) = (p.a.min(u32::MAX as u64) as u32, p.b);
+        let mut grant = proposed > self.term
+            && self.designated(proposed, from)
+            && !self.sticky()
+            && self.up_to_date(last, end);
+        if grant && !self.may_vouch(now, last, end) {
+            self.c.learner_refusals.bump(1);
+            grant = false;
+        }
         // A grant carries the proposed term; a refusal this node's own (a
         // candidate behind it learns its term from the answer).
         let term = if grant { proposed } else { self.term };
@@ -197,8 +211,9 @@ impl<L: Log> Node<L> {
         self.send_peer(from, PeerKind::PreVoteReply, term, flags, (0, 0), 0, env);
     }
 
-    pub(super) fn on_vote(&mut self, _now: Nanos, from: u8, p: &Peer, env: &mut dyn Env) {
+    pub(super) fn on_vote(&mut self, now: Nanos, from: u8, p: &Peer, env: &mut dyn Env) {
         let t = p.h.term;
+        let (last, end) = (p.a.min(u32::MAX as u64) as u32, p.b);
         let before = (self.term, self.vote);
         if t > self.term {
             if self.sticky() {
@@ -213,8 +228,13 @@ impl<L: Log> Node<L> {
             }
         }
         let mut grant = t == self.term
+            && self.designated(t, from)
             && self.vote.is_none_or(|v| v == from)
-            && self.up_to_date(p.a as u32, p.b);
+            && self.up_to_date(last, end);
+        if grant && !self.may_vouch(now, last, end) {
+            self.c.learner_refusals.bump(1);
+            grant = false;
+        }
         if grant {
             self.vote = Some(from);
         }

@@ -14,7 +14,7 @@ use std::collections::BTreeMap;
 
 use super::{Node, Role};
 use crate::seq::core::fill::Fill;
-use crate::seq::core::{Env, Log, Nanos, NodeEvent};
+use crate::seq::core::{Env, Log, LogError, Nanos, NodeEvent};
 use crate::seq::wire::{self, Bus, BusKind, Msg, PeerKind};
 
 /// Entries held ahead of the log end at most (beyond: asked for again).
@@ -30,7 +30,7 @@ pub(super) struct Follow {
     /// The primary's log end as last heard.
     known: u64,
     fill: Fill,
-    ack_due: bool,
+    pub ack_due: bool,
     stale_at: Option<Nanos>,
     /// The highest commit position the primary announced.
     commit_heard: u64,
@@ -102,8 +102,10 @@ impl<L: Log> Node<L> {
                 if seq < self.ls.next && self.fl.synced {
                     continue;
                 }
-                if seq == self.ls.next && self.fl.synced {
-                    self.copy(seq, &m);
+                if seq == self.ls.next && self.fl.synced && !self.dur.full {
+                    if let Err(LogError::NoSpace) = self.copy(seq, &m) {
+                        self.disk_full(now, env);
+                    }
                 } else if self.fl.held.len() < HELD_MAX {
                     self.fl.held.entry(seq).or_insert_with(|| {
                         let mut e = Vec::with_capacity(m.size());
@@ -114,37 +116,42 @@ impl<L: Log> Node<L> {
             }
         }
         if self.fl.synced {
-            self.drain_held();
+            self.drain_held(now, env);
             let c = b.h.commit.min(self.ls.next);
             if c > self.commit {
                 self.commit = c;
                 self.ls.committed(c);
             }
+            self.catch_up(env);
         } else {
             self.sync(now, env);
         }
     }
 
     /// Appends the primary's entry `seq` (the next one).
-    fn copy(&mut self, seq: u64, m: &Msg<'_>) -> bool {
+    fn copy(&mut self, seq: u64, m: &Msg<'_>) -> Result<(), LogError> {
         self.scratch.clear();
         m.write(&mut self.scratch);
         match self.log.append(&self.scratch) {
             Ok(i) if i == seq => {
                 self.ls.applied(seq, m);
                 self.c.copied.bump(1);
-                true
+                Ok(())
             }
-            _ => {
+            r => {
                 self.c.store_errors.bump(1);
-                false
+                Err(r.err().unwrap_or(LogError::NotFound))
             }
         }
     }
 
-    /// Appends what is held that now follows the log end.
-    fn drain_held(&mut self) {
+    /// Appends what is held that now follows the log end (nothing while
+    /// the disk is full).
+    fn drain_held(&mut self, now: Nanos, env: &mut dyn Env) {
         while let Some((&seq, _)) = self.fl.held.first_key_value() {
+            if self.dur.full {
+                break;
+            }
             if seq < self.ls.next {
                 self.fl.held.pop_first();
                 continue;
@@ -153,12 +160,18 @@ impl<L: Log> Node<L> {
                 break;
             }
             let (_, e) = self.fl.held.pop_first().expect("first");
-            let ok = match Msg::from_entry(&e) {
+            let r = match Msg::from_entry(&e) {
                 Ok(m) => self.copy(seq, &m),
-                Err(_) => false,
+                Err(_) => Err(LogError::NotFound),
             };
-            if !ok {
-                break;
+            match r {
+                Ok(()) => {}
+                Err(LogError::NoSpace) => {
+                    self.fl.held.insert(seq, e);
+                    self.disk_full(now, env);
+                    break;
+                }
+                Err(_) => break,
             }
         }
     }
@@ -198,15 +211,17 @@ impl<L: Log> Node<L> {
                 return;
             }
             self.c.truncated.bump(removed);
+            self.truncated_to(m);
             env.event(NodeEvent::Truncated { from: m, removed });
             self.commit = self.commit.min(m);
         }
         if self.ls.next == 0 || self.ls.last_term() == epoch {
             self.fl.synced = true;
             self.fl.known = self.fl.known.max(leader_end);
-            self.drain_held();
+            self.drain_held(now, env);
             self.fl.ack_due = true;
             self.follower_end_batch(now, env);
+            self.catch_up(env);
         } else {
             // Not there yet: ask again about the new last epoch.
             self.fl.sync_at = None;
@@ -221,7 +236,7 @@ impl<L: Log> Node<L> {
             return;
         }
         if std::mem::take(&mut self.fl.ack_due) {
-            let (term, end) = (self.term, self.ls.next);
+            let (term, end) = (self.term, self.acked_end());
             self.send_peer(l, PeerKind::Ack, term, 0, (0, end), 0, env);
         }
         self.fill_gap(now, env);

@@ -14,9 +14,20 @@ use std::collections::{BTreeMap, HashMap};
 use std::net::SocketAddr;
 
 use super::commands::Window;
-use super::{Node, Role, TwoNodes, TICK_CAP};
-use crate::seq::core::{Env, Log, Nanos, NodeEvent};
+use super::{quorum, Node, Role, TwoNodes, TICK_CAP};
+use crate::seq::core::{Env, Log, LogError, Nanos, NodeEvent};
 use crate::seq::wire::{self, BusKind, Msg, CONTROL};
+
+/// Why an entry was not appended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Refused {
+    /// Larger than a bus datagram.
+    Oversized,
+    /// No room on the disk (the primary then steps down).
+    NoSpace,
+    /// The log failed otherwise (counted).
+    Failed,
+}
 
 /// A hole is nacked again after this long (the resent command was lost).
 const RENACK_AFTER: Nanos = 2_000_000;
@@ -26,6 +37,9 @@ pub(super) struct Lead {
     pub term_start: u64,
     /// Each node's log end known to match this one (this node's: its end).
     pub matched: Vec<u64>,
+    /// Whose acknowledgements `matched` holds: each node's log identity
+    /// and incarnation (another, a restart or a new disk, starts anew).
+    pub ident: Vec<Option<(u64, u32)>>,
     /// Running time since each node was last heard.
     pub peer_silent: Vec<Nanos>,
     /// Nodes the witness reported down (a group of two).
@@ -46,6 +60,7 @@ impl Lead {
         Lead {
             term_start: 0,
             matched: vec![0; n],
+            ident: vec![None; n],
             peer_silent: vec![0; n],
             down: vec![false; n],
             out: Vec::with_capacity(max_datagram),
@@ -95,15 +110,19 @@ impl<L: Log> Node<L> {
         self.ld.due = self.cfg.heartbeat_after;
         if self.ls.next == 0 {
             // A new group's first primary writes the session record.
-            self.emit(0, self.cfg.new_session, CONTROL, &[], env);
+            let _ = self.emit(0, self.cfg.new_session, CONTROL, &[], env);
         }
         self.ld.term_start = self.ls.next;
         let term = self.term as u64;
-        if !self.emit(0, term, CONTROL | wire::EPOCH, &[], env) {
+        if let Err(r) = self.emit(0, term, CONTROL | wire::EPOCH, &[], env) {
             // Cannot even write the epoch record: not a primary.
             self.become_follower(None, env);
+            if r == Refused::NoSpace {
+                self.disk_full(now, env);
+            }
             return;
         }
+        self.lead_as_voter();
         self.el.reset();
         self.c.terms_led.bump(1);
         self.leader_flush(now, env);
@@ -120,12 +139,11 @@ impl<L: Log> Node<L> {
     /// Whether a majority (this node included) was heard within the
     /// election timeout.
     pub(super) fn quorum_fresh(&self) -> bool {
-        let t = self.cfg.election_timeout;
-        let me = self.cfg.id as usize;
-        let fresh = (0..self.cfg.group.len())
-            .filter(|&i| i == me || self.ld.peer_silent[i] < t)
-            .count();
-        fresh >= self.majority()
+        quorum::fresh(
+            &self.ld.peer_silent,
+            self.cfg.id as usize,
+            self.cfg.election_timeout,
+        )
     }
 
     /// A group of two whose peer is taken for dead: the primary commits
@@ -141,32 +159,25 @@ impl<L: Log> Node<L> {
         }
     }
 
-    /// The end a majority's logs match, if it commits anything new.
+    /// The end a majority's logs match, if it commits anything new (this
+    /// node's own log counts as far as its acknowledgement would: with
+    /// `durability: fsync`, what is on its disk).
     fn advance_commit(&mut self) {
-        let end = self.ls.next;
+        let end = self.acked_end();
         let me = self.cfg.id as usize;
         self.ld.matched[me] = end;
-        let n = self.cfg.group.len();
-        let q = match n {
-            1 => end,
+        let q = match self.cfg.group.len() {
             2 => {
                 let p = 1 - me;
-                if self.solo(p) {
-                    end
-                } else {
-                    end.min(self.ld.matched[p])
-                }
+                quorum::two_node_end(end, self.ld.matched[p], self.solo(p))
             }
-            _ => {
-                let mut m = self.ld.matched.clone();
-                m.sort_unstable_by(|a, b| b.cmp(a));
-                m[self.majority() - 1]
-            }
+            _ => quorum::majority_end(&self.ld.matched),
         };
         // Raft §5.4.2: only an entry of this term commits by counting.
-        if q > self.ld.term_start && q > self.commit {
-            self.commit = q;
-            self.ls.committed(q);
+        let c = quorum::advance(self.commit, q, self.ld.term_start);
+        if c > self.commit {
+            self.commit = c;
+            self.ls.committed(c);
         }
     }
 
@@ -178,11 +189,14 @@ impl<L: Log> Node<L> {
         flags: u8,
         data: &[u8],
         env: &mut dyn Env,
-    ) -> bool {
+    ) -> Result<(), Refused> {
         let size = wire::MSG_HEADER + data.len();
         if wire::BUS_HEADER + size > self.cfg.max_datagram {
             self.c.oversized.bump(1);
-            return false;
+            return Err(Refused::Oversized);
+        }
+        if self.dur.full {
+            return Err(Refused::NoSpace);
         }
         let full = !self.cfg.batching
             || self.ld.out_count == u16::MAX
@@ -197,13 +211,15 @@ impl<L: Log> Node<L> {
         // The bus message is the log entry: written once into the datagram
         // being built, appended to the log from there.
         let at = self.ld.out.len();
-        wire::write_msg(&mut self.ld.out, member_id, member_seq, flags, data);
+        let term = self.term;
+        wire::write_msg(&mut self.ld.out, member_id, member_seq, flags, term, data);
         match self.log.append(&self.ld.out[at..]) {
             Ok(i) if i == self.ls.next => {
                 let m = Msg {
                     member_id,
                     member_seq,
                     flags,
+                    term,
                     data,
                 };
                 self.ls.applied(i, &m);
@@ -211,13 +227,16 @@ impl<L: Log> Node<L> {
                 if member_id != 0 {
                     self.c.messages.bump(1);
                 }
-                true
+                Ok(())
             }
-            _ => {
+            r => {
                 // Not stamped: the member resends it later.
                 self.ld.out.truncate(at);
                 self.c.store_errors.bump(1);
-                false
+                Err(match r {
+                    Err(LogError::NoSpace) => Refused::NoSpace,
+                    _ => Refused::Failed,
+                })
             }
         }
     }
@@ -318,15 +337,36 @@ impl<L: Log> Node<L> {
         }
     }
 
-    pub(super) fn on_ack(&mut self, from: u8, end: u64) {
+    /// An acknowledgement: node `from` holds this log up to `p.b`. One of
+    /// another incarnation or log of that node (a restart, a replaced
+    /// disk) replaces what an earlier one said: that may be gone.
+    pub(super) fn on_ack(&mut self, from: u8, p: &wire::Peer) {
         if self.role != Role::Leader {
             return;
         }
         let i = from as usize;
         self.c.acks.bump(1);
-        self.ld.matched[i] = self.ld.matched[i].max(end.min(self.ls.next));
+        let end = p.b.min(self.ls.next);
+        if self.same_incarnation(i, p) {
+            self.ld.matched[i] = self.ld.matched[i].max(end);
+        } else {
+            self.ld.matched[i] = end;
+        }
         self.ld.peer_silent[i] = 0;
         self.ld.down[i] = false;
+    }
+
+    /// Whether `p` comes from the incarnation of node `i` whose
+    /// acknowledgements `matched` holds; if not, it is the one now (what
+    /// the other said is forgotten).
+    fn same_incarnation(&mut self, i: usize, p: &wire::Peer) -> bool {
+        let ident = Some((p.h.log_id, p.h.incarnation));
+        if self.ld.ident[i] == ident {
+            return true;
+        }
+        self.ld.ident[i] = ident;
+        self.ld.matched[i] = 0;
+        false
     }
 
     /// A follower asks where its last epoch ends in this log.
@@ -336,6 +376,7 @@ impl<L: Log> Node<L> {
         }
         self.c.syncs.bump(1);
         self.ld.peer_silent[from as usize] = 0;
+        self.same_incarnation(from as usize, p);
         let (e, end) = self.ls.epoch_end(p.a as u32);
         let (term, next) = (self.term, self.ls.next);
         self.send_peer(

@@ -1,8 +1,14 @@
 //! What a node derives from its log: the session (entry 0), the epochs
-//! (Raft's terms: an epoch record opens each; the entries after it, up to
-//! the next, are of its term), and every member's last sequenced
-//! `member_seq`. Appends update it; a truncation undoes what it removed
-//! (an undo log of the entries not known committed, or a rescan).
+//! (Raft's terms: every entry carries its term, and an epoch record opens
+//! each), and every member's last sequenced `member_seq`. Appends update
+//! it; a truncation undoes what it removed (an undo log of the entries
+//! not known committed, or a rescan).
+//!
+//! A log read back at a restart is checked entry by entry: terms never go
+//! down, and a new term begins with its epoch record. A log that breaks
+//! this (new-term entries followed by older ones that a crash brought back,
+//! or an entry that does not parse) is cut at the first such entry
+//! ([`LogState::recover`] says where).
 
 use std::collections::{HashMap, VecDeque};
 
@@ -31,28 +37,42 @@ pub struct LogState {
 }
 
 impl LogState {
-    /// Reads the whole log.
-    pub fn recover<L: Log>(log: &L) -> Result<LogState, LogError> {
+    /// Reads the whole log, up to its first entry that does not parse or
+    /// breaks the order of terms; returns the state of the entries before
+    /// it and, if there is one, its index (the caller cuts the log there).
+    pub fn recover<L: Log>(log: &L) -> Result<(LogState, Option<u64>), LogError> {
         let mut s = LogState::default();
         let end = log.next_index();
         let mut at = 0;
-        let mut bad = false;
-        while at < end {
-            let n = log.read_range(at, 4096, &mut |i, e| match Msg::from_entry(e) {
-                Ok(m) => s.applied(i, &m),
-                Err(_) => bad = true,
+        let mut bad = None;
+        while at < end && bad.is_none() {
+            let n = log.read_range(at, 4096, &mut |i, e| {
+                if bad.is_some() {
+                    return;
+                }
+                match Msg::from_entry(e) {
+                    Ok(m) if s.follows(i, &m) => s.applied(i, &m),
+                    _ => bad = Some(i),
+                }
             })?;
             if n == 0 {
                 break;
             }
             at += n as u64;
         }
-        if bad {
-            return Err(LogError::NotFound);
-        }
         s.undo.clear();
         s.floor = s.next;
-        Ok(s)
+        Ok((s, bad))
+    }
+
+    /// Whether entry `i` may follow the log as it is: its term is not
+    /// below the last one, and a higher term starts at its epoch record.
+    fn follows(&self, i: u64, m: &Msg<'_>) -> bool {
+        if i == 0 {
+            return true;
+        }
+        let last = self.last_term();
+        m.term == last || (m.term > last && m.epoch() == Some(m.term))
     }
 
     /// Entry `i` (the next one) was appended.
@@ -62,15 +82,12 @@ impl LogState {
             if m.member_id == 0 && m.flags & CONTROL != 0 {
                 self.session = m.member_seq;
             }
-            self.epochs = vec![(0, 0)];
-        } else if let Some(e) = m.epoch() {
-            if i == 1 && self.epochs == [(0, 0)] {
-                // The session record belongs to the first epoch.
-                self.epochs = vec![(e, 0)];
-            } else {
-                self.epochs.push((e, i));
-            }
-        } else if m.member_id != 0 {
+            // The session record belongs to the first primary's term.
+            self.epochs = vec![(m.term, 0)];
+        } else if self.epochs.last().is_none_or(|e| e.0 != m.term) {
+            self.epochs.push((m.term, i));
+        }
+        if m.member_id != 0 {
             let prev = self.last.insert(m.member_id, m.member_seq).unwrap_or(0);
             if !self.undo_lost {
                 if self.undo.len() < UNDO_MAX {
@@ -101,7 +118,8 @@ impl LogState {
         }
         log.truncate(from)?;
         if self.undo_lost || from < self.floor {
-            *self = LogState::recover(log)?;
+            let (s, _) = LogState::recover(log)?;
+            *self = s;
             return Ok(());
         }
         while let Some(&(i, member, prev)) = self.undo.back() {
@@ -118,12 +136,9 @@ impl LogState {
         while self.epochs.len() > 1 && self.epochs.last().is_some_and(|e| e.1 >= from) {
             self.epochs.pop();
         }
-        if from <= 1 {
-            // Back to at most the session record (or nothing).
-            self.epochs = if from == 0 { Vec::new() } else { vec![(0, 0)] };
-            if from == 0 {
-                self.session = 0;
-            }
+        if from == 0 {
+            self.epochs.clear();
+            self.session = 0;
         }
         self.next = from;
         Ok(())
@@ -195,11 +210,11 @@ mod tests {
     use crate::seq::core::MemLog;
     use crate::seq::wire;
 
-    fn log_of(entries: &[(u32, u64, u8)]) -> MemLog {
+    fn log_of(entries: &[(u32, u64, u8, u32)]) -> MemLog {
         let mut log = MemLog::new();
-        for &(id, seq, flags) in entries {
+        for &(id, seq, flags, term) in entries {
             let mut e = Vec::new();
-            wire::write_msg(&mut e, id, seq, flags, b"x");
+            wire::write_msg(&mut e, id, seq, flags, term, b"x");
             log.append(&e).unwrap();
         }
         log
@@ -211,15 +226,16 @@ mod tests {
     fn epochs_members_and_truncation() {
         // session, epoch 1, m1:1, m2:1, epoch 3, m1:2, m1:3
         let mut log = log_of(&[
-            (0, 77, CONTROL),
-            (0, 1, EP),
-            (1, 1, 0),
-            (2, 1, 0),
-            (0, 3, EP),
-            (1, 2, 0),
-            (1, 3, 0),
+            (0, 77, CONTROL, 1),
+            (0, 1, EP, 1),
+            (1, 1, 0, 1),
+            (2, 1, 0, 1),
+            (0, 3, EP, 3),
+            (1, 2, 0, 3),
+            (1, 3, 0, 3),
         ]);
-        let mut s = LogState::recover(&log).unwrap();
+        let (mut s, bad) = LogState::recover(&log).unwrap();
+        assert_eq!(bad, None);
         assert_eq!((s.session, s.next, s.last_term()), (77, 7, 3));
         assert_eq!(
             (s.term_at(0), s.term_at(3), s.term_at(4), s.term_at(9)),
@@ -229,6 +245,7 @@ mod tests {
         assert_eq!(s.epoch_end(2), (1, 4));
         assert_eq!(s.epoch_end(3), (3, 7));
         assert_eq!(s.epoch_end(0), (0, 0));
+        assert_eq!(s.epoch_start(3), Some(4));
         assert_eq!(s.last_of(1), 3);
         // Recovered entries are committed: a truncation below rescans.
         s.truncate(&mut log, 6).unwrap();
@@ -236,7 +253,7 @@ mod tests {
         // Undo through appends not yet committed.
         let mut e = Vec::new();
         for (i, seq) in [(6, 3), (7, 4)] {
-            wire::write_msg(&mut e, 1, seq, 0, b"y");
+            wire::write_msg(&mut e, 1, seq, 0, 3, b"y");
             log.append(&e).unwrap();
             s.applied(i, &Msg::from_entry(&e).unwrap());
             e.clear();
@@ -251,6 +268,32 @@ mod tests {
         assert_eq!((s.last_term(), s.last_of(1), s.last_of(2)), (1, 1, 1));
         s.truncate(&mut log, 0).unwrap();
         assert_eq!((s.session, s.next, s.last_term()), (0, 0, 0));
+    }
+
+    #[test]
+    fn a_log_whose_terms_go_back_is_cut_where_they_do() {
+        // A crash brought back term-2 entries after term-4 ones.
+        let log = log_of(&[
+            (0, 77, CONTROL, 2),
+            (0, 2, EP, 2),
+            (1, 1, 0, 2),
+            (0, 4, EP, 4),
+            (1, 2, 0, 4),
+            (1, 3, 0, 2),
+            (1, 4, 0, 4),
+        ]);
+        let (s, bad) = LogState::recover(&log).unwrap();
+        assert_eq!(
+            (bad, s.next, s.last_term(), s.last_of(1)),
+            (Some(5), 5, 4, 2)
+        );
+        // A higher term without its epoch record first.
+        let log = log_of(&[(0, 77, CONTROL, 2), (0, 2, EP, 2), (1, 1, 0, 3)]);
+        assert_eq!(LogState::recover(&log).unwrap().1, Some(2));
+        // An entry that does not parse.
+        let mut log = log_of(&[(0, 77, CONTROL, 2), (0, 2, EP, 2)]);
+        log.append(b"garbage").unwrap();
+        assert_eq!(LogState::recover(&log).unwrap().1, Some(2));
     }
 
     #[test]

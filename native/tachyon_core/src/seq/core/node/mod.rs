@@ -22,13 +22,25 @@
 //! * Time is counted only while the node runs: a tick long after the last
 //!   one (a paused process, a thread waiting for a CPU, a clock jump) adds
 //!   at most [`TICK_CAP`] to any timer.
+//! * A node that cannot vouch for what it acknowledged (a new or replaced
+//!   disk, a log its recovery cut, a reboot when acknowledgements promise
+//!   only the page cache) is a learner: it votes for nobody until it has
+//!   caught up with a primary, or heard every node when none can lead
+//!   ([`learner`]). Acknowledgements carry the node's log identity and
+//!   incarnation: the primary counts none of an earlier start.
+//! * With [`Durability::Fsync`] a node acknowledges only what is on its
+//!   disk (one sync per receive batch), the primary counts its own log
+//!   only that far ([`durable`]).
 
 mod commands;
 mod config;
+mod durable;
 mod election;
 mod follower;
 mod leader;
+mod learner;
 pub mod logstate;
+pub mod quorum;
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -36,7 +48,7 @@ use std::sync::Arc;
 
 use crossbeam_utils::CachePadded;
 
-use super::{Env, Log, LogError, Nanos, NodeEvent, Rng, MILLI};
+use super::{Env, Log, LogError, Meta, Nanos, NodeEvent, Rng, MILLI};
 use crate::counter::Counter;
 use crate::seq::wire::{
     self, Bus, Cmd, Peer, PeerHeader, PeerKind, BUS_MAGIC, CMD_MAGIC, PEER_MAGIC,
@@ -45,7 +57,7 @@ use crate::seq::BusMode;
 use logstate::LogState;
 
 pub use commands::Window;
-pub use config::{NodeConfig, NodeCounters, Role, TwoNodes};
+pub use config::{Durability, NodeConfig, NodeCounters, Role, TwoNodes};
 
 /// The most a tick adds to any timer, however long since the last one.
 pub const TICK_CAP: Nanos = 5 * MILLI;
@@ -94,6 +106,10 @@ pub struct Node<L: Log> {
     el: election::Election,
     ld: leader::Lead,
     fl: follower::Follow,
+    /// What is kept beside the log: its identity, the boot, learner.
+    meta: Meta,
+    lr: learner::Learn,
+    dur: durable::Durable,
     bindings: HashMap<u32, Binding>,
     /// Members that said goodbye, for a lease: their late datagrams (a
     /// command reordered behind the Bye) must not bind the id again.
@@ -104,22 +120,35 @@ pub struct Node<L: Log> {
     /// Unicast members among `targets` (the fan-out; the stats' `members`).
     unicast_members: usize,
     scratch: Vec<u8>,
+    started_as: Option<&'static str>,
     c: Arc<CachePadded<NodeCounters>>,
 }
 
 impl<L: Log> Node<L> {
     /// A node on `log` (recovered: its epochs, members and vote), a
     /// follower until it is elected.
-    pub fn new(cfg: NodeConfig, log: L, now: Nanos) -> Result<Node<L>, LogError> {
+    pub fn new(cfg: NodeConfig, mut log: L, now: Nanos) -> Result<Node<L>, LogError> {
         if !cfg.check() {
             return Err(LogError::NotFound);
         }
-        let ls = LogState::recover(&log)?;
-        let (saved, vote) = log.load_vote();
-        let term = saved.max(ls.last_term());
-        let vote = if term == saved { vote } else { None };
+        let (mut ls, bad) = LogState::recover(&log)?;
+        let mut cut = log.recovery_lost() > 0;
+        if let Some(at) = bad {
+            // Entries a crash mixed up (terms that go back) or garbage:
+            // cut there, durably, and know it.
+            log.truncate(at)?;
+            ls = LogState::recover(&log)?.0;
+            cut = true;
+        }
+        let saved = log.load_meta();
+        let (meta, reason) = learner::at_start(&cfg, saved, cut);
+        let term = meta.term.max(ls.last_term());
+        let vote = if term == meta.term { meta.vote } else { None };
         let n = cfg.group.len();
         let mut node = Node {
+            meta,
+            lr: learner::Learn::new(n),
+            dur: durable::Durable::new(),
             rng: Rng::new(cfg.seed ^ (cfg.id as u64) << 56),
             ld: leader::Lead::new(n, cfg.max_datagram),
             fl: follower::Follow::default(),
@@ -140,6 +169,7 @@ impl<L: Log> Node<L> {
             targets: Vec::new(),
             unicast_members: 0,
             scratch: Vec::with_capacity(64),
+            started_as: None,
             c: Arc::new(CachePadded::new(NodeCounters::default())),
             cfg,
         };
@@ -148,9 +178,23 @@ impl<L: Log> Node<L> {
             node.silent = node.timeout;
         }
         node.retarget();
+        if saved != Some(node.meta_now()) && !node.persist() {
+            return Err(LogError::NoSpace);
+        }
+        node.started_as = reason;
         node.mirror();
         let _ = now;
         Ok(node)
+    }
+
+    /// Why this node started as a learner, if it did (`new_disk`,
+    /// `rebooted`, `cut`, `restarted`): for the shell's first event.
+    pub fn started_as(&self) -> Option<&'static str> {
+        self.started_as
+    }
+
+    pub fn is_learner(&self) -> bool {
+        self.meta.learner
     }
 
     pub fn counters(&self) -> &Arc<CachePadded<NodeCounters>> {
@@ -217,7 +261,7 @@ impl<L: Log> Node<L> {
     }
 
     fn majority(&self) -> usize {
-        self.cfg.group.len() / 2 + 1
+        quorum::majority(self.cfg.group.len())
     }
 
     fn new_timeout(&mut self) {
@@ -257,6 +301,8 @@ impl<L: Log> Node<L> {
         c.commit.set(self.commit);
         c.leader.set(self.leader.map_or(u64::MAX, |l| l as u64));
         c.members.set(self.unicast_members as u64);
+        c.learner.set(self.meta.learner as u64);
+        c.durable.set(self.acked_end());
     }
 
     /// Rebuilds where the bus goes.
@@ -338,16 +384,19 @@ impl<L: Log> Node<L> {
             Role::Follower => self.follower_end_batch(now, env),
             _ => {}
         }
+        self.want_sync(env);
         self.mirror();
     }
 
     /// Timed work; returns when to tick again at the latest.
     pub fn tick(&mut self, now: Nanos, env: &mut dyn Env) -> Nanos {
         self.observe(now);
+        self.check_space(now, env);
         let due = match self.role {
             Role::Leader => self.leader_tick(now, env),
             _ => self.election_tick(now, env),
         };
+        self.want_sync(env);
         self.mirror();
         due.max(now + 1)
     }
@@ -369,7 +418,11 @@ impl<L: Log> Node<L> {
                 // unless told the standby is down). The vote counts only
                 // while the primary is silent on the bus too (`tally`): a
                 // monitor's word against a primary still heard is ignored.
-                self.el.in_sync = self.fl.synced && self.ls.next >= self.fl.commit_heard();
+                // ...and heard the primary within two election timeouts
+                // (a later witness may speak of commits it never heard).
+                self.el.in_sync = self.fl.synced
+                    && self.ls.next >= self.fl.commit_heard()
+                    && self.since_leader < 2 * self.cfg.election_timeout;
                 self.el.witness_until = now + 4 * self.cfg.election_timeout;
                 self.silent = self.silent.max(self.timeout);
             }
@@ -416,6 +469,7 @@ impl<L: Log> Node<L> {
             return;
         };
         let (a, b) = ab;
+        let flags = flags | if self.meta.learner { wire::LEARNER } else { 0 };
         let p = Peer {
             h: PeerHeader {
                 kind,
@@ -423,6 +477,8 @@ impl<L: Log> Node<L> {
                 session: self.ls.session,
                 node: self.cfg.id,
                 flags,
+                log_id: self.meta.log_id,
+                incarnation: self.cfg.incarnation,
             },
             a,
             b,
@@ -432,10 +488,25 @@ impl<L: Log> Node<L> {
         env.send(&[addr], &self.scratch);
     }
 
-    /// Records the term and vote before anything depends on them.
+    /// The metadata as it is now.
+    fn meta_now(&self) -> Meta {
+        Meta {
+            term: self.term,
+            vote: self.vote,
+            boot: self.cfg.boot,
+            ..self.meta
+        }
+    }
+
+    /// Records the term, the vote and the learner state before anything
+    /// depends on them.
     fn persist(&mut self) -> bool {
-        match self.log.save_vote(self.term, self.vote) {
-            Ok(()) => true,
+        let m = self.meta_now();
+        match self.log.save_meta(&m) {
+            Ok(()) => {
+                self.meta = m;
+                true
+            }
             Err(_) => {
                 self.c.store_errors.bump(1);
                 false
@@ -477,9 +548,11 @@ impl<L: Log> Node<L> {
     fn on_peer(&mut self, now: Nanos, p: &Peer, env: &mut dyn Env) {
         let from = p.h.node;
         match p.h.kind {
-            PeerKind::PreVote => self.on_prevote(from, p, env),
+            PeerKind::PreVote => self.on_prevote(now, from, p, env),
             PeerKind::Vote => self.on_vote(now, from, p, env),
             PeerKind::PreVoteReply | PeerKind::VoteReply => self.on_vote_reply(now, from, p, env),
+            PeerKind::Probe => self.on_probe(from, env),
+            PeerKind::ProbeReply => self.on_probe_reply(now, from, p),
             _ => {
                 if p.h.term > self.term {
                     // An acknowledgement or sync of a later term: a stale
@@ -492,7 +565,7 @@ impl<L: Log> Node<L> {
                     return;
                 }
                 match p.h.kind {
-                    PeerKind::Ack => self.on_ack(from, p.b),
+                    PeerKind::Ack => self.on_ack(from, p),
                     PeerKind::Sync => self.on_sync(from, p, env),
                     PeerKind::SyncReply => self.on_sync_reply(now, from, p, env),
                     _ => {}
