@@ -206,7 +206,7 @@ defmodule Tachyon.Bench.Summary do
       "|---|---|---|---:|---:|---:|\n",
       for {role, c, what} <- rows do
         "| #{role} | `#{c["name"]}` | #{what} | #{Report.delimit(c["messages"])} | " <>
-          "#{Report.delimit(round(rate(c)))} | #{Report.ratio(rate(c), rate(ref))} |\n"
+          "#{Report.delimit(round(rate(c)))} | #{ratio(rate(c), rate(ref))} |\n"
       end
     ]
   end
@@ -235,7 +235,7 @@ defmodule Tachyon.Bench.Summary do
 
         "| #{role} | `#{c["name"]}` | #{what} | #{records(c)} | " <>
           latencies(c) <>
-          " | #{Report.ratio(c["p50_ns"], ref["p50_ns"])} | #{Report.delimit(round(c["ops_per_sec"]))} | " <>
+          " | #{ratio(c["p50_ns"], ref["p50_ns"])} | #{Report.delimit(round(c["ops_per_sec"]))} | " <>
           if(four, do: Report.delimit(round(four["ops_per_sec"])), else: "") <> " |\n"
       end
     ]
@@ -243,7 +243,11 @@ defmodule Tachyon.Bench.Summary do
 
   # A loop that only reads the clock has no p50 to compare: its max counts.
   defp p50_ratio("machine", _c, _ref), do: "-"
-  defp p50_ratio(_role, c, ref), do: Report.ratio(c["p50_ns"], ref["p50_ns"])
+  defp p50_ratio(_role, c, ref), do: ratio(c["p50_ns"], ref["p50_ns"])
+
+  # Report.ratio/2, with "< 0.01x" rather than a ratio that rounds to 0.
+  defp ratio(a, b) when is_number(a) and is_number(b) and b > 0 and a / b < 0.01, do: "< 0.01x"
+  defp ratio(a, b), do: Report.ratio(a, b)
 
   defp records(%{"records" => r}) when is_number(r), do: Report.delimit(r)
   defp records(_), do: ""
