@@ -134,7 +134,7 @@ defmodule Tachyon.Bench do
   each first write is a page fault (about 2 us on this VM), one every ~170
   calls, and in a fresh VM that alone put 0.6% of the samples of
   `tachyon.store.append` at 2 us (p99.9 2.0-2.8 us instead of 0.8-0.9 us;
-  see docs/BENCHMARKS.md). After a few minor GCs the young heaps come from
+  see docs/BENCHMARK_HISTORY.md). After a few minor GCs the young heaps come from
   carriers the allocator keeps cached, whose pages are mapped already.
   """
   def timed(fun) do
