@@ -74,6 +74,10 @@ defmodule Tachyon.BenchCLITest do
 
     assert BenchTask.plan(["--quick"]) == {:run, nil, ["--quick"], nil}
     assert {:error, "--plot expects a directory"} = BenchTask.plan(["store", "--plot"])
+    assert {:error, "--summary expects a directory" <> _} = BenchTask.plan(["--summary"])
+
+    assert {:error, "--summary DIR: \"nowhere\" is not a directory"} =
+             BenchTask.plan(["--summary", "nowhere"])
   end
 
   describe "goals" do

@@ -82,6 +82,9 @@ defmodule Mix.Tasks.Tachyon.Bench do
       Enum.any?(argv, &(&1 in ["--help", "-h", "help"])) ->
         :help
 
+      "--summary" in argv and summary_dir in [nil, ""] ->
+        {:error, "--summary expects a directory (where a run wrote its JSON with --json DIR)"}
+
       summary_dir != nil ->
         if File.dir?(summary_dir),
           do: {:summary, summary_dir},
