@@ -151,6 +151,7 @@ defmodule Tachyon.Bench.CLI do
   end
 
   @doc "Raises for a value of a list option (a case, an engine) that is not one of `known`."
+  @spec unknown!(String.t(), String.t(), [String.t()]) :: no_return()
   def unknown!(what, given, known) do
     Mix.raise("unknown #{what} #{inspect(given)}" <> did_you_mean(given, known))
   end
