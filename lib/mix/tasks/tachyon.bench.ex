@@ -5,7 +5,7 @@ defmodule Mix.Tasks.Tachyon.Bench do
   systems Tachyon is modelled on, each case side by side with the BEAM's own
   alternatives and a pure-Rust floor.
 
-      mix tachyon.bench                 # every part, default sizes (about 3 minutes on 2 cores)
+      mix tachyon.bench                 # every part, default sizes (about 3 minutes on 2 idle cores)
       mix tachyon.bench store           # one part
       mix tachyon.bench store --messages 1000000 --warmup 100000 --size 256 --json store.json
       mix tachyon.bench store --quick   # CI-sized

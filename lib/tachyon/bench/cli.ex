@@ -196,8 +196,8 @@ defmodule Tachyon.Bench.CLI do
       pure-Rust floor, and the part's goals.
 
       PART is one of: #{names}. Without PART, every part
-      runs in turn with its defaults (about 3 minutes on 2 cores); then only
-      the options for every part apply.
+      runs in turn with its defaults (about 3 minutes on 2 idle cores, longer
+      on a busy machine); then only the options for every part apply.
 
       Examples:
 
