@@ -41,6 +41,10 @@ defmodule Mix.Tasks.Compile.TachyonCargo do
   mix package. It runs as part of `mix compile` in this project and in any
   project that depends on Tachyon by path or git.
 
+  Before a first build (which compiles the whole Rust workspace: a minute or
+  two) it says so; cargo's output (its `Compiling` lines, warnings and
+  errors) is shown as it comes; a build with nothing to do prints nothing.
+
   Environment:
 
     * `TACHYON_CARGO_PROFILE` - `release` (default) or `dev`
@@ -77,23 +81,23 @@ defmodule Mix.Tasks.Compile.TachyonCargo do
       ["build", "--package", "tachyon_nif"] ++
         if(profile == "release", do: ["--release"], else: [])
 
-    {output, status} =
-      System.cmd("cargo", args,
-        cd: native,
-        stderr_to_stdout: true,
-        env: [{"CARGO_TERM_COLOR", "never"}]
-      )
-
-    if status != 0 do
-      Mix.shell().error(output)
-      Mix.raise("cargo build failed with status #{status}")
-    end
-
-    if String.contains?(output, "Compiling tachyon"), do: Mix.shell().info(String.trim(output))
-
     target_dir = Path.join(native, "target")
     lib_dir = if profile == "release", do: "release", else: "debug"
     src = Path.join([target_dir, lib_dir, "libtachyon_nif.so"])
+
+    if File.exists?(src) do
+      # Built before: usually nothing to do, and cargo is shown only if it
+      # compiles (a change in native/), warns or fails.
+      cargo(native, args, "Rebuilding Tachyon's NIF with cargo (#{profile}) in #{native}")
+    else
+      Mix.shell().info(
+        "Building Tachyon's NIF with cargo (#{profile}) in #{native}: the first build " <>
+          "compiles the Rust workspace and takes a minute or two"
+      )
+
+      cargo(native, args, nil)
+    end
+
     File.mkdir_p!(dest_dir)
 
     # On a first build priv/ did not exist when Mix laid out _build: link it
@@ -109,6 +113,59 @@ defmodule Mix.Tasks.Compile.TachyonCargo do
       {:ok, []}
     else
       {:noop, []}
+    end
+  end
+
+  # Runs cargo and streams its output as it comes. With a `header`, cargo's
+  # output is held back until it compiles, warns or fails (a build with
+  # nothing to do stays silent), then the header and every line from then
+  # on; with none, every line. Raises if cargo fails.
+  defp cargo(native, args, header) do
+    port =
+      Port.open({:spawn_executable, System.find_executable("cargo")}, [
+        :binary,
+        :exit_status,
+        :stderr_to_stdout,
+        {:line, 4096},
+        {:cd, native},
+        {:args, args},
+        {:env, [{~c"CARGO_TERM_COLOR", ~c"never"}]}
+      ])
+
+    cargo_output(port, native, header, if(header, do: [], else: nil), "")
+  end
+
+  # `held`: lines not shown yet (newest first), nil once streaming.
+  defp cargo_output(port, native, header, held, partial) do
+    receive do
+      {^port, {:data, {:noeol, text}}} ->
+        cargo_output(port, native, header, held, partial <> text)
+
+      {^port, {:data, {:eol, text}}} ->
+        line = partial <> text
+
+        cond do
+          held == nil ->
+            Mix.shell().info(line)
+            cargo_output(port, native, header, nil, "")
+
+          line =~ ~r/^\s*(Compiling|warning|error)/ ->
+            Mix.shell().info(header)
+            Enum.each(Enum.reverse([line | held]), &Mix.shell().info/1)
+            cargo_output(port, native, header, nil, "")
+
+          true ->
+            cargo_output(port, native, header, [line | held], "")
+        end
+
+      {^port, {:exit_status, 0}} ->
+        if held == nil and partial != "", do: Mix.shell().info(partial)
+        :ok
+
+      {^port, {:exit_status, status}} ->
+        if held, do: Enum.each(Enum.reverse(held), &Mix.shell().error/1)
+        if partial != "", do: Mix.shell().error(partial)
+        Mix.raise("cargo build failed with status #{status} (in #{native})")
     end
   end
 

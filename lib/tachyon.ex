@@ -9,18 +9,31 @@ defmodule Tachyon do
 
   ## Parts
 
-    * `Tachyon.Store` - an append-only message log on memory-mapped segment
-      files (after CoralStore's FileStore). `append/2` is one regular NIF call
-      that copies the message into the mapped segment: a few hundred
-      nanoseconds from Elixir, against microseconds for `:disk_log`. It
-      survives `kill -9` of the VM once `append/2` returns, and power loss
-      after `sync/1`. Readers in other OS processes follow the writer.
+  Each part is modelled on a published low-latency system; the figures
+  against what a BEAM user would otherwise pick are in docs/BENCHMARKS.md.
 
-    * `Tachyon.AsyncStore` - a front for a store (after CoralStore's
-      AsyncStore): `append/2` copies the message into an SPSC ring and
-      returns the index it will have; a Rust writer thread drains the ring
-      into the store in batches, so checksums, page faults and segment rolls
-      leave the caller's path. `flush/1` waits until it is in the store.
+    * `Tachyon.Store` - an append-only message log on memory-mapped segment
+      files (after CoralStore's FileStore): `append/2` is one NIF call, a few
+      hundred nanoseconds, against microseconds for `:disk_log`.
+    * `Tachyon.AsyncStore` - a ring in front of a store, drained by a Rust
+      writer thread (after CoralStore's AsyncStore): the caller pays for a
+      copy; checksums, page faults and segment rolls leave its path.
+    * `Tachyon.Echo` - a UDP echo server on a Rust thread that answers
+      without touching the BEAM (after CoralReactor's UDP pong).
+    * `Tachyon.UDP` - a UDP socket for BEAM processes, a sibling of
+      `:gen_udp`: a Rust thread delivers datagrams as messages with a bounded
+      mailbox, or the process polls the socket itself.
+    * `Tachyon.Table` - a persistent key-value table: a hash index in memory
+      over append-only segment files, reads as fast as ETS, every write in
+      its log before the call returns (after Krati and Bitcask).
+    * `Tachyon.Table.Replicated` - a `Tachyon.Table` kept identical on every
+      replica by the sequencer's bus; reads are local.
+    * `Tachyon.Sequencer` - the sequencer of a total-order message bus over
+      UDP (after CoralSequencer): stamps, logs and broadcasts every message;
+      one node, or a group of three or more that fails over.
+    * `Tachyon.Bus` - a member of that bus: publishes, and receives every
+      message of the bus in the same order as every other member, exactly
+      once, with gap fill, resends and rewind.
 
   ## Supervision
 
@@ -62,7 +75,8 @@ defmodule Tachyon do
   ## Benchmarks
 
   `mix tachyon.bench` runs every benchmark (see `Mix.Tasks.Tachyon.Bench`);
-  recorded runs are in `docs/BENCHMARKS.md`.
+  the summary of a recorded run is in `docs/BENCHMARKS.md`, earlier runs
+  and investigations in `docs/BENCHMARK_HISTORY.md`.
   """
 
   @doc """

@@ -6,7 +6,7 @@
 #
 # (W: the sequencer's wait strategy, default backoff; HA: its
 # --heartbeat-after in microseconds, default 10.) On the 2-core KVM guest of
-# docs/BENCHMARKS.md, 2026-11-23, 50,000 round trips after 10,000, 256 bytes
+# docs/BENCHMARK_HISTORY.md, 2026-11-23, 50,000 round trips after 10,000, 256 bytes
 # (ns):
 #   W=busy_spin: no loss p50 11,559 p99.9 70,399; 1% loss p50 11,487 p99.9 71,487
 #   W=backoff:   no loss p50 12,263 p99.9 71,679; 1% loss p50 11,015 p99.9 66,047

@@ -8,55 +8,10 @@ defmodule Tachyon.Bench do
   alias Tachyon.Bench.Report
   alias Tachyon.Native
 
-  @common_switches [
-    messages: :integer,
-    warmup: :integer,
-    size: :integer,
-    json: :string,
-    quick: :boolean,
-    dir: :string
-  ]
-
-  @doc "Switches every bench accepts; a bench adds its own."
-  def common_switches, do: @common_switches
-
-  @doc """
-  Parses argv with the common switches plus `extra`, applying `defaults`
-  (full run) or `quick_defaults` (with `--quick`).
-  """
-  def parse!(argv, extra \\ [], defaults \\ [], quick_defaults \\ []) do
-    {opts, rest, invalid} = OptionParser.parse(argv, strict: @common_switches ++ extra)
-
-    if invalid != [] do
-      Mix.raise("unknown or invalid options: #{inspect(invalid)}")
-    end
-
-    if rest != [] do
-      Mix.raise("unexpected arguments: #{Enum.join(rest, " ")}")
-    end
-
-    base = if opts[:quick], do: Keyword.merge(defaults, quick_defaults), else: defaults
-    opts = Keyword.merge(base, opts)
-
-    for key <- [:messages, :size], opts[key] != nil and opts[key] < 0 do
-      Mix.raise("--#{key} must be a non-negative integer")
-    end
-
-    opts
-  end
-
-  @doc """
-  The cases to run: `--cases a,b` (each one of `all`) or all of them.
-  """
-  def cases!(opts, all) do
-    wanted = if opts[:cases], do: String.split(opts[:cases], ","), else: all
-
-    for c <- wanted, c not in all do
-      Mix.raise("unknown case #{inspect(c)}; known: #{Enum.join(all, ", ")}")
-    end
-
-    wanted
-  end
+  # Option parsing, usage text and "did you mean" are in
+  # Tachyon.Bench.CLI; these are its two entry points the parts use.
+  defdelegate parse!(argv, spec), to: Tachyon.Bench.CLI
+  defdelegate cases!(opts, all), to: Tachyon.Bench.CLI
 
   @doc "A fresh histogram resource."
   def hist, do: Native.hist_new()
@@ -179,7 +134,7 @@ defmodule Tachyon.Bench do
   each first write is a page fault (about 2 us on this VM), one every ~170
   calls, and in a fresh VM that alone put 0.6% of the samples of
   `tachyon.store.append` at 2 us (p99.9 2.0-2.8 us instead of 0.8-0.9 us;
-  see docs/BENCHMARKS.md). After a few minor GCs the young heaps come from
+  see docs/BENCHMARK_HISTORY.md). After a few minor GCs the young heaps come from
   carriers the allocator keeps cached, whose pages are mapped already.
   """
   def timed(fun) do
@@ -296,10 +251,60 @@ defmodule Tachyon.Bench do
   @doc "The cases by name."
   def by_name(cases), do: Map.new(cases, &{&1.name, &1})
 
-  @doc "Prints one target line: `label: value unit MET|NOT MET`."
-  def target(label, value, ok?, unit) do
-    v = :erlang.float_to_binary(value * 1.0, decimals: 2)
-    IO.puts("  #{label}: #{v}#{unit} #{if ok?.(value), do: "MET", else: "NOT MET"}")
+  @doc """
+  A goal of a part, in the user's words: `what` was measured (`"average
+  append, :disk_log.blog / Tachyon.Store"`), the `measured` value and the
+  `goal` as text (`"19.05x"`, `"at least 40x"`), and whether it is `met`.
+  """
+  def goal(what, measured, goal, met),
+    do: %{what: what, measured: measured, goal: goal, met: met}
+
+  @doc "A goal's bound as text: `\"at most 1.5x\"`, `\"at least 8x\"` (`cmp`: `:le` or `:ge`)."
+  def bound_text(:le, bound), do: "at most #{short(bound)}x"
+  def bound_text(:ge, bound), do: "at least #{short(bound)}x"
+
+  defp short(b) when b == trunc(b), do: Integer.to_string(trunc(b))
+  defp short(b), do: :erlang.float_to_binary(b * 1.0, [:short])
+
+  @doc "`19.05` -> `\"19.05x\"`."
+  def x(ratio), do: :erlang.float_to_binary(ratio * 1.0, decimals: 2) <> "x"
+
+  @doc """
+  Prints a part's goals and returns them for its JSON (with `"checked"`).
+  Goals are set for a full run (`Tachyon.Bench.CLI.full_run?/2`): on one,
+  each line says met or not met; on a shorter run (the default sizes,
+  `--quick`) the figures are shown for reference, with the flags of a full
+  run, and nothing is claimed.
+  """
+  def print_goals(goals, opts, spec) do
+    full? = Tachyon.Bench.CLI.full_run?(opts, spec)
+
+    if goals != [] do
+      IO.puts(
+        if full?,
+          do: "\nGoals (checked: this is a full run):",
+          else:
+            "\nGoals, set for a full run (mix tachyon.bench #{spec.name} " <>
+              "#{Tachyon.Bench.CLI.full_flags(spec)}); this run is shorter, so they are shown, not checked:"
+      )
+
+      for g <- goals do
+        IO.puts(
+          if full?,
+            do:
+              "  #{g.what}: #{g.measured} (goal: #{g.goal}): #{if g.met, do: "met", else: "not met"}",
+            else: "  #{g.what}: #{g.measured} (goal for a full run: #{g.goal})"
+        )
+      end
+    end
+
+    for g <- goals,
+        do: %{
+          "goal" => "#{g.what}: #{g.goal}",
+          "measured" => g.measured,
+          "checked" => full?,
+          "met" => g.met
+        }
   end
 
   @doc """

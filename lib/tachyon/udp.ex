@@ -26,7 +26,7 @@ defmodule Tachyon.UDP do
 
   ## Performance
 
-  Measured on a 2-core KVM guest (`docs/BENCHMARKS.md`, "Poll mode", `mix
+  Measured on a 2-core KVM guest (`docs/BENCHMARK_HISTORY.md`, "Poll mode", `mix
   tachyon.bench echo --messages 1000000 --warmup 500000`): a round trip from an
   Elixir process polling a poll-mode socket to `Tachyon.Echo` and back took
   4.36 us at p50, 1.22x the floor of two busy-polling Rust threads (3.57 us)
@@ -56,7 +56,7 @@ defmodule Tachyon.UDP do
       new datagrams are dropped (tail drop: the newest go) and counted in
       the `:dropped` stat. The kernel buffer keeps draining, so nothing stale
       piles up anywhere, and the owner's mailbox never holds more than `n`
-      of this socket's messages. `docs/BENCHMARKS.md` has the measurements
+      of this socket's messages. `docs/BENCHMARK_HISTORY.md` has the measurements
       (`tachyon.udp.flood` in `mix tachyon.bench echo`).
     * **Oversized datagrams** (over `:max_datagram_size`) are dropped and counted
       in `:truncated`, never delivered cut short.
@@ -271,8 +271,8 @@ defmodule Tachyon.UDP do
   `send/2` goes there without naming it, and the kernel drops datagrams
   from anyone else. For a client that talks to one server: the kernel
   keeps the route instead of looking it up per datagram, which saves
-  about 0.5-1 us per send on loopback (docs/BENCHMARKS.md,
-  `tachyon.udp.roundtrip.poll`). Connecting again changes the peer.
+  about 0.5-1 us per send on loopback (docs/BENCHMARK_HISTORY.md, "The
+  poll path"). Connecting again changes the peer.
 
   ## Example
 

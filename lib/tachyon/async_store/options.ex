@@ -17,7 +17,7 @@ defmodule Tachyon.AsyncStore.Options do
       ring: give a bigger ring for bigger messages or longer bursts. A ring that stays in the cores' L2 caches is cheaper to write:
       with a 4 MiB ring the 256-byte append from Elixir cost about what a
       direct `Tachyon.Store.append/2` costs (0.82-1.09x in four runs), with
-      256 KiB 0.65-0.86x (docs/BENCHMARKS.md).
+      256 KiB 0.65-0.86x (docs/BENCHMARK_HISTORY.md, "AsyncStore").
       """
     ],
     wait: [

@@ -39,22 +39,42 @@ defmodule Tachyon.Bench.Echo do
   @defaults [messages: 200_000, warmup: 50_000, size: 256, flood: 100_000, max_queue: 1000]
   @quick [messages: 20_000, warmup: 5_000, flood: 10_000]
   @all ~w(raw.rust tachyon.echo gen_udp.echo tachyon.udp.echo tachyon.udp.echo.poll tachyon.udp.roundtrip tachyon.udp.roundtrip.block tachyon.udp.roundtrip.poll socket.roundtrip gen_udp.roundtrip gen_udp.roundtrip.passive tachyon.udp.flood)
-  @extra [
-    cases: :string,
-    peer_messages: :integer,
-    peer_warmup: :integer,
-    ping_core: :string,
-    pong_core: :string,
-    wait: :string,
-    udp_wait: :string,
-    udp_core: :string,
-    flood: :integer,
-    max_queue: :integer
-  ]
   @loopback {127, 0, 0, 1}
 
+  @doc "The part's options, defaults and goals' run (Tachyon.Bench.CLI)."
+  def spec do
+    %{
+      name: "echo",
+      summary:
+        "UDP round trips over 127.0.0.1: Tachyon.Echo and Tachyon.UDP against gen_udp, " <>
+          ":socket and two Rust threads in a standalone binary (the floor)",
+      cases: @all,
+      options: [
+        {:cases, :string, "LIST", "run only these cases (comma-separated)"},
+        {:peer_messages, :integer, "N",
+         "round trips of the cases with a gen_udp or :socket peer (default: a tenth of --messages)"},
+        {:peer_warmup, :integer, "N", "their warm-up (default: a tenth of --warmup)"},
+        {:ping_core, :string, "N|none",
+         "core of the Rust ping thread (default: 0 on 2 or more cores, else none)"},
+        {:pong_core, :string, "N|none",
+         "core of the Tachyon.Echo thread (default: 1 on 2 or more cores, else none)"},
+        {:wait, :string, "WAIT",
+         "wait of the ping and echo threads: busy_spin, yield, backoff or park (default busy_spin)"},
+        {:udp_wait, :string, "WAIT",
+         "wait of the Tachyon.UDP receive thread or poll (default backoff)"},
+        {:udp_core, :string, "N|none", "core of the Tachyon.UDP receive thread (default: none)"},
+        {:flood, :integer, "N",
+         "datagrams of the backpressure burst (tachyon.udp.flood; 0: skip it)"},
+        {:max_queue, :integer, "N", "the bounded socket's :max_queue in that burst"}
+      ],
+      defaults: @defaults,
+      quick: @quick,
+      full: [messages: 1_000_000]
+    }
+  end
+
   def run(argv) do
-    opts = Bench.parse!(argv, @extra, @defaults, @quick)
+    opts = Bench.parse!(argv, spec())
     wanted = Bench.cases!(opts, @all)
 
     cores = Tachyon.UDP.Options.cores()
@@ -99,17 +119,20 @@ defmodule Tachyon.Bench.Echo do
         c
       end
 
-    if cases != [] do
-      Report.print_table(cases, "raw.rust")
-      print_targets(cases)
-    end
+    goals =
+      if cases != [] do
+        Report.print_table(cases, "raw.rust")
+        print_goals(cases, opts)
+      else
+        []
+      end
 
     flood = if "tachyon.udp.flood" in wanted and cfg.flood > 0, do: Flood.run(cfg), else: []
 
     Report.write_json(opts[:json], "echo", cases, %{
       "warmup" => cfg.warmup,
       "peer_warmup" => cfg.peer_warmup,
-      "targets" => targets(cases),
+      "goals" => goals,
       "ratios" => ratios(cases),
       "backpressure" => flood
     })
@@ -401,39 +424,38 @@ defmodule Tachyon.Bench.Echo do
     end)
   end
 
-  # -- targets ---------------------------------------------------------------------
+  # -- goals -----------------------------------------------------------------------
 
-  @targets [
-    {"tachyon.echo p50 / raw.rust p50 <= 1.15x", "tachyon.echo", "raw.rust", :le, 1.15},
-    {"gen_udp.roundtrip p50 / tachyon.echo p50 >= 8x", "gen_udp.roundtrip", "tachyon.echo", :ge,
-     8.0},
-    {"gen_udp.roundtrip p50 / tachyon.udp.roundtrip p50 >= 3x", "gen_udp.roundtrip",
-     "tachyon.udp.roundtrip", :ge, 3.0},
-    {"tachyon.udp.roundtrip.poll p50 / raw.rust p50 <= 1.3x", "tachyon.udp.roundtrip.poll",
-     "raw.rust", :le, 1.3},
-    {"gen_udp.roundtrip p50 / tachyon.udp.roundtrip.poll p50 >= 2.5x", "gen_udp.roundtrip",
-     "tachyon.udp.roundtrip.poll", :ge, 2.5},
-    {"tachyon.udp.roundtrip.poll p99.9 / gen_udp.roundtrip p99.9 <= 1x",
-     "tachyon.udp.roundtrip.poll", "gen_udp.roundtrip", :le, 1.0, :p999_ns}
+  # {what, case a, case b, :le | :ge, bound, percentile}: a's percentile / b's.
+  @goals [
+    {"Tachyon.Echo round trip / two Rust threads' (p50)", "tachyon.echo", "raw.rust", :le, 1.15,
+     :p50_ns},
+    {"gen_udp round trip / Tachyon.Echo's (p50)", "gen_udp.roundtrip", "tachyon.echo", :ge, 8.0,
+     :p50_ns},
+    {"gen_udp round trip / Tachyon.UDP's (p50)", "gen_udp.roundtrip", "tachyon.udp.roundtrip",
+     :ge, 3.0, :p50_ns},
+    {"Tachyon.UDP polling round trip / two Rust threads' (p50)", "tachyon.udp.roundtrip.poll",
+     "raw.rust", :le, 1.3, :p50_ns},
+    {"gen_udp round trip / Tachyon.UDP polling's (p50)", "gen_udp.roundtrip",
+     "tachyon.udp.roundtrip.poll", :ge, 2.5, :p50_ns},
+    {"Tachyon.UDP polling round trip / gen_udp's (p99.9)", "tachyon.udp.roundtrip.poll",
+     "gen_udp.roundtrip", :le, 1.0, :p999_ns}
   ]
 
-  defp targets(cases) do
+  defp goals(cases) do
     by = Bench.by_name(cases)
 
-    for t <- @targets,
-        {label, a, b, cmp, bound, key} = with_key(t),
+    for {what, a, b, cmp, bound, key} <- @goals,
         by[a] && by[b],
         Map.get(by[b], key, 0) > 0 do
       ratio = Map.fetch!(by[a], key) / Map.fetch!(by[b], key)
       met = if cmp == :le, do: ratio <= bound, else: ratio >= bound
-      %{"target" => label, "ratio" => Float.round(ratio, 3), "met" => met}
+      goal = Bench.bound_text(cmp, bound)
+      Bench.goal(what, Bench.x(ratio), goal, met)
     end
   end
 
-  defp with_key({label, a, b, cmp, bound}), do: {label, a, b, cmp, bound, :p50_ns}
-  defp with_key(t), do: t
-
-  # Ratios printed for information (no target in the issue).
+  # Ratios printed for information (no goal).
   @ratios [
     {"gen_udp.echo", "tachyon.udp.echo"},
     {"gen_udp.echo", "tachyon.echo"},
@@ -452,16 +474,8 @@ defmodule Tachyon.Bench.Echo do
     end
   end
 
-  defp print_targets(cases) do
-    case targets(cases) do
-      [] ->
-        :ok
-
-      ts ->
-        IO.puts("\nTargets (issues 4 and 9, ratios in one run):")
-
-        for t <- ts, do: Bench.target(t["target"], t["ratio"], fn _ -> t["met"] end, "x")
-    end
+  defp print_goals(cases, opts) do
+    json = Bench.print_goals(goals(cases), opts, spec())
 
     case ratios(cases) do
       [] ->
@@ -476,5 +490,7 @@ defmodule Tachyon.Bench.Echo do
                 "  #{r["ratio"]}: #{:erlang.float_to_binary(r["value"] * 1.0, decimals: 2)}x"
               )
     end
+
+    json
   end
 end

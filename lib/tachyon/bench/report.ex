@@ -76,6 +76,12 @@ defmodule Tachyon.Bench.Report do
     :ok
   end
 
+  @doc """
+  Records the command line of this run (the task sets it): every JSON file
+  the run writes carries it, for `Tachyon.Bench.Summary`.
+  """
+  def put_command(command), do: :persistent_term.put({__MODULE__, :command}, command)
+
   @doc "Writes the JSON report."
   def write_json(nil, _bench, _cases, _extra), do: :ok
 
@@ -84,6 +90,7 @@ defmodule Tachyon.Bench.Report do
       Map.merge(
         %{
           "bench" => bench,
+          "command" => :persistent_term.get({__MODULE__, :command}, nil),
           "machine" => machine(),
           "cases" => Enum.map(cases, &json_case/1)
         },

@@ -33,12 +33,9 @@ defmodule Tachyon.Bench.Sequencer do
   #                                     delivery), right after its single-node case; the table
   #                                     "group of N against one node" gives the ratios
   #
-  # Extra options: --cases, --hiccup-ms, --wait (every sequencer node's and
-  # the echo's thread, default :backoff on two cores), --heartbeat-after US,
-  # --group N; --failover [--group N] [--kills N] [--pauses N] runs
-  # Tachyon.Bench.Failover instead (takeover times over kill -9s and
-  # SIGSTOPs of the primary of a group, two-node takeovers, and the
-  # replicated table's put).
+  # Options: spec/0. --failover runs Tachyon.Bench.Failover instead
+  # (takeover times over kill -9s and SIGSTOPs of the primary of a group,
+  # two-node takeovers, and the replicated table's put).
 
   alias Tachyon.{Bench, Bus}
   alias Tachyon.Bench.Echo.Peers
@@ -52,25 +49,41 @@ defmodule Tachyon.Bench.Sequencer do
   # The cases that also run against a group (--group N), in this order.
   @kinds ~w(roundtrip.native roundtrip roundtrip.loss throughput throughput.batched throughput.native throughput.batched.native)
 
+  @doc "The part's options, defaults and goals' run (Tachyon.Bench.CLI)."
+  def spec do
+    %{
+      name: "sequencer",
+      summary:
+        "the bus round trip and throughput through a sequencer in its own OS process, " <>
+          "against a GenServer sequencer over distributed Erlang and Rust floors " <>
+          "(the same sockets, no sequencing)",
+      cases: @all,
+      options: [
+        {:cases, :string, "LIST", "run only these cases (comma-separated)"},
+        {:hiccup_ms, :integer, "MS", "how long machine.hiccup reads the clock"},
+        {:wait, :string, "WAIT",
+         "wait of every sequencer node's and the echo's thread: busy_spin, yield, backoff " <>
+           "or park (default: backoff on 2 cores)"},
+        {:heartbeat_after, :integer, "US", "the sequencer's --heartbeat-after, microseconds"},
+        {:group, :integer, "N",
+         "also run each case against a group of N nodes (3 to 7), each an OS process"},
+        {:failover, :boolean, nil,
+         "measure failover instead: takeovers after kill -9 and SIGSTOP of the primary of " <>
+           "a group, two-node takeovers, and Tachyon.Table.Replicated's put"},
+        {:kills, :integer, "N", "with --failover: kill -9s of the primary (default 20)"},
+        {:pauses, :integer, "N", "with --failover: SIGSTOPs of the primary (default: --kills)"},
+        {:pause_ms, :integer, "MS", "with --failover: how long each SIGSTOP lasts (default 300)"},
+        {:table_messages, :integer, "N",
+         "with --failover: puts of the replicated table cases (default 20,000)"}
+      ],
+      defaults: @defaults,
+      quick: @quick,
+      full: [messages: 1_000_000]
+    }
+  end
+
   def run(argv) do
-    opts =
-      Bench.parse!(
-        argv,
-        [
-          cases: :string,
-          hiccup_ms: :integer,
-          wait: :string,
-          heartbeat_after: :integer,
-          failover: :boolean,
-          group: :integer,
-          kills: :integer,
-          pauses: :integer,
-          pause_ms: :integer,
-          table_messages: :integer
-        ],
-        @defaults,
-        @quick
-      )
+    opts = Bench.parse!(argv, spec())
 
     group = opts[:group]
 
@@ -144,13 +157,18 @@ defmodule Tachyon.Bench.Sequencer do
     for {name, r} <- rates, do: IO.puts("#{name}: #{Report.delimit(round(r))} msg/s")
     Floors.print_ratios(cases)
     if opts[:group], do: compare_group(cases, opts[:group], cfg.wait)
-    targets(cases, opts[:group])
+    goals = Bench.print_goals(goals(cases, opts[:group]), opts, spec())
 
     Report.write_json(
       opts[:json],
       "sequencer",
       cases,
-      %{"warmup" => cfg.warmup, "wait" => "#{cfg.wait}", "group" => opts[:group] || 1}
+      %{
+        "goals" => goals,
+        "warmup" => cfg.warmup,
+        "wait" => "#{cfg.wait}",
+        "group" => opts[:group] || 1
+      }
     )
 
     cases
@@ -460,53 +478,60 @@ defmodule Tachyon.Bench.Sequencer do
     Map.merge(Map.new(ks, &{&1, ns}), %{count: n, stdev: 0, tails: []})
   end
 
-  @targets [
-    {"tachyon.sequencer.roundtrip.native p50 / tachyon.echo p50 <= 1.3x",
-     "tachyon.sequencer.roundtrip.native", "tachyon.echo", :le, 1.3, :p50_ns},
-    {"beam.dist.roundtrip p50 / tachyon.sequencer.roundtrip p50 >= 3x", "beam.dist.roundtrip",
-     "tachyon.sequencer.roundtrip", :ge, 3.0, :p50_ns},
-    {"tachyon.sequencer.roundtrip p50 / tachyon.echo p50 <= 1.5x", "tachyon.sequencer.roundtrip",
-     "tachyon.echo", :le, 1.5, :p50_ns},
-    {"tachyon.sequencer.roundtrip.loss p99.9 / tachyon.sequencer.roundtrip p50 <= 4x",
-     "tachyon.sequencer.roundtrip.loss", "tachyon.sequencer.roundtrip", :le, 4.0,
-     {:p999_ns, :p50_ns}}
+  # {what, case a, case b, :le | :ge, bound, a's key, b's key}: a / b.
+  @goals [
+    {"bus round trip from a Rust member / Tachyon.Echo's round trip (p50)",
+     "tachyon.sequencer.roundtrip.native", "tachyon.echo", :le, 1.3, :p50_ns, :p50_ns},
+    {"GenServer sequencer over distribution / Tachyon bus, round trip (p50)",
+     "beam.dist.roundtrip", "tachyon.sequencer.roundtrip", :ge, 3.0, :p50_ns, :p50_ns},
+    {"bus round trip from Elixir / Tachyon.Echo's round trip (p50)",
+     "tachyon.sequencer.roundtrip", "tachyon.echo", :le, 1.5, :p50_ns, :p50_ns},
+    {"bus round trip with 1% loss, p99.9 / without loss, p50", "tachyon.sequencer.roundtrip.loss",
+     "tachyon.sequencer.roundtrip", :le, 4.0, :p999_ns, :p50_ns}
   ]
 
-  defp targets(cases, group) do
+  @rates [
+    {"messages per second, one per datagram, Elixir member", "tachyon.sequencer.throughput",
+     200_000},
+    {"messages per second, batched, Elixir member", "tachyon.sequencer.throughput.batched",
+     2_000_000},
+    {"messages per second, one per datagram, Rust member", "tachyon.sequencer.throughput.native",
+     200_000},
+    {"messages per second, batched, Rust member", "tachyon.sequencer.throughput.batched.native",
+     2_000_000}
+  ]
+
+  defp goals(cases, group) do
     by = Bench.by_name(cases)
 
-    group_targets =
+    group_goals =
       if group,
         do: [
-          {"tachyon.sequencer.group#{group}.roundtrip p50 / tachyon.sequencer.roundtrip p50 <= 1.5x",
+          {"bus round trip through a group of #{group} / through one node (p50)",
            "tachyon.sequencer.group#{group}.roundtrip", "tachyon.sequencer.roundtrip", :le, 1.5,
-           :p50_ns}
+           :p50_ns, :p50_ns}
         ],
         else: []
 
-    for {label, a, b, cmp, bound, key} <- @targets ++ group_targets, by[a] && by[b] do
-      {ka, kb} = if is_tuple(key), do: key, else: {key, key}
-      ratio = Map.fetch!(by[a], ka) / Map.fetch!(by[b], kb)
+    ratios =
+      for {what, a, b, cmp, bound, ka, kb} <- @goals ++ group_goals, by[a] && by[b] do
+        ratio = Map.fetch!(by[a], ka) / Map.fetch!(by[b], kb)
+        met = if cmp == :le, do: ratio <= bound, else: ratio >= bound
+        goal = Bench.bound_text(cmp, bound)
+        Bench.goal(what, Bench.x(ratio), goal, met)
+      end
 
-      Bench.target(label, ratio, fn r -> if cmp == :le, do: r <= bound, else: r >= bound end, "x")
-    end
+    rates =
+      for {what, name, floor} <- @rates, c = by[name] do
+        Bench.goal(
+          what,
+          Report.delimit(round(c.rate)),
+          "at least #{Report.delimit(floor)}",
+          c.rate >= floor
+        )
+      end
 
-    for {name, floor} <- [
-          {"tachyon.sequencer.throughput", 200_000},
-          {"tachyon.sequencer.throughput.batched", 2_000_000},
-          {"tachyon.sequencer.throughput.native", 200_000},
-          {"tachyon.sequencer.throughput.batched.native", 2_000_000}
-        ],
-        c = by[name],
-        do:
-          Bench.target(
-            "#{name} >= #{Report.delimit(floor)} msg/s",
-            c.rate,
-            &(&1 >= floor),
-            " msg/s"
-          )
-
-    Floors.targets(cases)
+    ratios ++ rates ++ Floors.goals(cases)
   end
 
   # Each case of @kinds that ran both ways, side by side: p50, p99 and

@@ -13,7 +13,7 @@ defmodule Tachyon.Bench.Store do
   #   disk_log.blog                     :disk_log.blog/2 on a halt log (internal format)
   #   file.write.raw                    :file.write/2 on a :raw append fd
   #
-  # Extra options: --cases a,b (run a subset), --hiccup-ms N.
+  # Extra options: see spec/0.
 
   alias Tachyon.{Bench, Store}
   alias Tachyon.Bench.Report
@@ -22,8 +22,26 @@ defmodule Tachyon.Bench.Store do
   @quick [messages: 20_000, warmup: 2_000, hiccup_ms: 200]
   @all ~w(machine.hiccup nif.noop tachyon.store.append tachyon.store.append.no_pretouch tachyon.store.append.native disk_log.blog file.write.raw)
 
+  @doc "The part's options, defaults and goals' run (Tachyon.Bench.CLI)."
+  def spec do
+    %{
+      name: "store",
+      summary:
+        "Tachyon.Store.append/2 against :disk_log.blog/2, :file.write/2 on a raw fd, " <>
+          "and the same append in a Rust loop (the floor)",
+      cases: @all,
+      options: [
+        {:cases, :string, "LIST", "run only these cases (comma-separated)"},
+        {:hiccup_ms, :integer, "MS", "how long machine.hiccup reads the clock"}
+      ],
+      defaults: @defaults,
+      quick: @quick,
+      full: [messages: 1_000_000]
+    }
+  end
+
   def run(argv) do
-    opts = Bench.parse!(argv, [cases: :string, hiccup_ms: :integer], @defaults, @quick)
+    opts = Bench.parse!(argv, spec())
     n = opts[:messages]
     warmup = opts[:warmup]
     size = opts[:size]
@@ -45,9 +63,10 @@ defmodule Tachyon.Bench.Store do
       end)
 
     Report.print_table(cases, "tachyon.store.append")
-    print_targets(cases)
+    goals = print_goals(cases, opts)
 
     Report.write_json(opts[:json], "store", cases, %{
+      "goals" => goals,
       "timer_overhead_ns" => overhead.avg_ns,
       "warmup" => warmup
     })
@@ -171,40 +190,50 @@ defmodule Tachyon.Bench.Store do
     loop(n - 1, s, msg, h)
   end
 
-  defp print_targets(cases) do
+  defp print_goals(cases, opts) do
     by = Bench.by_name(cases)
     t = by["tachyon.store.append"]
-    IO.puts("\nTargets (issue: full run of 1,000,000 x 256 bytes):")
-
     d = by["disk_log.blog"]
     f = by["tachyon.store.append.native"]
 
-    if t do
-      if d,
-        do:
-          Bench.target(
-            "disk_log.blog avg / tachyon.store.append avg >= 40x",
-            d.avg_ns / t.avg_ns,
-            &(&1 >= 40),
-            "x"
+    goals =
+      if t do
+        [
+          d &&
+            Bench.goal(
+              "average append, :disk_log.blog / Tachyon.Store",
+              Bench.x(d.avg_ns / t.avg_ns),
+              "at least 40x",
+              d.avg_ns / t.avg_ns >= 40
+            ),
+          f &&
+            Bench.goal(
+              "average append, Tachyon.Store from Elixir / the same append in a Rust loop",
+              Bench.x(t.avg_ns / f.avg_ns),
+              "at most 3x",
+              t.avg_ns / f.avg_ns <= 3
+            ),
+          Bench.goal(
+            "Tachyon.Store.append p99.9",
+            Report.short_ns(t.p999_ns),
+            "under 2 us",
+            t.p999_ns < 2_000
+          ),
+          Bench.goal(
+            "Tachyon.Store.append slowest call",
+            Report.short_ns(t.max_ns),
+            "under 100 us",
+            t.max_ns < 100_000
           )
+        ]
+        |> Enum.filter(& &1)
+      else
+        []
+      end
 
-      if f,
-        do:
-          Bench.target(
-            "tachyon.store.append avg / native avg <= 3x",
-            t.avg_ns / f.avg_ns,
-            &(&1 <= 3),
-            "x"
-          )
-
-      Bench.target("tachyon.store.append p99.9 < 2 us", t.p999_ns / 1000, &(&1 < 2), " us")
-      Bench.target("tachyon.store.append max < 100 us", t.max_ns / 1000, &(&1 < 100), " us")
-    end
-
+    json = Bench.print_goals(goals, opts, spec())
     Bench.print_hiccup_floor(cases)
 
-    t = by["tachyon.store.append"]
     np = by["tachyon.store.append.no_pretouch"]
 
     if t && np do
@@ -214,5 +243,7 @@ defmodule Tachyon.Bench.Store do
           "max #{Report.short_ns(t.max_ns)} vs #{Report.short_ns(np.max_ns)}"
       )
     end
+
+    json
   end
 end

@@ -10,31 +10,9 @@ defmodule Tachyon.Bench.Table do
   #         --value-sizes 64,256,1024,4096 --procs 1,4 --rocksdb --scale \
   #         --json bench/results/table.json         # the full run
   #
-  # Options (besides the common ones):
-  #
-  #   --records N          records put into each Tachyon/ETS table (1,000,000)
-  #   --peer-records N     records for the slow peers, dets and bitcask
-  #                        (100,000 by default: DETS takes ~70 us per put)
-  #   --messages N         random gets measured per case (500,000; capped
-  #                        at the table's record count for the slow peers)
-  #   --warmup N           gets run first and discarded (100,000)
-  #   --value-sizes LIST   value sizes in bytes (256; --size N is one size)
-  #   --procs LIST         concurrent processes (1,4)
-  #   --engines LIST       a subset of tachyon.memory,tachyon.mapped,
-  #                        tachyon.file,ets,dets,bitcask
-  #   --krati              Krati's mixed workload instead (Tachyon.Bench.Table.Krati:
-  #                        1 writer + 4 readers at once, values 0.5-2 KB;
-  #                        --krati-seconds N per engine, default 10)
-  #   --rocksdb            also build and run native/bench_rocksdb (Rust:
-  #                        Tachyon's core table vs RocksDB, same workload)
-  #   --scale              also the scale run: --scale-records records of
-  #                        256 bytes (10,000,000), put, get, close, reopen
-  #   --scale-records N
-  #   --hiccup-ms N        how long the machine.hiccup loop runs first (1000):
-  #                        the machine's own worst gap, the floor of every max
-  #   --shared-value       put one value binary under every key instead of
-  #                        one binary per key (ETS then stores a pointer per
-  #                        key: its best case)
+  # Options: spec/0 (`mix tachyon.bench --help`). The slow peers, DETS and
+  # Bitcask, get --peer-records records (DETS takes ~70 us per put) and at
+  # most that many gets.
   #
   # Cases are named <engine>.<put|get>.<size>.<procs>p. `ops/s` is
   # 1e9 / average latency for one process, and operations / wall time for
@@ -46,21 +24,6 @@ defmodule Tachyon.Bench.Table do
 
   @engines ~w(tachyon.memory tachyon.mapped tachyon.file ets dets bitcask)
 
-  @switches [
-    records: :integer,
-    peer_records: :integer,
-    value_sizes: :string,
-    procs: :string,
-    engines: :string,
-    rocksdb: :boolean,
-    scale: :boolean,
-    scale_records: :integer,
-    shared_value: :boolean,
-    krati: :boolean,
-    krati_seconds: :integer,
-    hiccup_ms: :integer
-  ]
-
   @defaults [
     records: 1_000_000,
     peer_records: 100_000,
@@ -68,7 +31,6 @@ defmodule Tachyon.Bench.Table do
     warmup: 100_000,
     value_sizes: "256",
     procs: "1,4",
-    engines: Enum.join(@engines, ","),
     scale_records: 10_000_000,
     hiccup_ms: 1000
   ]
@@ -83,12 +45,43 @@ defmodule Tachyon.Bench.Table do
     hiccup_ms: 200
   ]
 
+  @doc "The part's options, defaults and goals' run (Tachyon.Bench.CLI)."
+  def spec do
+    %{
+      name: "table",
+      summary:
+        "Tachyon.Table (storage :memory, :mapped, :file) against ETS, DETS and Bitcask: " <>
+          "put a table, then random gets; --messages is the gets per case",
+      cases: nil,
+      options: [
+        {:records, :integer, "N", "records put into each Tachyon and ETS table"},
+        {:peer_records, :integer, "N", "records for the slow peers, DETS and Bitcask"},
+        {:value_sizes, :string, "LIST", "value sizes in bytes, comma-separated (--size N: one)"},
+        {:procs, :string, "LIST", "numbers of concurrent processes, comma-separated"},
+        {:engines, :string, "LIST",
+         "a subset of #{Enum.join(@engines, ", ")} (comma-separated; default: all)"},
+        {:shared_value, :boolean, nil,
+         "put one value binary under every key (ETS's best case: a pointer per key)"},
+        {:rocksdb, :boolean, nil,
+         "also build and run native/bench_rocksdb: Tachyon's core table against RocksDB in Rust"},
+        {:scale, :boolean, nil, "also the scale run: put, get, close and reopen"},
+        {:scale_records, :integer, "N", "records of the scale run"},
+        {:krati, :boolean, nil,
+         "Krati's mixed workload instead: one writer and four readers at once, values 0.5-2 KB"},
+        {:krati_seconds, :integer, "S", "seconds per engine of that workload (default 10)"},
+        {:hiccup_ms, :integer, "MS", "how long machine.hiccup reads the clock"}
+      ],
+      defaults: @defaults,
+      quick: @quick,
+      full: [records: 1_000_000, messages: 500_000]
+    }
+  end
+
   def run(argv) do
-    opts = Bench.parse!(argv, @switches, @defaults, @quick)
+    opts = Bench.parse!(argv, spec())
 
     if opts[:krati] do
       Report.print_machine()
-      opts = if "--engines" in argv, do: opts, else: Keyword.delete(opts, :engines)
       rows = Tachyon.Bench.Table.Krati.run(opts)
       Report.write_json(opts[:json], "table_krati", [], %{"krati" => rows})
       []
@@ -106,11 +99,9 @@ defmodule Tachyon.Bench.Table do
 
     sizes = int_list!(opts, :value_sizes)
     procs = int_list!(opts, :procs)
-    engines = String.split(opts[:engines], ",", trim: true)
+    engines = String.split(opts[:engines] || Enum.join(@engines, ","), ",", trim: true)
 
-    for e <- engines, e not in @engines do
-      Mix.raise("unknown engine #{inspect(e)}; known: #{Enum.join(@engines, ", ")}")
-    end
+    for e <- engines, e not in @engines, do: Tachyon.Bench.CLI.unknown!("engine", e, @engines)
 
     Report.print_machine()
 
@@ -144,19 +135,18 @@ defmodule Tachyon.Bench.Table do
 
     for c <- [hiccup, noop | cases], do: Report.print_report(c)
     Bench.print_hiccup_floor([hiccup])
-    print_max_vs_hiccup(cases, hiccup)
 
     for size <- sizes do
       IO.puts("\n== value size #{size}")
       Report.print_table([noop | Enum.filter(cases, &(&1.size == size))], "ets.get.#{size}.1p")
     end
 
-    ratios = print_targets(cases)
     rust = if opts[:rocksdb], do: RocksDB.run(opts, sizes, procs), else: RocksDB.skip()
     scale = if opts[:scale], do: Scale.run(opts), else: []
     all = [hiccup, noop | cases] ++ rust ++ scale
-    targets = Map.merge(ratios, RocksDB.targets(rust))
-    Report.write_json(opts[:json], "table", all, %{"targets" => targets})
+    goals = goals(cases, hiccup) ++ RocksDB.goals(rust)
+    json = Bench.print_goals(goals, opts, spec())
+    Report.write_json(opts[:json], "table", all, %{"goals" => json})
     all
   end
 
@@ -176,64 +166,49 @@ defmodule Tachyon.Bench.Table do
     end)
   end
 
-  # -- targets -------------------------------------------------------------
+  # -- goals ---------------------------------------------------------------
 
-  # Issue 19's target: an in-memory put's worst case within 2x the worst
-  # gap of a loop that only reads the clock, measured in the same run.
-  defp print_max_vs_hiccup(cases, hiccup) do
-    for c <- cases, String.starts_with?(c.name, "tachyon.memory.put.") do
-      ratio = c.max_ns / max(hiccup.max_ns, 1)
-
-      IO.puts(
-        "  #{c.name} max #{Report.short_ns(c.max_ns)} = #{:erlang.float_to_binary(ratio, decimals: 2)}x " <>
-          "machine.hiccup max #{Report.short_ns(hiccup.max_ns)} (target <= 2x: #{if ratio <= 2, do: "met", else: "NOT met"})"
-      )
-    end
-  end
-
-  defp print_targets(cases) do
+  # An in-memory put's slowest call within 2x the longest gap of a loop
+  # that only reads the clock (machine.hiccup), in the same run; and, at
+  # 256-byte values and one process, time per call against ETS and
+  # operations per second against Bitcask.
+  defp goals(cases, hiccup) do
     by = Bench.by_name(cases)
 
-    rows =
-      for {label, a, b, goal} <-
-            [
-              {"tachyon.memory get cost vs ets get", "tachyon.memory.get.256.1p",
-               "ets.get.256.1p", {:le, 1.2}},
-              {"tachyon.memory put cost vs ets put", "tachyon.memory.put.256.1p",
-               "ets.put.256.1p", {:le, 2.0}}
-            ] ++
-              for(
-                m <- ~w(memory mapped file),
-                op <- ~w(put get),
-                do:
-                  {"tachyon.#{m} #{op} speed-up over bitcask", "bitcask.#{op}.256.1p",
-                   "tachyon.#{m}.#{op}.256.1p", {:ge, 10.0}}
-              ),
-          by[a] && by[b] do
-        # a's cost relative to b's: b's ops/s over a's.
-        ratio = by[b].ops_per_sec / by[a].ops_per_sec
+    max_vs_hiccup =
+      for c <- cases, String.starts_with?(c.name, "tachyon.memory.put.") do
+        ratio = c.max_ns / max(hiccup.max_ns, 1)
 
-        met =
-          case goal do
-            {:le, g} -> ratio <= g
-            {:ge, g} -> ratio >= g
-          end
-
-        {label, ratio, goal, met}
-      end
-
-    if rows != [] do
-      IO.puts("\n== targets (256-byte values, 1 process; ratios of ops/s)")
-
-      for {label, ratio, {dir, g}, met} <- rows do
-        want = if dir == :le, do: "<= #{g}x", else: ">= #{g}x"
-
-        IO.puts(
-          "#{String.pad_trailing(label, 36)} #{:erlang.float_to_binary(ratio, decimals: 2)}x  (target #{want}: #{if met, do: "met", else: "NOT met"})"
+        Bench.goal(
+          "slowest put, #{c.name} (#{Report.short_ns(c.max_ns)}) / machine.hiccup's longest gap " <>
+            "(#{Report.short_ns(hiccup.max_ns)})",
+          Bench.x(ratio),
+          "at most 2x",
+          ratio <= 2
         )
       end
-    end
 
-    Map.new(rows, fn {label, ratio, _, met} -> {label, %{"ratio" => ratio, "met" => met}} end)
+    ratios =
+      [
+        {"time per get, Tachyon.Table (:memory) / ETS", "tachyon.memory.get.256.1p",
+         "ets.get.256.1p", :le, 1.2},
+        {"time per put, Tachyon.Table (:memory) / ETS", "tachyon.memory.put.256.1p",
+         "ets.put.256.1p", :le, 2.0}
+      ] ++
+        for m <- ~w(memory mapped file), op <- ~w(put get) do
+          {"#{op}s per second, Tachyon.Table (:#{m}) / Bitcask", "bitcask.#{op}.256.1p",
+           "tachyon.#{m}.#{op}.256.1p", :ge, 10.0}
+        end
+
+    for_ratios =
+      for {what, a, b, cmp, bound} <- ratios, by[a] && by[b] do
+        # a's cost relative to b's: b's ops/s over a's.
+        ratio = by[b].ops_per_sec / by[a].ops_per_sec
+        met = if cmp == :le, do: ratio <= bound, else: ratio >= bound
+        goal = Bench.bound_text(cmp, bound)
+        Bench.goal(what <> ", 256-byte values, 1 process", Bench.x(ratio), goal, met)
+      end
+
+    max_vs_hiccup ++ for_ratios
   end
 end

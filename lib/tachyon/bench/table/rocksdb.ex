@@ -111,31 +111,28 @@ defmodule Tachyon.Bench.Table.RocksDB do
   end
 
   defp print_rust([]), do: :ok
+  defp print_rust(cases), do: Report.print_table(cases)
 
-  defp print_rust(cases) do
-    Report.print_table(cases)
-    IO.puts("\n== target: Tachyon core >= 5x RocksDB ops/s (Rust, 1 thread)")
-
-    for {label, %{"ratio" => ratio, "met" => met}} <- Enum.sort(targets(cases)) do
-      IO.puts(
-        "#{label}: #{:erlang.float_to_binary(ratio, decimals: 2)}x RocksDB " <>
-          "(#{if met, do: "met", else: "NOT met"})"
-      )
-    end
-  end
-
-  @doc "The target ratios of the Rust cases (Tachyon core >= 5x RocksDB ops/s)."
-  def targets(cases) do
+  @doc """
+  The goals of the Rust cases: Tachyon's core table at least 5x RocksDB's
+  operations per second, one thread, each value size and mode.
+  """
+  def goals(cases) do
     by = Bench.by_name(cases)
 
     for size <- Enum.uniq(Enum.map(cases, & &1.size)),
         op <- ~w(put get),
         mode <- ~w(memory mapped file),
         t = by["rust.tachyon.#{mode}.#{op}.#{size}.1t"],
-        r = by["rust.rocksdb.#{op}.#{size}.1t"],
-        into: %{} do
+        r = by["rust.rocksdb.#{op}.#{size}.1t"] do
       ratio = t.ops_per_sec / r.ops_per_sec
-      {"rust tachyon.#{mode} #{op} #{size}B vs rocksdb", %{"ratio" => ratio, "met" => ratio >= 5}}
+
+      Bench.goal(
+        "Rust, #{op}s per second, Tachyon's core table (#{mode}) / RocksDB, #{size}-byte values",
+        Bench.x(ratio),
+        "at least 5x",
+        ratio >= 5
+      )
     end
   end
 end

@@ -41,7 +41,7 @@ pub use prepare::{Prepare, Prepared};
 /// about 60 ms for 64 MiB on the test machine (1 GB/s), slower than an
 /// appender in a tight loop (up to 2 GB/s). A writer that catches up with
 /// the thread's faulting-in waits in its own page faults, behind the
-/// thread, for about 20 ms (see docs/BENCHMARKS.md, "The stall"). With 4
+/// thread, for about 20 ms (see docs/BENCHMARK_HISTORY.md, "The stall"). With 4
 /// segments of 64 MiB ready from the open on (and the active one faulted in
 /// whole), a burst of 256 MiB finds every page ready; the cost is the disk
 /// space preallocated for them, and the open's time to fault them in (done

@@ -1,0 +1,188 @@
+defmodule Tachyon.BenchCLITest do
+  use ExUnit.Case, async: true
+
+  import ExUnit.CaptureIO
+  import Tachyon.TestHelpers, only: [tmp_dir: 1]
+
+  alias Mix.Tasks.Tachyon.Bench, as: BenchTask
+  alias Tachyon.Bench
+  alias Tachyon.Bench.{CLI, JSON, Summary}
+
+  describe "mix tachyon.bench --help" do
+    test "is planned before anything runs, wherever it is on the line" do
+      assert BenchTask.plan(["--help"]) == :help
+      assert BenchTask.plan(["-h"]) == :help
+      assert BenchTask.plan(["store", "--messages", "5", "--help"]) == :help
+    end
+
+    test "lists every part and every option, with the defaults" do
+      text = capture_io(fn -> BenchTask.run(["--help"]) end)
+
+      for {name, mod} <- BenchTask.benches() do
+        spec = mod.spec()
+        assert text =~ "\n#{name}: ", "part #{name} missing"
+
+        for {key, _type, _arg, _doc} <- spec.options do
+          assert text =~ CLI.flag(key), "#{CLI.flag(key)} of #{name} missing"
+        end
+      end
+
+      for flag <- ~w(--messages --warmup --size --quick --json --plot --dir --summary --help) do
+        assert text =~ flag
+      end
+
+      # The store's defaults, and what --quick changes, in brackets.
+      assert text =~ "--messages 200,000 [20,000]"
+      assert text =~ "Its goals are checked on a full run (--messages 1000000 or more)"
+    end
+  end
+
+  describe "a misspelled part, option or case" do
+    test "is refused before anything runs, with a suggestion" do
+      assert {:error, msg} = BenchTask.plan(["strore"])
+      assert msg =~ ~s(unknown part "strore"; did you mean store?)
+
+      assert {:error, msg} = BenchTask.plan(["store", "--mesages", "10"])
+      assert msg =~ "unknown option --mesages of the store part; did you mean --messages?"
+
+      assert {:error, msg} = BenchTask.plan(["store", "--cases", "tachyon.store.apend"])
+      assert msg =~ "did you mean tachyon.store.append?"
+
+      assert {:error, msg} = BenchTask.plan(["store", "--messages", "many"])
+      assert msg =~ ~s(--messages expects an integer, got: "many")
+    end
+
+    test "an option of another part says which part has it" do
+      assert {:error, msg} = BenchTask.plan(["--records", "10"])
+      assert msg =~ "--records is an option of the table part"
+    end
+
+    test "nothing close enough: no suggestion, the known names" do
+      assert {:error, msg} = BenchTask.plan(["zzz"])
+      refute msg =~ "did you mean"
+      assert msg =~ "known: store, async, echo, table, sequencer"
+    end
+
+    test "raises Mix.Error (a non-zero exit)" do
+      assert_raise Mix.Error, ~r/did you mean store\?/, fn -> BenchTask.run(["strore"]) end
+    end
+  end
+
+  test "a run is planned with its part, its options and its plot directory" do
+    assert BenchTask.plan(["store", "--quick", "--plot", "plots"]) ==
+             {:run, "store", ["--quick"], "plots"}
+
+    assert BenchTask.plan(["--quick"]) == {:run, nil, ["--quick"], nil}
+    assert {:error, "--plot expects a directory"} = BenchTask.plan(["store", "--plot"])
+    assert {:error, "--summary expects a directory" <> _} = BenchTask.plan(["--summary"])
+
+    assert {:error, "--summary DIR: \"nowhere\" is not a directory"} =
+             BenchTask.plan(["--summary", "nowhere"])
+  end
+
+  describe "goals" do
+    setup do
+      goals = [
+        Bench.goal("Tachyon.Store.append p99.9", "3.00us", "under 2 us", false),
+        Bench.goal(
+          "average append, :disk_log.blog / Tachyon.Store",
+          "41.00x",
+          "at least 40x",
+          true
+        )
+      ]
+
+      %{goals: goals, spec: Bench.Store.spec()}
+    end
+
+    test "a shorter run shows them for reference, not as misses", %{goals: goals, spec: spec} do
+      {json, out} = with_io(fn -> Bench.print_goals(goals, [messages: 200_000], spec) end)
+
+      assert out =~ "set for a full run (mix tachyon.bench store --messages 1000000)"
+      assert out =~ "Tachyon.Store.append p99.9: 3.00us (goal for a full run: under 2 us)"
+      refute out =~ ~r/not met|NOT MET/i
+      assert Enum.all?(json, &(&1["checked"] == false))
+    end
+
+    test "a full run checks them", %{goals: goals, spec: spec} do
+      {json, out} = with_io(fn -> Bench.print_goals(goals, [messages: 1_000_000], spec) end)
+
+      assert out =~ "Goals (checked: this is a full run)"
+      assert out =~ "Tachyon.Store.append p99.9: 3.00us (goal: under 2 us): not met"
+      assert out =~ "41.00x (goal: at least 40x): met"
+      assert [%{"checked" => true, "met" => false}, %{"met" => true}] = json
+    end
+
+    test "--quick is never a full run", %{spec: spec} do
+      refute CLI.full_run?([messages: 5_000_000, quick: true], spec)
+      assert CLI.full_run?([messages: 1_000_000], spec)
+    end
+  end
+
+  test "--summary prints the tables of a run's JSON: Tachyon, peers, floors, ratios, command, machine, plot" do
+    dir = tmp_dir("bench-summary")
+
+    case_map = fn name, p50 ->
+      %{
+        "name" => name,
+        "messages" => 200_000,
+        "size" => 256,
+        "p50_ns" => p50,
+        "p99_ns" => p50 * 2,
+        "p999_ns" => p50 * 4,
+        "max_ns" => p50 * 100,
+        "ops_per_sec" => 1.0e9 / p50
+      }
+    end
+
+    doc = %{
+      "bench" => "store",
+      "command" => "mix tachyon.bench --json #{dir}",
+      "warmup" => 20_000,
+      "machine" => %{
+        "cpu" => "Test CPU",
+        "cores" => 2,
+        "memory_gib" => 7.8,
+        "kernel" => "6.1",
+        "otp" => "25",
+        "elixir" => "1.14.0",
+        "date" => "2026-11-26T10:13:58Z"
+      },
+      "cases" => [
+        case_map.("tachyon.store.append", 100),
+        case_map.("disk_log.blog", 1_000),
+        case_map.("tachyon.store.append.native", 50)
+      ],
+      "goals" => [
+        %{
+          "goal" => "Tachyon.Store.append p99.9: under 2 us",
+          "measured" => "400ns",
+          "checked" => false,
+          "met" => true
+        }
+      ]
+    }
+
+    File.write!(Path.join(dir, "store.json"), JSON.encode(doc))
+    File.write!(Path.join(dir, "store-20261126T101358.svg"), "<svg/>")
+
+    md = Summary.markdown(dir)
+    assert md =~ "### Store"
+    assert md =~ "Command: `mix tachyon.bench --json #{dir}` (part `store`)"
+    assert md =~ "first row: 200,000 measured, 256 bytes each after 20,000 warm-up"
+    assert md =~ "Machine: Test CPU, 2 cores, 7.8 GiB, Linux 6.1, OTP 25, Elixir 1.14.0"
+    assert md =~ "| Tachyon | `tachyon.store.append` |"
+    # p50 against the first row's: the peer 10x, the floor 0.5x.
+    assert md =~ ~r/\| peer \| `disk_log.blog` \|.*\| 1.00us \|.*\| 10.00x \|/
+    assert md =~ ~r/\| floor \| `tachyon.store.append.native` \|.*\| 0.50x \|/
+    # Rows whose case the run lacks are left out.
+    refute md =~ "file.write.raw"
+    assert md =~ "not checked: a shorter run than the goal was set for"
+    assert md =~ "store-20261126T101358.svg"
+  end
+
+  test "--summary of a directory with no run is an error" do
+    dir = tmp_dir("bench-summary-empty")
+    assert_raise Mix.Error, ~r/no JSON file of a run/, fn -> Summary.markdown(dir) end
+  end
+end
