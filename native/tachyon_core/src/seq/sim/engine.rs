@@ -66,6 +66,8 @@ pub(super) struct Sim<'a> {
     pub heals: Vec<(Nanos, Heal)>,
     /// The node believed primary (last to take over).
     pub primary: usize,
+    /// When the first primary was elected.
+    first_primary: Option<Nanos>,
     pub faults: BTreeMap<&'static str, u64>,
     /// The fault kinds this seed draws from.
     pub mix: Vec<Fault>,
@@ -165,6 +167,7 @@ impl<'a> Sim<'a> {
             ev: Vec::new(),
             heals: Vec::new(),
             primary: 0,
+            first_primary: None,
             faults: BTreeMap::new(),
             mix,
             script,
@@ -288,6 +291,17 @@ impl<'a> Sim<'a> {
             return None;
         }
         let now = self.now;
+        if let Some(by) = self.cfg.scenario.as_ref().and_then(|s| s.primary_by) {
+            if self.first_primary.is_none_or(|t| t > by) {
+                let d = format!(
+                    "no primary by {} ms (first at {:?} ms)",
+                    by / MILLI,
+                    self.first_primary.map(|t| t / MILLI)
+                );
+                self.check.fail("no_primary", now, d);
+                return None;
+            }
+        }
         if !self.check.forks_allowed && self.check.forks_reported > 0 {
             let d = format!(
                 "{} forks reported where none can be",
@@ -477,6 +491,7 @@ impl<'a> Sim<'a> {
 
     fn took_over(&mut self, i: usize, term: u64) {
         self.check.takeovers += 1;
+        self.first_primary.get_or_insert(self.now);
         self.trace(|| format!("node {i} primary of term {term}"));
         let p = self.primary;
         let w = self.proto.takeover_window();

@@ -56,6 +56,9 @@ pub struct Scenario {
     pub actions: Vec<(Nanos, Action)>,
     /// When the script's faults are healed (what is still down restarts).
     pub heal_at: Nanos,
+    /// A primary must have been elected by then (liveness under the
+    /// script's faults).
+    pub primary_by: Option<Nanos>,
 }
 
 impl Scenario {
@@ -93,6 +96,7 @@ impl Scenario {
                     (ms(360), Restart(2)),
                 ],
                 heal_at: ms(1_500),
+                primary_by: None,
             },
             Scenario {
                 name: "power_loss_then_crash",
@@ -110,6 +114,7 @@ impl Scenario {
                     (ms(1_210), Restart(2)),
                 ],
                 heal_at: ms(2_500),
+                primary_by: None,
             },
             Scenario {
                 name: "replaced_disk",
@@ -127,6 +132,7 @@ impl Scenario {
                     (ms(1_212), Rejoin(1)),
                 ],
                 heal_at: ms(2_500),
+                primary_by: None,
             },
             Scenario {
                 name: "full_disk_primary",
@@ -138,6 +144,7 @@ impl Scenario {
                 late_members: vec![],
                 actions: vec![(ms(400), DiskFull(0, true))],
                 heal_at: ms(2_000),
+                primary_by: None,
             },
             Scenario {
                 name: "close_with_publishes_in_flight",
@@ -154,6 +161,7 @@ impl Scenario {
                     (ms(900), MemberOpen(1, Start::From(1))),
                 ],
                 heal_at: ms(1_500),
+                primary_by: None,
             },
             Scenario {
                 name: "late_witness",
@@ -172,6 +180,19 @@ impl Scenario {
                     (ms(910), Witness(1, 0)),
                 ],
                 heal_at: ms(2_000),
+                primary_by: None,
+            },
+            Scenario {
+                name: "new_group_without_its_last_node",
+                what: "a new group of three whose third node does not start: the two that \
+                       do (learners with empty logs, a majority) elect a primary without \
+                       waiting for it",
+                nodes: 3,
+                members: 2,
+                late_members: vec![],
+                actions: vec![(0, Kill(2))],
+                heal_at: ms(1_500),
+                primary_by: Some(ms(500)),
             },
         ]
     }

@@ -24,7 +24,10 @@
 //!   heard, its own included. The most up to date log of all holds every
 //!   committed entry that any node still holds (log matching), so nothing
 //!   that survives anywhere is lost; what no node holds any more was lost
-//!   with the disks.
+//!   with the disks;
+//! * a new group (every node starts as a learner: no metadata yet) need not
+//!   wait for its last node: learners with empty logs that hear a majority
+//!   of empty logs (themselves included) vote among themselves.
 //!
 //! One candidate per term ([`quorum::candidate_of`]) keeps a forgotten
 //! vote harmless: a learner that voted in a term before it lost its disk
@@ -124,12 +127,21 @@ impl<L: Log> Node<L> {
         }
         let fresh = PROBE_FRESH * self.cfg.election_timeout;
         let me = self.cfg.id as usize;
-        self.lr.heard.iter().enumerate().all(|(i, h)| {
-            i == me
-                || h.is_some_and(|h| {
-                    now.saturating_sub(h.at) < fresh && at_least(last_term, end, h.last_term, h.end)
-                })
-        })
+        let heard = |h: &Option<Heard>| h.filter(|h| now.saturating_sub(h.at) < fresh);
+        let all = self.lr.heard.iter().enumerate().all(|(i, h)| {
+            i == me || heard(h).is_some_and(|h| at_least(last_term, end, h.last_term, h.end))
+        });
+        // A new group: this node and a majority with it have empty logs
+        // (nothing was ever acknowledged anywhere they could vouch for):
+        // it need not wait for every node to start.
+        let empty = 1 + self
+            .lr
+            .heard
+            .iter()
+            .enumerate()
+            .filter(|(i, h)| *i != me && heard(h).is_some_and(|h| h.end == 0))
+            .count();
+        all || (self.ls.next == 0 && end == 0 && empty >= self.majority())
     }
 
     /// Whether this node may campaign: its disk has room, and it would
