@@ -266,6 +266,10 @@ impl From<LogError> for Error {
         match e {
             LogError::NoSpace => Error::NoSpace,
             LogError::NotFound => Error::NotFound,
+            LogError::Damaged(at) => Error::Corrupt {
+                segment: 0,
+                offset: at,
+            },
             LogError::Store(e) => Error::from(e),
         }
     }

@@ -188,7 +188,27 @@ impl Entries for NodeLog {
         max: usize,
         f: &mut dyn FnMut(u64, &[u8]),
     ) -> Result<usize, LogError> {
-        Ok(self.store.read_range(from, max, usize::MAX, f)?)
+        read_checked(&self.store, from, max, f)
+    }
+}
+
+/// A store's entries, a record that does not verify reported as
+/// [`LogError::Damaged`] with its index (what came before it is read).
+pub fn read_checked(
+    store: &Store,
+    from: u64,
+    max: usize,
+    f: &mut dyn FnMut(u64, &[u8]),
+) -> Result<usize, LogError> {
+    let mut n = 0;
+    match store.read_range(from, max, usize::MAX, &mut |i: u64, e: &[u8]| {
+        n += 1;
+        f(i, e)
+    }) {
+        Ok(k) => Ok(k),
+        Err(StoreError::Corrupt { .. }) if n > 0 => Ok(n),
+        Err(StoreError::Corrupt { .. }) => Err(LogError::Damaged(from)),
+        Err(e) => Err(e.into()),
     }
 }
 

@@ -12,6 +12,9 @@ pub enum LogError {
     NoSpace,
     /// The entry is not there (below the first index or at/after the end).
     NotFound,
+    /// The entry at this index cannot be read back as written (a latent
+    /// sector error, a record that does not verify): never read as data.
+    Damaged(u64),
     Store(StoreError),
 }
 
@@ -92,12 +95,6 @@ impl Entries for crate::store::Store {
         max: usize,
         f: &mut dyn FnMut(u64, &[u8]),
     ) -> Result<usize, LogError> {
-        Ok(crate::store::Store::read_range(
-            self,
-            from,
-            max,
-            usize::MAX,
-            f,
-        )?)
+        crate::seq::nodelog::read_checked(self, from, max, f)
     }
 }

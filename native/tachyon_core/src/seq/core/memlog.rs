@@ -20,7 +20,7 @@
 //! recovery), and chained hashes of every prefix ([`MemLog::chain`]) for
 //! the log matching check.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use super::log::{Entries, Log, LogError, Meta};
 use super::{Nanos, Rng};
@@ -51,6 +51,9 @@ pub struct MemLog {
     /// Test aid: appends fail while set.
     pub full: bool,
     recovery_lost: u64,
+    /// Entries whose every read fails (latent sector errors) until they
+    /// are written again.
+    read_errors: BTreeSet<u64>,
     /// The lowest index changed since [`MemLog::take_changed`].
     changed_from: Option<u64>,
 }
@@ -226,6 +229,17 @@ impl MemLog {
     pub fn recovery_lost(&self) -> u64 {
         self.recovery_lost
     }
+
+    /// Whether some entry cannot be read back.
+    pub fn has_read_errors(&self) -> bool {
+        !self.read_errors.is_empty()
+    }
+
+    /// Entry `i` becomes unreadable (a latent sector error): every read
+    /// of it fails until it is written again. False if there is none.
+    pub fn add_read_error(&mut self, i: u64) -> bool {
+        (i < self.len()) && self.read_errors.insert(i)
+    }
 }
 
 impl Log for MemLog {
@@ -253,6 +267,7 @@ impl Log for MemLog {
         }
         self.entries.truncate(from as usize);
         self.chain.truncate(from as usize);
+        self.read_errors.split_off(&from);
         // Durable before it returns: the truncated slots are zeroed on
         // the platter, and any write to them pending is dropped.
         let stale: Vec<u64> = self.dirty.range(from..).map(|(i, _)| *i).collect();
@@ -299,6 +314,14 @@ impl Entries for MemLog {
             .skip(from as usize)
             .take(max)
         {
+            if self.read_errors.contains(&(i as u64)) {
+                // What came before it is read; the damaged one is an error.
+                return if n > 0 {
+                    Ok(n)
+                } else {
+                    Err(LogError::Damaged(i as u64))
+                };
+            }
             f(i as u64, e);
             n += 1;
         }

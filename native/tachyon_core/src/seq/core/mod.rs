@@ -102,9 +102,10 @@ pub fn replay_datagrams<L: Entries + ?Sized>(
     let mut h = job.header;
     let max = job.max_datagram;
     let mut at = job.from;
+    let mut failed = None;
     while at < job.to {
         let want = (job.to - at).min(4096) as usize;
-        let n = log.read_range(at, want, &mut |seq, e| {
+        let r = log.read_range(at, want, &mut |seq, e| {
             if count > 0 && (buf.len() + e.len() > max || count == u16::MAX) {
                 wire::set_count(buf, count);
                 emit(buf);
@@ -117,17 +118,25 @@ pub fn replay_datagrams<L: Entries + ?Sized>(
             buf.extend_from_slice(e);
             count += 1;
             sent += 1;
-        })?;
-        if n == 0 {
-            break;
+        });
+        match r {
+            Ok(0) => break,
+            Ok(n) => at += n as u64,
+            Err(e) => {
+                // What was read before an entry that cannot be is sent.
+                failed = Some(e);
+                break;
+            }
         }
-        at += n as u64;
     }
     if count > 0 {
         wire::set_count(buf, count);
         emit(buf);
     }
-    Ok(sent)
+    match failed {
+        Some(e) => Err(e),
+        None => Ok(sent),
+    }
 }
 
 /// What a node reports to its shell (telemetry, tests, the simulator).

@@ -59,12 +59,23 @@ struct Shared {
     sync_ask: Mutex<Option<(u64, u64)>>,
     sync_done: Mutex<Option<(u64, u64)>>,
     sync_errors: Counter,
+    /// The lowest entry a replay could not read back (`u64::MAX`: none):
+    /// the node thread cuts its log there and copies it again.
+    damaged: AtomicU64,
     /// The syncer's wake-up line, and the node thread's.
     syncer_wake: OnceLock<Arc<crate::wait::Wake>>,
     node_wake: OnceLock<Arc<crate::wait::Wake>>,
 }
 
 impl Shared {
+    /// A replay found entry `at` unreadable: tell the node thread.
+    fn damaged(&self, at: u64) {
+        self.damaged.fetch_min(at, Ordering::AcqRel);
+        if let Some(w) = self.node_wake.get() {
+            w.wake();
+        }
+    }
+
     /// What the other threads read of the node after each of its steps.
     fn after_step(&self, node: &Node<NodeLog>) {
         self.session.set(node.session());
@@ -135,6 +146,7 @@ impl Sequencer {
             sync_ask: Mutex::new(None),
             sync_done: Mutex::new(None),
             sync_errors: Counter::default(),
+            damaged: AtomicU64::new(u64::MAX),
             syncer_wake: OnceLock::new(),
             node_wake: OnceLock::new(),
         });

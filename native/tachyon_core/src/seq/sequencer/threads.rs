@@ -14,7 +14,7 @@ use crate::counter::Counter;
 use crate::report::{Report, Reporter, Value};
 use crate::seq::clock;
 use crate::seq::core::node::Node;
-use crate::seq::core::{replay_datagrams, Env, Nanos, NodeEvent, Replay, Sink};
+use crate::seq::core::{replay_datagrams, Env, LogError, Nanos, NodeEvent, Replay, Sink};
 use crate::seq::member::{Batches, Sockets};
 use crate::seq::nodelog::{NodeLog, SharedStore};
 use crate::udp::sys::{SendBatch, Socket};
@@ -86,8 +86,10 @@ impl Env for NodeEnv<'_> {
             let sink = &mut self.sink;
             let sent =
                 replay_datagrams(&*log, &job, self.buf, &mut |d| sink.send(&[job.to_addr], d));
-            if let Ok(n) = sent {
-                self.shared.replayed_inline.bump(n);
+            match sent {
+                Ok(n) => self.shared.replayed_inline.bump(n),
+                Err(LogError::Damaged(at)) => self.shared.damaged(at),
+                Err(_) => {}
             }
             return;
         }
@@ -220,6 +222,10 @@ pub(super) fn run(
         if w != u64::MAX || sh.take_over.swap(false, Ordering::AcqRel) {
             node.witness_down(now, (w != u64::MAX).then_some(w as u8));
         }
+        let damaged = sh.damaged.swap(u64::MAX, Ordering::AcqRel);
+        if damaged != u64::MAX {
+            node.log_damaged(now, damaged, &mut env);
+        }
         let done = sh
             .sync_done
             .lock()
@@ -339,8 +345,10 @@ pub(super) fn replay_loop(
         };
         let sent = replay_datagrams(&*s, &job, &mut buf, &mut |d| sink.send(&[job.to_addr], d));
         sink.flush();
-        if let Ok(n) = sent {
-            sh.replayed.bump(n);
+        match sent {
+            Ok(n) => sh.replayed.bump(n),
+            Err(LogError::Damaged(at)) => sh.damaged(at),
+            Err(_) => {}
         }
     }
 }

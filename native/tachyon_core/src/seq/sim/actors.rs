@@ -7,7 +7,7 @@ use std::net::SocketAddr;
 
 use crate::seq::core::node::{Node, NodeConfig};
 use crate::seq::core::{
-    replay_datagrams, Env, MemLog, Nanos, NodeEvent, Outbox, Replay, Rng, Sink,
+    replay_datagrams, Env, LogError, MemLog, Nanos, NodeEvent, Outbox, Replay, Rng, Sink,
 };
 
 pub use super::members::{SimMember, Start, Workload};
@@ -131,6 +131,9 @@ pub struct SimNode {
     queued: Vec<Replay>,
     /// A sync asked (`durability: fsync`) and when the disk is done.
     sync: Option<(Nanos, u64, u64)>,
+    /// An entry a replay could not read back (the node is told at its next
+    /// step).
+    damaged: Option<u64>,
     asked: Option<(u64, u64)>,
     events: Vec<NodeEvent>,
     buf: Vec<u8>,
@@ -177,6 +180,7 @@ impl SimNode {
             replays: Vec::new(),
             queued: Vec::new(),
             sync: None,
+            damaged: None,
             asked: None,
             events: Vec::new(),
             buf: Vec::new(),
@@ -199,6 +203,9 @@ impl SimNode {
             events: &mut self.events,
             asked: &mut self.asked,
         };
+        if let Some(at) = self.damaged.take() {
+            self.node.log_damaged(now, at, &mut env);
+        }
         if let Some((at, upto, gen)) = self.sync {
             if at <= now {
                 // The disk is done: what the sync covered is on it (the
@@ -213,9 +220,12 @@ impl SimNode {
         for job in self.queued.drain(..) {
             if job.is_small() {
                 // Answered by the node's own thread, as the shell does.
-                let _ = replay_datagrams(self.node.log(), &job, &mut self.buf, &mut |d| {
+                let r = replay_datagrams(self.node.log(), &job, &mut self.buf, &mut |d| {
                     out.send(&[job.to_addr], d)
                 });
+                if let Err(LogError::Damaged(at)) = r {
+                    self.damaged = Some(self.damaged.map_or(at, |d| d.min(at)));
+                }
                 continue;
             }
             // Now and then the replayer's thread waits for a CPU for long.
@@ -258,9 +268,12 @@ impl SimNode {
             if job.fence == 0 || job.fence != self.node.fence() {
                 continue;
             }
-            let _ = replay_datagrams(self.node.log(), &job, &mut self.buf, &mut |d| {
+            let r = replay_datagrams(self.node.log(), &job, &mut self.buf, &mut |d| {
                 out.send(&[job.to_addr], d)
             });
+            if let Err(LogError::Damaged(at)) = r {
+                self.damaged = Some(self.damaged.map_or(at, |d| d.min(at)));
+            }
         }
     }
 }

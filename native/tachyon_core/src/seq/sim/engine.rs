@@ -44,6 +44,9 @@ pub(super) struct NodeFate {
     /// Its log's prefix hashes before it lost data (it held those when it
     /// acknowledged them).
     pub before_loss: Option<Vec<u64>>,
+    /// An entry of its log cannot be read back (found when a replay reads
+    /// it: then the node cuts its log there).
+    pub latent: bool,
 }
 
 /// A paused process keeps at most this many datagrams (its socket buffer).
@@ -481,6 +484,13 @@ impl<'a> Sim<'a> {
         };
         if let Some(v) = self.logs.log_changed(now, i, log) {
             self.check.violations.push(v);
+        }
+        if self.fates[i].latent && !log.has_read_errors() {
+            // Found and cut: amnesiac until it copied it again.
+            self.fates[i].latent = false;
+            if log.len() < self.logs.max_commit {
+                self.fates[i].amnesiac_until = Some(self.logs.max_commit);
+            }
         }
         if self.fates[i].amnesiac_until.is_some_and(|c| log.len() >= c) {
             self.fates[i].amnesiac_until = None;

@@ -25,6 +25,10 @@ pub enum Fault {
     Corrupt,
     /// A node's disk is full for a while (appends fail).
     DiskFull,
+    /// A record of a node's log cannot be read back (a latent sector
+    /// error), until the node finds it (a replay reads it) and copies it
+    /// again from its peers.
+    ReadError,
     /// A process is frozen; resumed, it reads what waited, then ticks.
     Pause,
     /// A process is frozen between a read and its clock check; resumed,
@@ -74,12 +78,13 @@ pub enum Down {
 }
 
 impl Fault {
-    pub const ALL: [Fault; 18] = [
+    pub const ALL: [Fault; 19] = [
         Fault::Crash,
         Fault::PowerLoss,
         Fault::ReplaceDisk,
         Fault::Corrupt,
         Fault::DiskFull,
+        Fault::ReadError,
         Fault::Pause,
         Fault::Stall,
         Fault::Partition,
@@ -102,6 +107,7 @@ impl Fault {
             Fault::ReplaceDisk => "replace_disk",
             Fault::Corrupt => "corrupt",
             Fault::DiskFull => "disk_full",
+            Fault::ReadError => "read_error",
             Fault::Pause => "pause",
             Fault::Stall => "stall",
             Fault::Partition => "partition",
@@ -206,7 +212,7 @@ impl Sim<'_> {
     fn may_lose_data(&self, i: usize) -> bool {
         let n = self.node_addrs.len();
         let others = (0..n)
-            .filter(|&j| j != i && self.fates[j].amnesiac_until.is_some())
+            .filter(|&j| j != i && (self.fates[j].amnesiac_until.is_some() || self.fates[j].latent))
             .count();
         others < (n - 1) / 2
     }
@@ -305,7 +311,8 @@ impl Sim<'_> {
             | Fault::PowerLoss
             | Fault::ReplaceDisk
             | Fault::Corrupt
-            | Fault::DiskFull => node,
+            | Fault::DiskFull
+            | Fault::ReadError => node,
             Fault::MemberKill | Fault::MemberClose if n > n_nodes => {
                 n_nodes + self.rng.range(0, (n - n_nodes) as u64) as usize
             }
@@ -331,6 +338,24 @@ impl Sim<'_> {
                 self.may_lose_data(i) && self.take_down(i, Down::Replace, now + d)
             }
             Fault::Corrupt => self.may_lose_data(i) && self.take_down(i, Down::Corrupt, now + d),
+            Fault::ReadError => {
+                if !self.may_lose_data(i) || self.fates[i].latent {
+                    return;
+                }
+                let Some(log) = self.procs[i].actor.as_mut().and_then(|a| a.log_mut()) else {
+                    return;
+                };
+                let len = log.len();
+                let at = self.rng.range(1, len.max(2));
+                let chains = log.chains();
+                if !log.add_read_error(at) {
+                    return;
+                }
+                self.trace(|| format!("entry {at} of node {i} unreadable"));
+                self.fates[i].latent = true;
+                self.fates[i].before_loss = Some(chains);
+                true
+            }
             Fault::DiskFull => {
                 self.trace(|| format!("disk of node {i} full for {} ms", d / MILLI));
                 self.set_full(i, true);

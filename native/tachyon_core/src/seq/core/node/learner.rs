@@ -230,6 +230,37 @@ impl<L: Log> Node<L> {
         }
     }
 
+    /// Entry `at` of this node's log cannot be read back (a replay's read
+    /// failed: a latent sector error, a record that does not verify). It
+    /// is never served as data: a primary steps down (a node with a good
+    /// copy takes over); the node cuts its log there, durably, and is a
+    /// learner until it has copied the rest again from the primary
+    /// (repaired from its peers).
+    pub fn log_damaged(&mut self, now: Nanos, at: u64, env: &mut dyn Env) {
+        if at >= self.ls.next {
+            return;
+        }
+        if self.role == Role::Leader {
+            self.stop(now, env);
+        }
+        let removed = self.ls.next - at;
+        if self.ls.truncate(&mut self.log, at).is_err() {
+            self.c.store_errors.bump(1);
+            return;
+        }
+        self.truncated_to(at);
+        self.c.truncated.bump(removed);
+        self.commit = self.commit.min(at);
+        self.fl.reset();
+        env.event(NodeEvent::Truncated { from: at, removed });
+        if !self.meta.learner {
+            self.meta.learner = true;
+            self.persist();
+            env.event(NodeEvent::Learner { reason: "damaged" });
+        }
+        self.mirror();
+    }
+
     /// The candidate of `term` is `node` (one per term).
     pub(super) fn designated(&self, term: u32, node: u8) -> bool {
         quorum::candidate_of(term, self.cfg.group.len()) == node

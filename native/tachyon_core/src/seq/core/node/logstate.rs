@@ -46,7 +46,7 @@ impl LogState {
         let mut at = 0;
         let mut bad = None;
         while at < end && bad.is_none() {
-            let n = log.read_range(at, 4096, &mut |i, e| {
+            let r = log.read_range(at, 4096, &mut |i, e| {
                 if bad.is_some() {
                     return;
                 }
@@ -54,7 +54,16 @@ impl LogState {
                     Ok(m) if s.follows(i, &m) => s.applied(i, &m),
                     _ => bad = Some(i),
                 }
-            })?;
+            });
+            let n = match r {
+                Ok(n) => n,
+                // An entry that cannot be read is cut with what follows.
+                Err(LogError::Damaged(i)) => {
+                    bad = Some(i);
+                    break;
+                }
+                Err(e) => return Err(e),
+            };
             if n == 0 {
                 break;
             }
