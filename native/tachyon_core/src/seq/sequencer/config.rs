@@ -98,6 +98,11 @@ impl SequencerConfig {
         };
         let id = group.iter().position(|a| *a == self.bind).unwrap_or(0) as u8;
         let mut c = NodeConfig::new(id, group);
+        c.addr = if self.group.is_empty() {
+            local
+        } else {
+            self.bind
+        };
         c.bus = self.bus;
         c.max_datagram = self.max_datagram;
         c.batching = self.batching;

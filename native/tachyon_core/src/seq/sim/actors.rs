@@ -5,7 +5,7 @@
 
 use std::net::SocketAddr;
 
-use crate::seq::core::node::{Node, NodeConfig};
+use crate::seq::core::node::{Membership, Node, NodeConfig};
 use crate::seq::core::{
     replay_datagrams, Env, LogError, MemLog, Nanos, NodeEvent, Outbox, Replay, Rng, Sink,
 };
@@ -116,6 +116,20 @@ pub trait Actor {
     /// A node's log, to change (the nemesis's disk faults).
     fn log_mut(&mut self) -> Option<&mut MemLog> {
         None
+    }
+    /// A node's view of the group's membership.
+    fn membership(&self) -> Option<Membership> {
+        None
+    }
+    /// Asks a node (a primary) to remove node `id` from the group.
+    fn remove_node(
+        &mut self,
+        _now: Nanos,
+        _id: u8,
+        _out: &mut Outbox,
+        _ev: &mut Vec<Event>,
+    ) -> bool {
+        false
     }
 }
 
@@ -318,6 +332,18 @@ impl Actor for SimNode {
 
     fn log_mut(&mut self) -> Option<&mut MemLog> {
         Some(self.node.log_mut())
+    }
+
+    fn membership(&self) -> Option<Membership> {
+        Some(self.node.membership().clone())
+    }
+
+    fn remove_node(&mut self, now: Nanos, id: u8, out: &mut Outbox, ev: &mut Vec<Event>) -> bool {
+        let mut ok = false;
+        self.call(now, out, ev, |n, env| {
+            ok = n.remove_node(now, id, env).is_ok()
+        });
+        ok
     }
 
     fn primary_term(&self) -> Option<u64> {

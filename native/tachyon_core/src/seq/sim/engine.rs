@@ -44,6 +44,8 @@ pub(super) struct NodeFate {
     /// Its log's prefix hashes before it lost data (it held those when it
     /// acknowledged them).
     pub before_loss: Option<Vec<u64>>,
+    /// A spare slot no node has started in yet.
+    pub unused: bool,
     /// An entry of its log cannot be read back (found when a replay reads
     /// it: then the node cuts its log there).
     pub latent: bool,
@@ -60,6 +62,9 @@ pub(super) struct Sim<'a> {
     pub procs: Vec<Proc>,
     by_addr: HashMap<SocketAddr, usize>,
     pub node_addrs: Vec<SocketAddr>,
+    /// Nodes of the initial group (the first of `node_addrs`; the others
+    /// are spare slots for nodes that join).
+    pub initial_nodes: usize,
     pub check: Checker,
     pub logs: LogChecker,
     pub fates: Vec<NodeFate>,
@@ -84,17 +89,27 @@ impl<'a> Sim<'a> {
         let mut rng = Rng::new(cfg.seed);
         let session = rng.next_u64() | 1;
         let n = proto.nodes();
-        let node_addrs: Vec<SocketAddr> = (0..n)
+        let slots = n + proto.spare_nodes();
+        let node_addrs: Vec<SocketAddr> = (0..slots)
             .map(|i| SocketAddr::from(([127, 0, 1, i as u8 + 1], 7000)))
             .collect();
         let mut procs = Vec::new();
         for (i, a) in node_addrs.iter().enumerate() {
             let disk = proto.initial_disk(i, session);
-            procs.push(Proc::new(
-                *a,
-                Some(proto.start_node(i, &node_addrs, disk, false, 0, 0)),
-                0,
-            ));
+            if i < n {
+                procs.push(Proc::new(
+                    *a,
+                    Some(proto.start_node(i, &node_addrs, disk, false, 0, 0)),
+                    0,
+                ));
+            } else {
+                // A spare slot: a node starts there when the nemesis adds
+                // one to the group.
+                let mut p = Proc::new(*a, None, 0);
+                p.disk = Some(disk);
+                p.restart_at = Nanos::MAX;
+                procs.push(p);
+            }
         }
         let work = Workload {
             until: cfg.fault_time,
@@ -109,7 +124,7 @@ impl<'a> Sim<'a> {
         for m in 0..members + late {
             let id = m as u32 + 1;
             let addr = SocketAddr::from(([127, 0, 2, m as u8 + 1], 8000));
-            let mut mc = proto.member_config(id, &node_addrs);
+            let mut mc = proto.member_config(id, &node_addrs[..n]);
             mc.bind = addr;
             let (open_at, start) = if m < members {
                 (0, Start::From(1))
@@ -162,9 +177,15 @@ impl<'a> Sim<'a> {
             procs,
             by_addr,
             node_addrs,
+            initial_nodes: n,
             check: Checker::new(proto.forks_allowed()),
-            logs: LogChecker::new(n),
-            fates: (0..n).map(|_| NodeFate::default()).collect(),
+            logs: LogChecker::new(slots),
+            fates: (0..slots)
+                .map(|i| NodeFate {
+                    unused: i >= n,
+                    ..NodeFate::default()
+                })
+                .collect(),
             now: 0,
             out: Outbox::new(),
             ev: Vec::new(),
@@ -347,8 +368,9 @@ impl<'a> Sim<'a> {
             self.check.converged(now);
         }
         if self.check.violations.is_empty() {
-            // Every delivered message is in every node's final log.
-            for p in 0..self.node_addrs.len() {
+            // Every delivered message is in every member's final log.
+            let members = self.members_now();
+            for p in members {
                 let log = self.procs[p].actor.as_ref().and_then(|a| a.log());
                 // A disk that stays full cannot catch up.
                 if let Some(log) = log.filter(|l| !l.full).cloned() {
@@ -446,8 +468,8 @@ impl<'a> Sim<'a> {
     }
 
     fn commit_announced(&mut self, primary: usize, commit: u64) {
-        let n = self.node_addrs.len();
-        if n < 3 {
+        let voters = self.voters_of(primary);
+        if voters.len() < 3 {
             // Two nodes commit with the standby or alone (the witness, or
             // silence): their modes have checks of their own.
             self.logs.max_commit = self.logs.max_commit.max(commit);
@@ -457,8 +479,9 @@ impl<'a> Sim<'a> {
         let Some(plog) = self.procs[primary].actor.as_ref().and_then(|a| a.log()) else {
             return;
         };
-        let logs: Vec<_> = (0..n)
-            .map(|j| {
+        let logs: Vec<_> = voters
+            .iter()
+            .map(|&j| {
                 let p = &self.procs[j];
                 let log = match &p.actor {
                     Some(a) => a.log(),
@@ -473,6 +496,33 @@ impl<'a> Sim<'a> {
         {
             self.check.violations.push(v);
         }
+    }
+
+    /// The process indices of the voters of node `p`'s membership.
+    pub fn voters_of(&self, p: usize) -> Vec<usize> {
+        let Some(m) = self.procs[p].actor.as_ref().and_then(|a| a.membership()) else {
+            return (0..self.initial_nodes).collect();
+        };
+        m.nodes()
+            .iter()
+            .filter(|n| n.voter)
+            .filter_map(|n| self.node_addrs.iter().position(|a| *a == n.addr))
+            .collect()
+    }
+
+    /// The members (voters or not) of the last primary's membership.
+    pub fn members_now(&self) -> Vec<usize> {
+        let Some(m) = self.procs[self.primary]
+            .actor
+            .as_ref()
+            .and_then(|a| a.membership())
+        else {
+            return (0..self.initial_nodes).collect();
+        };
+        m.nodes()
+            .iter()
+            .filter_map(|n| self.node_addrs.iter().position(|a| *a == n.addr))
+            .collect()
     }
 
     /// Log matching on what node `i` appended or truncated; a node that

@@ -51,6 +51,9 @@ pub enum Fault {
     ClockJump,
     /// A process's clock runs fast or slow for a while.
     Drift,
+    /// The primary adds a node to the group (one joins in a spare slot),
+    /// or removes one (a random voter, itself perhaps): one at a time.
+    Membership,
     /// A member's process is killed (no goodbye); it opens again later.
     MemberKill,
     /// A member closes with publishes in flight; it opens again later.
@@ -78,7 +81,7 @@ pub enum Down {
 }
 
 impl Fault {
-    pub const ALL: [Fault; 19] = [
+    pub const ALL: [Fault; 20] = [
         Fault::Crash,
         Fault::PowerLoss,
         Fault::ReplaceDisk,
@@ -95,6 +98,7 @@ impl Fault {
         Fault::Reorder,
         Fault::ClockJump,
         Fault::Drift,
+        Fault::Membership,
         Fault::MemberKill,
         Fault::MemberClose,
         Fault::FalseWitness,
@@ -118,6 +122,7 @@ impl Fault {
             Fault::Reorder => "reorder_link",
             Fault::ClockJump => "clock_jump",
             Fault::Drift => "drift",
+            Fault::Membership => "membership",
             Fault::MemberKill => "member_kill",
             Fault::MemberClose => "member_close",
             Fault::FalseWitness => "false_witness",
@@ -210,11 +215,11 @@ impl Sim<'_> {
     /// minority of the nodes lack what they acknowledged at once (what
     /// the modes promise to survive).
     fn may_lose_data(&self, i: usize) -> bool {
-        let n = self.node_addrs.len();
-        let others = (0..n)
-            .filter(|&j| j != i && (self.fates[j].amnesiac_until.is_some() || self.fates[j].latent))
-            .count();
-        others < (n - 1) / 2
+        let voters = self.voters_of(self.primary);
+        let lacking = |j: usize| self.fates[j].amnesiac_until.is_some() || self.fates[j].latent;
+        let others = voters.iter().filter(|&&j| j != i && lacking(j)).count();
+        let me = voters.contains(&i) as usize;
+        others + me <= (voters.len().max(1) - 1) / 2
     }
 
     /// Takes node `i` down as `how` says, until `restart_at`.
@@ -268,7 +273,7 @@ impl Sim<'_> {
         self.mark(i, restart_at.min(self.now + 1_000 * MILLI));
         // The witness (BEAM node monitoring) sees a node go down at once,
         // in a group of two.
-        if self.node_addrs.len() == 2 {
+        if self.initial_nodes == 2 {
             let at = self.procs[1 - i].clock.local(self.now);
             if let Some(a) = self.procs[1 - i].actor.as_mut() {
                 a.witness(at, i as u8);
@@ -456,6 +461,7 @@ impl Sim<'_> {
                 self.mark(j, now + d);
                 true
             }
+            Fault::Membership => self.change_membership(),
             Fault::MemberKill => {
                 let at = self.local(i) + d;
                 self.with_member(i, |a, _, _, ev| a.kill_member(at, ev));
@@ -530,6 +536,36 @@ impl Sim<'_> {
         }
     }
 
+    /// The primary adds a node (a spare slot starts, and asks to join) if
+    /// the group has no more voters than it began with, else removes a
+    /// random voter.
+    fn change_membership(&mut self) -> bool {
+        let p = self.primary;
+        let Some(a) = self.procs[p].actor.as_ref() else {
+            return false;
+        };
+        let (Some(m), Some(_)) = (a.membership(), a.primary_term()) else {
+            return false;
+        };
+        if m.n_voters() <= self.initial_nodes {
+            let Some(k) =
+                (self.initial_nodes..self.node_addrs.len()).find(|k| self.fates[*k].unused)
+            else {
+                return false;
+            };
+            self.fates[k].unused = false;
+            self.procs[k].restart_at = self.now;
+            self.trace(|| format!("node {k} starts and asks to join"));
+            return true;
+        }
+        let ids: Vec<u8> = m.voters().collect();
+        let id = ids[self.rng.range(0, ids.len() as u64) as usize];
+        let mut ok = false;
+        self.with_member(p, |a, now, out, ev| ok = a.remove_node(now, id, out, ev));
+        self.trace(|| format!("primary {p} removes node id {id}: {ok}"));
+        ok
+    }
+
     fn member_proc(&self, id: u32) -> usize {
         self.procs
             .iter()
@@ -547,7 +583,7 @@ impl Sim<'_> {
         for i in 0..self.procs.len() {
             let now = self.now;
             self.procs[i].clock.set_rate(now, 1.0);
-            if self.procs[i].actor.is_none() {
+            if self.procs[i].actor.is_none() && !self.fates.get(i).is_some_and(|f| f.unused) {
                 self.procs[i].restart_at = self.now;
             }
             if let Some((_, t)) = self.procs[i].paused {

@@ -61,7 +61,16 @@ impl Protocol for Group {
         _primary: usize,
         now: Nanos,
     ) -> Box<dyn Actor> {
-        let mut cfg = NodeConfig::new(i as u8, addrs.to_vec());
+        let group = &addrs[..self.nodes.min(addrs.len())];
+        let mut cfg = if i < self.nodes {
+            NodeConfig::new(i as u8, group.to_vec())
+        } else {
+            // A node that joins the running group, through its first nodes.
+            let mut c = NodeConfig::new(u8::MAX, Vec::new());
+            c.addr = addrs[i];
+            c.join = group.to_vec();
+            c
+        };
         cfg.two_nodes = self.two_nodes;
         cfg.election_timeout = self.election_timeout;
         cfg.eager = i == 0 && !restart;
@@ -73,6 +82,14 @@ impl Protocol for Group {
         cfg.new_log_id = crate::seq::core::Rng::new(cfg.seed ^ 0x1d).next_u64() | 1;
         cfg.incarnation = (cfg.seed >> 7) as u32 | 1;
         Box::new(SimNode::new(cfg, disk, now))
+    }
+
+    fn spare_nodes(&self) -> usize {
+        if self.nodes >= 3 {
+            2
+        } else {
+            0
+        }
     }
 
     fn member_config(&self, id: u32, addrs: &[SocketAddr]) -> MemberConfig {

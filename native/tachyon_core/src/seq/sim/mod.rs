@@ -56,12 +56,18 @@ pub use scenarios::{Action, Scenario};
 /// How the protocol under test is set up.
 pub trait Protocol {
     fn name(&self) -> &'static str;
-    /// Sequencer nodes.
+    /// Sequencer nodes of the initial group.
     fn nodes(&self) -> usize;
+    /// Node slots beyond them, for nodes that join during a run.
+    fn spare_nodes(&self) -> usize {
+        0
+    }
     /// Node `i`'s disk before its first start (`session` for a new log).
     fn initial_disk(&self, i: usize, session: u64) -> Disk;
-    /// Starts node `i` on `disk` (`restart`: after a crash; `primary`: the
-    /// node that was primary last, a hint for protocols that need one).
+    /// Starts node `i` on `disk` (`addrs`: every node slot's address, the
+    /// initial group's first; a slot past them is a node that joins the
+    /// running group; `restart`: after a crash; `primary`: the node that
+    /// was primary last, a hint for protocols that need one).
     fn start_node(
         &self,
         i: usize,

@@ -134,7 +134,7 @@ impl<'a> Bus<'a> {
                     && bus.h.seq.checked_add(bus.count as u64).is_some()
             }
             BusKind::Heartbeat | BusKind::End => bus.body.is_empty() && bus.count == 0,
-            BusKind::Welcome => bus.body.len() == WELCOME_BODY && bus.count == 0,
+            BusKind::Welcome => bus.body.len() >= WELCOME_BODY && bus.count == 0,
             BusKind::Nack | BusKind::Full => bus.body.len() == 8 && bus.count == 0,
         };
         if ok {
@@ -165,13 +165,23 @@ impl<'a> Bus<'a> {
 
     /// A welcome's body.
     pub fn welcome(&self) -> Option<WelcomeBody> {
-        (self.kind == BusKind::Welcome && self.body.len() == WELCOME_BODY).then(|| WelcomeBody {
+        (self.kind == BusKind::Welcome && self.body.len() >= WELCOME_BODY).then(|| WelcomeBody {
             last: u64_at(self.body, 0),
             epoch_end: u64_at(self.body, 8),
             epoch: u32_at(self.body, 16),
             max_datagram: u16_at(self.body, 20),
             incarnation: u64_at(self.body, 24),
         })
+    }
+
+    /// What follows a welcome's body: the group's membership as the
+    /// primary has it (the data of a CONFIG entry), empty if it sent none.
+    pub fn welcome_tail(&self) -> &'a [u8] {
+        if self.kind == BusKind::Welcome && self.body.len() > WELCOME_BODY {
+            &self.body[WELCOME_BODY..]
+        } else {
+            &[]
+        }
     }
 
     /// A nack's missing `member_seq`.

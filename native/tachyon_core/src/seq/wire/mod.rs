@@ -64,6 +64,9 @@ pub const CONTROL: u8 = 0x80;
 /// With CONTROL: an epoch record (`member_seq` is the epoch, or term), the
 /// first entry a primary writes in its term.
 pub const EPOCH: u8 = 0x40;
+/// With CONTROL: a change of the group's membership (the data is the whole
+/// new membership, `core::node::membership`).
+pub const CONFIG: u8 = 0x20;
 
 /// Welcome flag: the member id is bound to another member.
 pub const TAKEN: u8 = 0x01;
@@ -136,6 +139,11 @@ pub enum PeerKind {
     Probe = 8,
     /// Body: last log term, log end, the commit position it knows.
     ProbeReply = 9,
+    /// A node that is not in the group asks to join it (from the address it
+    /// will have in it).
+    Join = 10,
+    /// The primary added it (as a non-voter): `a` = its id.
+    JoinReply = 11,
 }
 
 /// Why a datagram was refused.
@@ -235,6 +243,12 @@ impl<'a> Msg<'a> {
     pub fn epoch(&self) -> Option<u32> {
         (self.member_id == 0 && self.flags & (CONTROL | EPOCH) == CONTROL | EPOCH)
             .then_some(self.member_seq as u32)
+    }
+
+    /// The data of a membership change, `None` for any other entry.
+    pub fn config(&self) -> Option<&'a [u8]> {
+        (self.member_id == 0 && self.flags & (CONTROL | CONFIG) == CONTROL | CONFIG)
+            .then_some(self.data)
     }
 }
 

@@ -43,7 +43,7 @@ pub struct Peer {
 impl Peer {
     pub(super) fn body_len(kind: PeerKind) -> usize {
         match kind {
-            PeerKind::PreVoteReply | PeerKind::VoteReply | PeerKind::Probe => 0,
+            PeerKind::PreVoteReply | PeerKind::VoteReply | PeerKind::Probe | PeerKind::Join => 0,
             PeerKind::SyncReply | PeerKind::ProbeReply => 24,
             _ => 16,
         }
@@ -84,6 +84,8 @@ impl Peer {
             7 => PeerKind::SyncReply,
             8 => PeerKind::Probe,
             9 => PeerKind::ProbeReply,
+            10 => PeerKind::Join,
+            11 => PeerKind::JoinReply,
             _ => return Err(Bad::Malformed),
         };
         let n = Self::body_len(kind);

@@ -4,6 +4,7 @@
 use std::net::SocketAddr;
 
 use super::config::MemberConfig;
+use crate::seq::core::node::Membership;
 use crate::seq::core::{Nanos, Sink, MILLI};
 use crate::seq::wire::{self, Bus, BusKind, HelloBody, TAKEN, UNICAST};
 
@@ -13,7 +14,7 @@ const HELLO_EVERY: Nanos = 20 * MILLI;
 const PREFER_WAIT: Nanos = 2 * MILLI;
 
 /// What the welcome said, and who said it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Welcome {
     pub session: u64,
     pub term: u32,
@@ -31,6 +32,9 @@ pub struct Welcome {
     /// This member's highest `member_seq` delivered before this term (set
     /// by the receive side: a fork check for the publishing side).
     pub delivered: u64,
+    /// The group's nodes as the primary has them (beyond those the member
+    /// was given).
+    pub nodes: Vec<SocketAddr>,
 }
 
 /// A member saying hello until welcomed.
@@ -77,7 +81,7 @@ impl Join {
         if w.incarnation != self.incarnation {
             return;
         }
-        if b.kind == BusKind::Welcome && self.best.is_none_or(|x| b.h.term > x.term) {
+        if b.kind == BusKind::Welcome && self.best.as_ref().is_none_or(|x| b.h.term > x.term) {
             self.best = Some(Welcome {
                 session: b.h.session,
                 term: b.h.term,
@@ -89,6 +93,9 @@ impl Join {
                 from,
                 taken: b.flags & TAKEN != 0,
                 delivered: 0,
+                nodes: Membership::decode(b.welcome_tail())
+                    .map(|m| m.nodes().iter().map(|n| n.addr).collect())
+                    .unwrap_or_default(),
             });
             self.best_at = now;
         }
@@ -98,9 +105,9 @@ impl Join {
     /// group a welcome waits a little for a higher term's: a primary that
     /// was paused may still answer).
     pub fn tick(&mut self, now: Nanos, sink: &mut dyn Sink) -> Result<Welcome, Nanos> {
-        if let Some(b) = self.best {
+        if let Some(b) = &self.best {
             if self.group.len() == 1 || now.saturating_sub(self.best_at) >= PREFER_WAIT {
-                return Ok(b);
+                return Ok(b.clone());
             }
             return Err(self.best_at + PREFER_WAIT);
         }

@@ -34,6 +34,7 @@ use super::fork::{Epochs, Matching};
 use super::join::Welcome;
 use super::{Handover, Mark, MemberEvent};
 use crate::seq::core::fill::Fill;
+use crate::seq::core::node::{Membership, MAX_NODES};
 use crate::seq::core::{nanos, Nanos, Rng, Sink, MILLI};
 use crate::seq::wire::{
     self, Bus, BusKind, HelloBody, Msg, CONT, CONTROL, KEEPALIVE, MORE, TAKEN, UNICAST,
@@ -218,6 +219,12 @@ impl Rx {
     /// After the welcome `w`.
     pub fn new(cfg: &MemberConfig, w: &Welcome, unicast: bool, now: Nanos) -> Rx {
         let start = cfg.from.map_or(w.commit, |f| f.max(1));
+        let mut group = cfg.group();
+        for a in &w.nodes {
+            if !group.contains(a) && group.len() < 4 * MAX_NODES {
+                group.push(*a);
+            }
+        }
         let next = start.min(w.commit);
         let c = Arc::new(CachePadded::new(RxCounters::default()));
         c.hellos.bump(1);
@@ -228,7 +235,7 @@ impl Rx {
             session: w.session,
             unicast,
             incarnation: cfg.incarnation,
-            group: cfg.group(),
+            group,
             max_buffer: cfg.max_buffer,
             replay_chunk: cfg.replay_chunk,
             retransmit_after: nanos(cfg.retransmit_after),
@@ -359,17 +366,31 @@ impl Rx {
             self.c.injected_losses.bump(1);
             return;
         }
-        let Some(from) = from.filter(|f| self.group.contains(f)) else {
+        let Some(from) = from else {
             self.c.strangers.bump(1);
             return;
         };
+        let known = self.group.contains(&from);
         let b = match Bus::parse(d) {
             Ok(b) => b,
-            Err(_) => {
+            Err(_) if known => {
                 self.c.malformed.bump(1);
                 return;
             }
+            Err(_) => {
+                self.c.strangers.bump(1);
+                return;
+            }
         };
+        if !known {
+            // A node of a newer membership than this member has seen (its
+            // session is this bus's): learnt; anyone else is a stranger.
+            if b.h.session != self.session || self.group.len() >= 4 * MAX_NODES {
+                self.c.strangers.bump(1);
+                return;
+            }
+            self.group.push(from);
+        }
         if b.h.session != self.session {
             self.c.wrong_session.bump(1);
             return;
@@ -437,6 +458,9 @@ impl Rx {
     fn data(&mut self, b: &Bus<'_>, deliver: &mut dyn FnMut(u64, u32, &[u8])) {
         self.known = self.known.max(b.end());
         for (seq, m) in b.messages() {
+            if let Some(c) = m.config() {
+                self.learn_nodes(c);
+            }
             if m.member_id == self.st.member_id && m.member_seq > self.heard {
                 self.heard = m.member_seq;
             }
@@ -466,6 +490,20 @@ impl Rx {
                 }
             } else {
                 self.c.dropped_ahead.bump(1);
+            }
+        }
+    }
+
+    /// A membership change on the bus: its nodes' datagrams are taken from
+    /// now on, and hellos go to them too (a node removed stays known: a
+    /// datagram from it is of an older term, or of no consequence).
+    fn learn_nodes(&mut self, config: &[u8]) {
+        let Some(m) = Membership::decode(config) else {
+            return;
+        };
+        for n in m.nodes() {
+            if !self.group.contains(&n.addr) && self.group.len() < 4 * MAX_NODES {
+                self.group.push(n.addr);
             }
         }
     }
@@ -504,6 +542,7 @@ impl Rx {
             // An earlier incarnation's, at the same address.
             return;
         }
+        self.learn_nodes(b.welcome_tail());
         self.c.welcomes.bump(1);
         if b.flags & TAKEN != 0 {
             if !self.taken {
@@ -568,6 +607,7 @@ impl Rx {
                 from: self.leader,
                 taken: false,
                 delivered: self.own_at_term,
+                nodes: Vec::new(),
             });
         }
         self.welcomed = true;

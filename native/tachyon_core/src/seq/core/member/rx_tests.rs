@@ -32,6 +32,7 @@ fn rx_of(alternates: &[SocketAddr]) -> Rx {
         from: primary(),
         taken: false,
         delivered: 0,
+        nodes: Vec::new(),
     };
     Rx::new(&cfg, &w, true, 0)
 }

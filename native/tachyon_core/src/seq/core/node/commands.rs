@@ -72,7 +72,7 @@ impl<L: Log> Node<L> {
             }
             _ if self.role != Role::Leader => self.c.not_primary.bump(1),
             CmdKind::Replay => {
-                let node = self.cfg.group.contains(&from);
+                let node = self.membership().id_of(from).is_some();
                 if cmd.session != self.ls.session && !(node && cmd.session == 0) {
                     self.c.wrong_session.bump(1);
                     return;
@@ -252,7 +252,12 @@ impl<L: Log> Node<L> {
         };
         let hd = self.bus_header(self.ls.next);
         wire::welcome(&mut self.scratch, &hd, flags, &w);
-        env.send(&[to], &self.scratch);
+        // The group's nodes, so that a member hears (and says hello to)
+        // nodes added before the point it starts at.
+        let mut d = std::mem::take(&mut self.scratch);
+        self.membership().encode(&mut d);
+        env.send(&[to], &d);
+        self.scratch = d;
     }
 
     /// A member's message: sequenced if it is the member's next, held if

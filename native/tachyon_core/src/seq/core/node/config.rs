@@ -43,10 +43,18 @@ impl Durability {
 /// A node's options.
 #[derive(Debug, Clone)]
 pub struct NodeConfig {
-    /// This node's id: its index in `group`.
+    /// This node's id in the initial group: its index in `group` (a node
+    /// that joins a running group gets one from its primary).
     pub id: u8,
-    /// Every node's command address, by id (the same list on every node).
+    /// The initial group: every node's command address, by id (the same
+    /// list on every node; changed later by membership changes in the
+    /// log). Empty for a node that joins a running group.
     pub group: Vec<SocketAddr>,
+    /// This node's own command address (`group[id]` for a node of the
+    /// initial group).
+    pub addr: SocketAddr,
+    /// A node that joins a running group: addresses of nodes to ask.
+    pub join: Vec<SocketAddr>,
     pub bus: BusMode,
     /// Largest bus datagram.
     pub max_datagram: usize,
@@ -95,9 +103,15 @@ impl NodeConfig {
     }
 
     pub fn new(id: u8, group: Vec<SocketAddr>) -> NodeConfig {
+        let addr = group
+            .get(id as usize)
+            .copied()
+            .unwrap_or_else(|| SocketAddr::from(([0, 0, 0, 0], 0)));
         NodeConfig {
             id,
             group,
+            addr,
+            join: Vec::new(),
             bus: BusMode::Unicast,
             max_datagram: 1472,
             batching: true,
@@ -122,9 +136,9 @@ impl NodeConfig {
     }
 
     pub fn check(&self) -> bool {
-        !self.group.is_empty()
-            && self.group.len() <= 64
-            && (self.id as usize) < self.group.len()
+        self.group.len() <= super::membership::MAX_NODES
+            && ((self.id as usize) < self.group.len()
+                || (self.group.is_empty() && !self.join.is_empty() && self.id == u8::MAX))
             && self.max_datagram > wire::BUS_HEADER + wire::MSG_HEADER
             && self.max_datagram <= crate::udp::MAX_UDP_PAYLOAD
             && self.election_timeout > 0
@@ -180,6 +194,8 @@ pub struct NodeCounters {
     pub full: Counter,
     /// Probes sent while a learner.
     pub probes: Counter,
+    /// Membership changes appended (as primary).
+    pub changes: Counter,
     /// Votes and pre-votes refused as a learner.
     pub learner_refusals: Counter,
     /// Mirrors of the node's state, for stats without a lock.

@@ -32,7 +32,7 @@
 //! learner ([`super::learner`]) votes and campaigns only as its rules
 //! allow.
 
-use super::{quorum, Node, Role, TwoNodes, TICK_CAP};
+use super::{quorum, Node, Role, TwoNodes, MAX_NODES, TICK_CAP};
 use crate::seq::core::{Env, Log, Nanos, NodeEvent};
 use crate::seq::wire::{Peer, PeerKind, GRANTED};
 
@@ -56,11 +56,6 @@ impl Election {
 }
 
 impl<L: Log> Node<L> {
-    fn others(&self) -> impl Iterator<Item = u8> + 'static {
-        let (me, n) = (self.cfg.id, self.cfg.group.len() as u8);
-        (0..n).filter(move |i| *i != me)
-    }
-
     /// Raft's election restriction: a candidate's log is at least as up to
     /// date as this node's.
     fn up_to_date(&self, last_term: u32, end: u64) -> bool {
@@ -71,13 +66,17 @@ impl<L: Log> Node<L> {
     /// The term this node campaigns for: the next one whose candidate it
     /// is.
     fn next_term(&self) -> u32 {
-        quorum::next_term_of(self.term, self.cfg.id, self.cfg.group.len())
+        quorum::next_term_of(self.term, self.id(), MAX_NODES)
     }
 
     /// Votes this round has, the witness's or the silent peer's included.
     pub(super) fn tally(&self, now: Nanos) -> usize {
-        let mut n = self.el.granted.count_ones() as usize;
-        if self.cfg.group.len() == 2 {
+        let m = self.membership();
+        let mut n = m
+            .voters()
+            .filter(|v| self.el.granted & (1 << v) != 0)
+            .count();
+        if m.n_voters() == 2 {
             match self.cfg.two_nodes {
                 TwoNodes::Safe => {
                     if self.el.witness_until > now
@@ -102,6 +101,11 @@ impl<L: Log> Node<L> {
     /// deadline.
     pub(super) fn election_tick(&mut self, now: Nanos, env: &mut dyn Env) -> Nanos {
         match self.role {
+            Role::Follower if !self.voter() => {
+                // Not a voter (joining, catching up, or removed): it never
+                // campaigns; one that is not a member asks to join.
+                return self.joining_tick(now, env);
+            }
             Role::Follower => {
                 if self.silent >= self.timeout && self.may_campaign(now) {
                     self.start_prevote(now, env);
@@ -141,13 +145,13 @@ impl<L: Log> Node<L> {
         self.role = Role::PreCandidate;
         self.leader = None;
         self.el.reset();
-        self.el.granted = 1 << self.cfg.id;
+        self.el.granted = 1 << self.id();
         self.el.started = now;
         self.silent = 0;
         self.new_timeout();
         let (t, last, end) = (self.next_term(), self.ls.last_term() as u64, self.ls.next);
         env.event(NodeEvent::Campaign { term: t, pre: true });
-        for n in self.others() {
+        for n in self.other_voters() {
             self.send_peer(n, PeerKind::PreVote, t, 0, (last, end), 0, env);
         }
         if self.tally(now) >= self.majority() {
@@ -158,7 +162,7 @@ impl<L: Log> Node<L> {
 
     fn start_vote(&mut self, now: Nanos, env: &mut dyn Env) {
         self.term = self.next_term();
-        self.vote = Some(self.cfg.id);
+        self.vote = Some(self.id());
         if !self.persist() {
             self.become_follower(None, env);
             return;
@@ -166,7 +170,7 @@ impl<L: Log> Node<L> {
         self.c.elections.bump(1);
         self.role = Role::Candidate;
         self.el.reset();
-        self.el.granted = 1 << self.cfg.id;
+        self.el.granted = 1 << self.id();
         self.el.started = now;
         self.silent = 0;
         self.new_timeout();
@@ -175,7 +179,7 @@ impl<L: Log> Node<L> {
             term: t,
             pre: false,
         });
-        for n in self.others() {
+        for n in self.other_voters() {
             self.send_peer(n, PeerKind::Vote, t, 0, (last, end), 0, env);
         }
         if self.tally(now) >= self.majority() {
@@ -197,6 +201,7 @@ impl<L: Log> Node<L> {
         let proposed = p.h.term;
         let (last, end) = (p.a.min(u32::MAX as u64) as u32, p.b);
         let mut grant = proposed > self.term
+            && self.voter()
             && self.designated(proposed, from)
             && !self.sticky()
             && self.up_to_date(last, end);
@@ -228,6 +233,7 @@ impl<L: Log> Node<L> {
             }
         }
         let mut grant = t == self.term
+            && self.voter()
             && self.designated(t, from)
             && self.vote.is_none_or(|v| v == from)
             && self.up_to_date(last, end);
@@ -265,7 +271,7 @@ impl<L: Log> Node<L> {
         if pre
             && !granted
             && self.role == Role::PreCandidate
-            && self.cfg.group.len() == 2
+            && self.membership().n_voters() == 2
             && self.cfg.two_nodes == TwoNodes::Available
         {
             // The peer answered (a refusal carries its own term, not the

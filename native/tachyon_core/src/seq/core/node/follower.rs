@@ -256,10 +256,11 @@ impl<L: Log> Node<L> {
             .fill
             .want(now, have, gap_end, chunk, base, &mut self.rng)
         {
-            let id = u32::MAX - self.cfg.id as u32;
+            let id = u32::MAX - self.id() as u32;
             wire::replay(&mut self.scratch, id, self.ls.session, a, z);
-            let to = self.cfg.group[l as usize];
-            env.send(&[to], &self.scratch);
+            if let Some(to) = self.addr_of(l) {
+                env.send(&[to], &self.scratch);
+            }
         }
     }
 

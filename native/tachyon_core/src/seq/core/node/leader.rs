@@ -14,7 +14,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::net::SocketAddr;
 
 use super::commands::Window;
-use super::{quorum, Node, Role, TwoNodes, TICK_CAP};
+use super::{quorum, Node, Role, TwoNodes, MAX_NODES, TICK_CAP};
 use crate::seq::core::{Env, Log, LogError, Nanos, NodeEvent};
 use crate::seq::wire::{self, BusKind, Msg, CONTROL};
 
@@ -85,13 +85,18 @@ impl<L: Log> Node<L> {
     /// Raft: a candidate with a majority is the leader of its term; it
     /// appends its term's first entry (the epoch record) at once.
     pub(super) fn become_leader(&mut self, now: Nanos, env: &mut dyn Env) {
-        let n = self.cfg.group.len();
+        if !self.voter() {
+            self.become_follower(None, env);
+            return;
+        }
+        let n = MAX_NODES;
         self.role = Role::Leader;
-        self.leader = Some(self.cfg.id);
+        self.leader = Some(self.id());
         self.fl.reset();
         self.ld = Lead::new(n, self.cfg.max_datagram);
-        let peer = 1 - (self.cfg.id as usize).min(1);
-        if n == 2 && self.el.granted & (1 << peer) == 0 {
+        let two = self.membership().n_voters() == 2;
+        let peer = self.other_voters().first().copied().unwrap_or(0) as usize;
+        if two && self.el.granted & (1 << peer) == 0 {
             match self.cfg.two_nodes {
                 // Elected with the witness's vote: the peer is down.
                 // (Its vote counted only after an election timeout of the
@@ -139,11 +144,16 @@ impl<L: Log> Node<L> {
     /// Whether a majority (this node included) was heard within the
     /// election timeout.
     pub(super) fn quorum_fresh(&self) -> bool {
-        quorum::fresh(
-            &self.ld.peer_silent,
-            self.cfg.id as usize,
-            self.cfg.election_timeout,
-        )
+        let me = self.id();
+        let voters: Vec<u8> = self.membership().voters().collect();
+        let silent: Vec<Nanos> = voters
+            .iter()
+            .map(|v| self.ld.peer_silent[*v as usize])
+            .collect();
+        // A primary that is no voter (removed, not yet stepped down)
+        // counts only the voters it hears.
+        let at = voters.iter().position(|v| *v == me).unwrap_or(usize::MAX);
+        quorum::fresh(&silent, at, self.cfg.election_timeout)
     }
 
     /// A group of two whose peer is taken for dead: the primary commits
@@ -164,14 +174,25 @@ impl<L: Log> Node<L> {
     /// `durability: fsync`, what is on its disk).
     fn advance_commit(&mut self) {
         let end = self.acked_end();
-        let me = self.cfg.id as usize;
-        self.ld.matched[me] = end;
-        let q = match self.cfg.group.len() {
-            2 => {
-                let p = 1 - me;
+        let me = self.id();
+        self.ld.matched[me as usize] = end;
+        // No allocation: called for every bus datagram.
+        let mut m = [0u64; MAX_NODES];
+        let (mut n, mut peer, mut with_me) = (0, None, false);
+        for v in self.membership().voters() {
+            m[n] = self.ld.matched[v as usize];
+            n += 1;
+            if v == me {
+                with_me = true;
+            } else {
+                peer = Some(v as usize);
+            }
+        }
+        let q = match peer {
+            Some(p) if n == 2 && with_me => {
                 quorum::two_node_end(end, self.ld.matched[p], self.solo(p))
             }
-            _ => quorum::majority_end(&self.ld.matched),
+            _ => quorum::majority_end(&m[..n]),
         };
         // Raft §5.4.2: only an entry of this term commits by counting.
         let c = quorum::advance(self.commit, q, self.ld.term_start);
@@ -284,7 +305,7 @@ impl<L: Log> Node<L> {
     }
 
     pub(super) fn age_peers(&mut self, dt: Nanos) {
-        let me = self.cfg.id as usize;
+        let me = self.id() as usize;
         for (i, s) in self.ld.peer_silent.iter_mut().enumerate() {
             if i != me {
                 *s = s.saturating_add(dt);
@@ -293,7 +314,7 @@ impl<L: Log> Node<L> {
     }
 
     pub(super) fn leader_tick(&mut self, now: Nanos, env: &mut dyn Env) -> Nanos {
-        if self.cfg.group.len() > 2 && !self.quorum_fresh() {
+        if self.membership().n_voters() > 2 && !self.quorum_fresh() {
             // Check-quorum: cut off from a majority, this primary can
             // commit nothing; it stops sequencing so members look elsewhere.
             self.c.stepped_down.bump(1);

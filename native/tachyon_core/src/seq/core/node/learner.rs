@@ -34,7 +34,7 @@
 //! can only vote again for the same candidate.
 
 use super::quorum;
-use super::{Durability, Node, NodeConfig, Role, TwoNodes};
+use super::{Durability, Node, NodeConfig, Role, TwoNodes, MAX_NODES};
 use crate::seq::core::{Env, Log, Meta, Nanos, NodeEvent};
 use crate::seq::wire::{Peer, PeerKind, LEADER};
 
@@ -114,7 +114,7 @@ impl<L: Log> Node<L> {
     /// not prevented).
     fn learning(&self) -> bool {
         self.meta.learner
-            && !(self.cfg.group.len() == 2 && self.cfg.two_nodes == TwoNodes::Available)
+            && !(self.membership().n_voters() == 2 && self.cfg.two_nodes == TwoNodes::Available)
     }
 
     /// Whether this node may vote for a candidate whose log ends in
@@ -126,20 +126,17 @@ impl<L: Log> Node<L> {
             return true;
         }
         let fresh = PROBE_FRESH * self.cfg.election_timeout;
-        let me = self.cfg.id as usize;
-        let heard = |h: &Option<Heard>| h.filter(|h| now.saturating_sub(h.at) < fresh);
-        let all = self.lr.heard.iter().enumerate().all(|(i, h)| {
-            i == me || heard(h).is_some_and(|h| at_least(last_term, end, h.last_term, h.end))
-        });
+        let others = self.other_voters();
+        let heard = |i: u8| self.lr.heard[i as usize].filter(|h| now.saturating_sub(h.at) < fresh);
+        let all = others
+            .iter()
+            .all(|&i| heard(i).is_some_and(|h| at_least(last_term, end, h.last_term, h.end)));
         // A new group: this node and a majority with it have empty logs
         // (nothing was ever acknowledged anywhere they could vouch for):
         // it need not wait for every node to start.
-        let empty = 1 + self
-            .lr
-            .heard
+        let empty = 1 + others
             .iter()
-            .enumerate()
-            .filter(|(i, h)| *i != me && heard(h).is_some_and(|h| h.end == 0))
+            .filter(|&&i| heard(i).is_some_and(|h| h.end == 0))
             .count();
         all || (self.ls.next == 0 && end == 0 && empty >= self.majority())
     }
@@ -164,8 +161,7 @@ impl<L: Log> Node<L> {
         self.lr.probed_at = Some(now);
         self.c.probes.bump(1);
         let term = self.term;
-        let (me, n) = (self.cfg.id, self.cfg.group.len() as u8);
-        for i in (0..n).filter(|i| *i != me) {
+        for i in self.other_voters() {
             self.send_peer(i, PeerKind::Probe, term, 0, (0, 0), 0, env);
         }
     }
@@ -263,7 +259,7 @@ impl<L: Log> Node<L> {
 
     /// The candidate of `term` is `node` (one per term).
     pub(super) fn designated(&self, term: u32, node: u8) -> bool {
-        quorum::candidate_of(term, self.cfg.group.len()) == node
+        quorum::candidate_of(term, MAX_NODES) == node
     }
 }
 

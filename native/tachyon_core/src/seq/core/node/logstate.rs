@@ -12,6 +12,7 @@
 
 use std::collections::{HashMap, VecDeque};
 
+use super::membership::Membership;
 use crate::seq::core::{Log, LogError};
 use crate::seq::wire::{Msg, CONTROL};
 
@@ -27,6 +28,8 @@ pub struct LogState {
     /// epoch; a log of before epochs starts in epoch 0.
     epochs: Vec<(u32, u64)>,
     last: HashMap<u32, u64>,
+    /// Membership changes: (index, the membership from there on).
+    configs: Vec<(u64, Membership)>,
     /// (index, member, its previous last) for the entries that may still
     /// be truncated.
     undo: VecDeque<(u64, u32, u64)>,
@@ -96,6 +99,9 @@ impl LogState {
         } else if self.epochs.last().is_none_or(|e| e.0 != m.term) {
             self.epochs.push((m.term, i));
         }
+        if let Some(c) = m.config().and_then(Membership::decode) {
+            self.configs.push((i, c));
+        }
         if m.member_id != 0 {
             let prev = self.last.insert(m.member_id, m.member_seq).unwrap_or(0);
             if !self.undo_lost {
@@ -144,6 +150,9 @@ impl LogState {
         }
         while self.epochs.len() > 1 && self.epochs.last().is_some_and(|e| e.1 >= from) {
             self.epochs.pop();
+        }
+        while self.configs.last().is_some_and(|c| c.0 >= from) {
+            self.configs.pop();
         }
         if from == 0 {
             self.epochs.clear();
@@ -205,6 +214,11 @@ impl LogState {
             .find(|e| e.0 > epoch)
             .map_or(self.next, |e| e.1);
         own.min(end)
+    }
+
+    /// The latest membership change in the log, and its index.
+    pub fn config(&self) -> Option<(u64, &Membership)> {
+        self.configs.last().map(|(i, c)| (*i, c))
     }
 
     /// The index of the epoch record of `epoch` (its first entry).

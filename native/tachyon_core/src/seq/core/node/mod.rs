@@ -32,6 +32,7 @@
 //!   disk (one sync per receive batch), the primary counts its own log
 //!   only that far ([`durable`]).
 
+mod changes;
 mod commands;
 mod config;
 mod durable;
@@ -40,6 +41,7 @@ mod follower;
 mod leader;
 mod learner;
 pub mod logstate;
+pub mod membership;
 pub mod quorum;
 
 use std::collections::HashMap;
@@ -58,6 +60,7 @@ use logstate::LogState;
 
 pub use commands::Window;
 pub use config::{Durability, NodeConfig, NodeCounters, Role, TwoNodes};
+pub use membership::{ChangeError, Membership, NodeEntry, MAX_NODES};
 
 /// The most a tick adds to any timer, however long since the last one.
 pub const TICK_CAP: Nanos = 5 * MILLI;
@@ -121,6 +124,20 @@ pub struct Node<L: Log> {
     unicast_members: usize,
     scratch: Vec<u8>,
     started_as: Option<&'static str>,
+    /// The membership before any change in the log (`cfg.group`).
+    initial: membership::Membership,
+    /// The log index of the membership the bus's targets follow.
+    memb_at: Option<u64>,
+    /// A node joining a running group: the id its primary gave it, and
+    /// the primary's id and address (its datagrams are taken before the
+    /// log says who is who).
+    joined: Option<(u8, u8, SocketAddr)>,
+    /// Addresses of nodes of a newer membership than this node's log has
+    /// (their datagrams carry this group's session): a node that missed a
+    /// change still hears, and answers, a primary the change added (Raft:
+    /// a server takes RPCs from servers outside its configuration).
+    learned: Vec<Option<SocketAddr>>,
+    join_at: Option<Nanos>,
     c: Arc<CachePadded<NodeCounters>>,
 }
 
@@ -144,12 +161,12 @@ impl<L: Log> Node<L> {
         let (meta, reason) = learner::at_start(&cfg, saved, cut);
         let term = meta.term.max(ls.last_term());
         let vote = if term == meta.term { meta.vote } else { None };
-        let n = cfg.group.len();
+        let n = MAX_NODES;
         let mut node = Node {
             meta,
             lr: learner::Learn::new(n),
             dur: durable::Durable::new(),
-            rng: Rng::new(cfg.seed ^ (cfg.id as u64) << 56),
+            rng: Rng::new(cfg.seed ^ (cfg.id as u64) << 56 ^ cfg.addr.port() as u64),
             ld: leader::Lead::new(n, cfg.max_datagram),
             fl: follower::Follow::default(),
             el: election::Election::default(),
@@ -170,6 +187,11 @@ impl<L: Log> Node<L> {
             unicast_members: 0,
             scratch: Vec::with_capacity(64),
             started_as: None,
+            initial: membership::Membership::initial(&cfg.group),
+            memb_at: None,
+            joined: None,
+            join_at: None,
+            learned: vec![None; MAX_NODES],
             c: Arc::new(CachePadded::new(NodeCounters::default())),
             cfg,
         };
@@ -201,8 +223,30 @@ impl<L: Log> Node<L> {
         &self.c
     }
 
+    /// This node's id: from the membership (by its address), or what its
+    /// primary said when it joined, or the initial group's.
     pub fn id(&self) -> u8 {
-        self.cfg.id
+        self.membership()
+            .id_of(self.cfg.addr)
+            .or(self.joined.map(|j| j.0))
+            .unwrap_or(self.cfg.id)
+    }
+
+    /// The group's membership now: the latest change in the log, committed
+    /// or not (Raft thesis §4.1), or the initial group.
+    pub fn membership(&self) -> &membership::Membership {
+        self.ls.config().map_or(&self.initial, |c| c.1)
+    }
+
+    /// Whether this node is a voter of the membership now.
+    pub(super) fn voter(&self) -> bool {
+        self.membership().is_voter(self.id())
+    }
+
+    /// The other voters.
+    pub(super) fn other_voters(&self) -> Vec<u8> {
+        let me = self.id();
+        self.membership().voters().filter(|i| *i != me).collect()
     }
 
     pub fn role(&self) -> Role {
@@ -261,7 +305,7 @@ impl<L: Log> Node<L> {
     }
 
     fn majority(&self) -> usize {
-        quorum::majority(self.cfg.group.len())
+        self.membership().majority()
     }
 
     fn new_timeout(&mut self) {
@@ -312,11 +356,15 @@ impl<L: Log> Node<L> {
         match self.cfg.bus {
             BusMode::Multicast { group, .. } => self.targets.push(group),
             BusMode::Unicast => {
-                for (i, a) in self.cfg.group.iter().enumerate() {
-                    if i != self.cfg.id as usize {
-                        self.targets.push(*a);
-                    }
-                }
+                let me = self.id();
+                let nodes: Vec<SocketAddr> = self
+                    .membership()
+                    .nodes()
+                    .iter()
+                    .filter(|n| n.id != me)
+                    .map(|n| n.addr)
+                    .collect();
+                self.targets.extend(nodes);
                 let mut m: Vec<_> = self
                     .bindings
                     .values()
@@ -356,8 +404,10 @@ impl<L: Log> Node<L> {
                 Err(_) => self.c.malformed.bump(1),
             },
             PEER_MAGIC => match Peer::parse(d) {
+                Ok(p) if p.h.kind == PeerKind::Join => self.on_join(now, from, env),
+                Ok(p) if p.h.kind == PeerKind::JoinReply => self.on_join_reply(from, &p),
                 Ok(p) => {
-                    if !self.sent_by_node(from, p.h.node) || p.h.node == self.cfg.id {
+                    if !self.sent_by_node(from, p.h.node) || p.h.node == self.id() {
                         self.c.strangers.bump(1);
                     } else if !self.session_ok(p.h.session) {
                         self.c.wrong_session.bump(1);
@@ -371,14 +421,41 @@ impl<L: Log> Node<L> {
         }
     }
 
-    /// Whether `from` is node `node` of the group.
-    fn sent_by_node(&self, from: SocketAddr, node: u8) -> bool {
-        self.cfg.group.get(node as usize) == Some(&from)
+    /// Whether `from` is node `node` of the group (for a node that joins,
+    /// before its log says who is who: the node that added it).
+    fn sent_by_node(&mut self, from: SocketAddr, node: u8) -> bool {
+        if self.addr_of(node) == Some(from) {
+            return true;
+        }
+        // A node this membership does not know, at an address it does not
+        // know either: one of a newer membership (the session is checked
+        // next).
+        let m = self.membership();
+        let unknown =
+            (node as usize) < MAX_NODES && m.addr(node).is_none() && m.id_of(from).is_none();
+        if unknown {
+            self.learned[node as usize] = Some(from);
+        }
+        unknown
+    }
+
+    /// Node `id`'s address: from the membership, or for a node that joins
+    /// before its log says, its primary's from its answer.
+    pub(super) fn addr_of(&self, id: u8) -> Option<SocketAddr> {
+        self.membership()
+            .addr(id)
+            .or_else(|| self.learned.get(id as usize).copied().flatten())
+            .or_else(|| {
+                self.joined
+                    .filter(|j| j.1 == id && self.membership().id_of(self.cfg.addr).is_none())
+                    .map(|j| j.2)
+            })
     }
 
     /// After the datagrams of one receive batch.
     pub fn end_batch(&mut self, now: Nanos, env: &mut dyn Env) {
         self.observe(now);
+        self.follow_membership(now, env);
         match self.role {
             Role::Leader => self.leader_end_batch(now, env),
             Role::Follower => self.follower_end_batch(now, env),
@@ -392,6 +469,7 @@ impl<L: Log> Node<L> {
     pub fn tick(&mut self, now: Nanos, env: &mut dyn Env) -> Nanos {
         self.observe(now);
         self.check_space(now, env);
+        self.follow_membership(now, env);
         let due = match self.role {
             Role::Leader => self.leader_tick(now, env),
             _ => self.election_tick(now, env),
@@ -449,7 +527,7 @@ impl<L: Log> Node<L> {
             session: self.ls.session,
             seq,
             commit: self.commit,
-            node: self.cfg.id,
+            node: self.id(),
         }
     }
 
@@ -465,9 +543,24 @@ impl<L: Log> Node<L> {
         c: u64,
         env: &mut dyn Env,
     ) {
-        let Some(addr) = self.cfg.group.get(to as usize).copied() else {
+        let Some(addr) = self.addr_of(to) else {
             return;
         };
+        self.send_peer_to(addr, kind, term, flags, ab, c, env);
+    }
+
+    /// Sends a peer datagram of `term` to `addr`.
+    #[allow(clippy::too_many_arguments)]
+    fn send_peer_to(
+        &mut self,
+        addr: SocketAddr,
+        kind: PeerKind,
+        term: u32,
+        flags: u8,
+        ab: (u64, u64),
+        c: u64,
+        env: &mut dyn Env,
+    ) {
         let (a, b) = ab;
         let flags = flags | if self.meta.learner { wire::LEARNER } else { 0 };
         let p = Peer {
@@ -475,7 +568,7 @@ impl<L: Log> Node<L> {
                 kind,
                 term,
                 session: self.ls.session,
-                node: self.cfg.id,
+                node: self.id(),
                 flags,
                 log_id: self.meta.log_id,
                 incarnation: self.cfg.incarnation,

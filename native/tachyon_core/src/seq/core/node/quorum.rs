@@ -4,6 +4,7 @@
 //! hears a majority (check-quorum), and the two-node cases. Table tests
 //! in `testdata/quorum.txt`.
 
+use super::membership::MAX_NODES;
 use crate::seq::core::Nanos;
 
 /// Nodes that make a majority of `n`.
@@ -15,12 +16,16 @@ pub fn majority(n: usize) -> usize {
 /// the primary's own included) reaches: the largest `e` such that a
 /// majority has matched at least `e`.
 pub fn majority_end(matched: &[u64]) -> u64 {
-    if matched.is_empty() {
+    let n = matched.len().min(MAX_NODES);
+    if n == 0 {
         return 0;
     }
-    let mut m = matched.to_vec();
+    // On the stack: called for every bus datagram a primary sends.
+    let mut m = [0u64; MAX_NODES];
+    m[..n].copy_from_slice(&matched[..n]);
+    let m = &mut m[..n];
     m.sort_unstable_by(|a, b| b.cmp(a));
-    m[majority(m.len()) - 1]
+    m[majority(n) - 1]
 }
 
 /// The end a group of two commits to: with the standby, or alone when
