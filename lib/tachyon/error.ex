@@ -52,8 +52,7 @@ defmodule Tachyon.Error do
     target = Keyword.get(opts, :target)
     details = Keyword.get_lazy(opts, :details, fn -> details(reason, target) end)
 
-    message =
-      Keyword.get_lazy(opts, :message, fn -> describe(reason, part, target, details) end)
+    message = Keyword.get_lazy(opts, :message, fn -> describe(reason, part, target, details) end)
 
     %__MODULE__{reason: reason, part: part, target: target, details: details, message: message}
   end

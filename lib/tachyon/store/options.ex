@@ -79,8 +79,10 @@ defmodule Tachyon.Store.Options do
       type: :boolean,
       default: {:native, :store, :repair},
       doc: """
-      on a checksum mismatch in the middle of the log, truncate there
-      instead of failing with `{:error, {:corrupt, segment, offset}}`.
+      on a checksum mismatch in the middle of the log, cut the log there
+      (the records after it are lost, and counted in `recovery/1`) instead
+      of failing with `{:error, :corrupt}` (which logs what a repair would
+      cut).
       """
     ],
     verify: [

@@ -11,7 +11,7 @@
 //! # Tachyon directory: which part owns it. Checked at every open; do not edit.
 //! kind=store
 //! format=1
-//! crc32c=8c5b2a41
+//! crc32c=cf4c8c38
 //! ```
 //!
 //! * a manifest of another kind is [`DirError::WrongKind`], of a newer
@@ -409,6 +409,12 @@ mod tests {
 
     #[test]
     fn a_manifest_round_trips_and_reads_as_text() {
+        // The example of docs/FORMAT.md and of this module's doc.
+        assert_eq!(
+            String::from_utf8(Manifest::current(Kind::Store).encode()).unwrap(),
+            "# Tachyon directory: which part owns it. Checked at every open; do not edit.\n\
+             kind=store\nformat=1\ncrc32c=cf4c8c38\n"
+        );
         for k in Kind::ALL {
             let m = Manifest::current(k);
             let b = m.encode();

@@ -25,6 +25,15 @@ use crate::worker::Worker;
 
 type Tombstones = hashbrown::HashMap<Box<[u8]>, u64>;
 
+/// Whether the file at `path` starts with a hint file's magic.
+fn is_hint_file(path: &Path) -> bool {
+    use std::os::unix::fs::FileExt;
+    let mut m = [0u8; 8];
+    fs::File::open(path)
+        .and_then(|f| f.read_exact_at(&mut m, 0))
+        .is_ok_and(|()| m == HINT_MAGIC)
+}
+
 impl Table {
     /// Opens (creating if needed) the table in `dir`, recovering its index.
     pub fn open(dir: impl AsRef<Path>, cfg: Config) -> Result<Table> {
@@ -255,8 +264,11 @@ impl Inner {
         }
         seg_ids.sort_unstable();
         for id in &hint_ids {
-            if seg_ids.binary_search(id).is_err() {
-                let _ = fs::remove_file(self.dir.join(hint_file_name(*id)));
+            let path = self.dir.join(hint_file_name(*id));
+            // A hint of a segment that is gone (a compaction's input), if
+            // it is one: a file that is not a hint is not the table's.
+            if seg_ids.binary_search(id).is_err() && is_hint_file(&path) {
+                let _ = fs::remove_file(&path);
                 rec.removed_files += 1;
             }
         }
