@@ -140,6 +140,8 @@ defmodule Tachyon.AsyncStore do
           | :timeout
           | :index_conflict
           | :enospc
+          | {:wrong_kind, :table | :sequencer | :unknown}
+          | {:unsupported_format, pos_integer()}
           | atom()
 
   @async_keys Tachyon.AsyncStore.Options.keys()
