@@ -150,21 +150,30 @@ pub fn allocate(file: &File, dir: &Path, len: usize) -> io::Result<()> {
 /// Whether every byte of the file at `path` is zero (it holds nothing:
 /// removing it loses nothing). Reads it a [`MM_CHUNK`] at a time.
 pub fn is_all_zero(path: &Path) -> io::Result<bool> {
+    is_all_zero_or(path, |_| false)
+}
+
+/// Whether the file at `path` starts with bytes `head` accepts (given what
+/// one read of its first [`MM_CHUNK`] returned), or else is all zero. One
+/// read decides both, so a file whose header is being written meanwhile
+/// (by a thread that just created it) is judged on one view of it.
+pub fn is_all_zero_or(path: &Path, head: impl Fn(&[u8]) -> bool) -> io::Result<bool> {
     let f = File::open(path)?;
-    let len = f.metadata()?.len();
     let mut buf = vec![0u8; MM_CHUNK];
     let mut at = 0u64;
-    while at < len {
+    loop {
         let n = f.read_at(&mut buf, at)?;
+        if at == 0 && head(&buf[..n]) {
+            return Ok(true);
+        }
         if n == 0 {
-            break;
+            return Ok(true);
         }
         if buf[..n].iter().any(|&b| b != 0) {
             return Ok(false);
         }
         at += n as u64;
     }
-    Ok(true)
 }
 
 /// The sizes of a part's segments: the first `first` bytes, each next one

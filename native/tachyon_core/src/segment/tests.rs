@@ -118,6 +118,29 @@ fn maps_share_the_file_and_a_retired_write_map_is_unmapped() {
 }
 
 #[test]
+fn a_leftover_is_judged_on_one_read_of_it() {
+    let d = tmp();
+    let f = d.join("x.seg");
+    let ours = |h: &[u8]| h.starts_with(b"MINE");
+    for (bytes, zero, mine) in [
+        (&b""[..], true, true),
+        (&[0u8; 5000][..], true, true),
+        (b"MINE and more", false, true),
+        (b"\0\0\0\0theirs", false, false),
+    ] {
+        std::fs::write(&f, bytes).unwrap();
+        assert_eq!(is_all_zero(&f).unwrap(), zero, "{bytes:?}");
+        assert_eq!(is_all_zero_or(&f, ours).unwrap(), mine, "{bytes:?}");
+    }
+    // Past the first chunk too.
+    let mut big = vec![0u8; 3 * MM_CHUNK];
+    big[2 * MM_CHUNK + 7] = 1;
+    std::fs::write(&f, &big).unwrap();
+    assert!(!is_all_zero(&f).unwrap());
+    std::fs::remove_dir_all(&d).unwrap();
+}
+
+#[test]
 fn segments_grow_from_the_first_size_to_the_largest() {
     let g = Growth::new(2 << 20, 64 << 20);
     let sizes: Vec<usize> = std::iter::successors(Some(g.next(None)), |&s| Some(g.next(Some(s))))

@@ -108,17 +108,11 @@ impl Segment {
     /// its creation and its header). Anything else is not the store's to
     /// remove.
     pub fn is_unused_and_ours(path: &Path, seq: u64) -> io::Result<bool> {
-        use std::os::unix::fs::FileExt;
-        let f = File::open(path)?;
-        let mut head = [0u8; 24];
-        let n = f.read_at(&mut head, 0)?;
-        if n == head.len()
-            && head[H_MAGIC..H_MAGIC + 8] == PREP_MAGIC
-            && head[H_SEQ..H_SEQ + 8] == seq.to_le_bytes()
-        {
-            return Ok(true);
-        }
-        segment::is_all_zero(path)
+        segment::is_all_zero_or(path, |head| {
+            head.len() >= H_SEQ + 8
+                && head[H_MAGIC..H_MAGIC + 8] == PREP_MAGIC
+                && head[H_SEQ..H_SEQ + 8] == seq.to_le_bytes()
+        })
     }
 
     /// Opens an existing segment file. Returns `Ok(None)` for a file that was
