@@ -86,8 +86,12 @@ defmodule Tachyon.Table do
 
   To size it: `:prepared_segments` x `:segment_size` is the burst a writer
   can write with no page fault once it is rolling; lower either to keep
-  less ahead; set `:initial_segment_size` to `:segment_size` for segments
-  all of one size from the start.
+  less ahead. While the segments grow, a burst of puts right after `open`
+  may reach a roll before the prepare thread has made the next segment and
+  wait for it (up to tens of milliseconds on a loaded machine): a table
+  that must take such a burst sets `:initial_segment_size` to
+  `:segment_size` (segments all of one size from the start, and their disk
+  from the start too).
 
   ## Directories
 
