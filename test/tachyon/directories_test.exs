@@ -225,6 +225,8 @@ defmodule Tachyon.DirectoriesTest do
         assert snapshot(dir) == before
       end)
 
+    # (Other tests run meanwhile and log too: only this directory's lines.)
+    log = log |> String.split("\n") |> Enum.filter(&(&1 =~ dir)) |> Enum.join("\n")
     assert log =~ "tachyon.meta does not verify"
     refute log =~ "repair: true"
 
@@ -324,17 +326,26 @@ defmodule Tachyon.DirectoriesTest do
     <<head::binary-size(off), b, rest::binary>> = bytes
     File.write!(file, <<head::binary, bxor(b, 0xFF), rest::binary>>)
 
-    log = capture_log(fn -> assert {:error, :corrupt} = Store.open(dir, segment_size: @seg) end)
+    # (Other tests run meanwhile and log too: only this directory's lines.)
+    mine = fn log -> log |> String.split("\n") |> Enum.filter(&(&1 =~ dir)) |> Enum.join("\n") end
+
+    log =
+      mine.(
+        capture_log(fn -> assert {:error, :corrupt} = Store.open(dir, segment_size: @seg) end)
+      )
+
     assert log =~ "in segment 0 at offset #{4096 + 4096 + 10 * 112}"
     assert log =~ "Opening with repair: true cuts the log there: 189 records"
     assert log =~ "(20.8 KiB) from segment 0"
 
     log =
-      capture_log(fn ->
-        {:ok, s} = Store.open(dir, segment_size: @seg, repair: true)
-        assert {:ok, %{cut: :repaired, lost_records: 189}} = Store.recovery(s)
-        :ok = Store.close(s)
-      end)
+      mine.(
+        capture_log(fn ->
+          {:ok, s} = Store.open(dir, segment_size: @seg, repair: true)
+          assert {:ok, %{cut: :repaired, lost_records: 189}} = Store.recovery(s)
+          :ok = Store.close(s)
+        end)
+      )
 
     refute log =~ "Opening with repair"
     assert log =~ "189 records lost"
@@ -344,7 +355,7 @@ defmodule Tachyon.DirectoriesTest do
     File.write!(file, <<h::binary, bxor(b, 1), rest::binary>>)
 
     for opts <- [[], [repair: true]] do
-      log = capture_log(fn -> assert {:error, :corrupt} = Store.open(dir, opts) end)
+      log = mine.(capture_log(fn -> assert {:error, :corrupt} = Store.open(dir, opts) end))
       assert log =~ "does not verify in segment 0 at offset 0"
       refute log =~ "repair: true"
     end
