@@ -73,6 +73,18 @@ defmodule Tachyon.AsyncStore do
   The largest message accepted is the store's `:max_message_size` or half
   the ring less 8 bytes, whichever is smaller (`max_message_size/1`).
 
+  ## Disk use and directories
+
+  An AsyncStore has no directory of its own: with `:path` it opens a
+  `Tachyon.Store` there (the directory is a store's, and `Tachyon.Store`
+  opens it later), so a directory of another part is refused as the store
+  refuses it (`{:error, {:wrong_kind, kind}}`, nothing changed). Its disk
+  use is the store's: a new one takes about 6.4 MB (a 2 MiB first segment
+  and a prepared 4 MiB one), its segments double up to `:segment_size` as
+  it is written to, and it keeps up to `:prepared_segments` of them ready
+  ahead of the writer thread; see "Disk use" in `Tachyon.Store` for how to
+  size them. Its own memory is the ring (`:ring_size`).
+
   ## Errors
 
     * `append/2`: `{:error, :full}` (see `:on_full`), `{:error,
@@ -128,6 +140,8 @@ defmodule Tachyon.AsyncStore do
           | :timeout
           | :index_conflict
           | :enospc
+          | {:wrong_kind, :table | :sequencer | :unknown}
+          | {:unsupported_format, pos_integer()}
           | atom()
 
   @async_keys Tachyon.AsyncStore.Options.keys()
@@ -552,6 +566,17 @@ defmodule Tachyon.AsyncStore do
   end
 
   def handle_report(:writer_failed, %{reason: reason, detail: detail, stats: stats}, meta) do
+    # A full disk: the segment the store could not get, and the space left.
+    detail =
+      case Tachyon.Error.details(reason, meta.path) do
+        %{asked_bytes: asked, free_bytes: free} ->
+          "#{detail}: a #{Tachyon.Error.format_bytes(asked)} segment could not be created " <>
+            "(#{Tachyon.Error.format_bytes(free)} free)"
+
+        _ ->
+          detail
+      end
+
     Logger.error(
       "Tachyon.AsyncStore #{meta.path}: the writer stopped: #{detail} (#{inspect(reason)}). " <>
         "#{stats.written} messages were written, #{stats.pending} queued ones were not; " <>

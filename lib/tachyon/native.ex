@@ -24,6 +24,9 @@ defmodule Tachyon.Native do
   # Every part's Rust Config::default() (native/tachyon_nif/src/defaults.rs)
   def defaults, do: err()
 
+  # The shared segment layer (native/tachyon_nif/src/segment.rs)
+  def segment_shortfall(_path), do: err()
+
   # Histograms (benchmarks)
   def hist_new, do: err()
   def hist_record(_h, _ns), do: err()

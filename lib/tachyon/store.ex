@@ -46,19 +46,74 @@ defmodule Tachyon.Store do
       `{:error, :not_found}`, `{:error, :read_only}` (append to a reader),
       `{:error, :locked}` (another writer has the directory),
       `{:error, :enospc}` (disk full: the message is not stored, the log
-      stays valid), `{:error, :corrupt}` (a record that does not verify:
+      stays valid; at open, how much was asked for and how much was free
+      are logged), `{:error, :corrupt}` (a record that does not verify:
       the segment and offset are logged), and POSIX atoms (`:eacces`, ...)
-      for other I/O errors. Every reason is an atom.
+      for other I/O errors.
+    * `{:error, {:wrong_kind, kind}}`: the directory is another part's
+      (`:table`, `:sequencer`; `:unknown` for files of no part or of
+      several), and `{:error, {:unsupported_format, version}}`: its files
+      are of a newer format than this release reads. Nothing in the
+      directory is changed (see "Directories").
     * Wrong argument types and bad options raise `ArgumentError`; `open!/2`
       raises `Tachyon.Error`.
+
+  ## Directories
+
+  A store's directory is its own: its manifest, `tachyon.meta` (a few
+  lines: the kind of part that owns the directory and the format of its
+  files, with a checksum), is checked before anything else is done there.
+  A directory of another part (a `Tachyon.Table`'s, a `Tachyon.Sequencer`'s
+  log), of a newer format, or whose manifest does not verify is refused
+  with nothing created, locked or changed in it. A new or empty directory
+  becomes a store's; one written by a release before manifests opens if
+  its files are a store's and nobody else's, and gets its manifest. A
+  reader (`access: :read`) never writes one, and may also read a
+  sequencer's log. A store removes only files it can prove it made (a
+  segment it prepared and never used, or one that holds nothing). An
+  `AsyncStore` writes to a store: its directory is a store's.
+  docs/FORMAT.md has the manifest's bytes.
+
+  ## Disk use
+
+  A store's files are its segments: each one a header page, an index (4
+  bytes per 64 bytes of data) and its data, allocated whole (`fallocate`)
+  when it is created, so that a full disk is an `{:error, :enospc}` when a
+  segment cannot be created and never a crash while writing.
+
+    * The first segment of a new log holds `:initial_segment_size` bytes of
+      data (2 MiB; more if `:max_message_size` needs it), each next one
+      twice the one before it, up to `:segment_size` (64 MiB): 2, 4, 8, 16,
+      32, 64, 64 ... MiB. A reopened store carries on from its last
+      segment's size.
+    * The pre-touch thread keeps next segments ready (allocated and faulted
+      in): one from the open on, one more after each roll, up to
+      `:prepared_segments` (4).
+    * So a new, empty store takes about 6.4 MB (a 2 MiB segment and a
+      prepared 4 MiB one, each with its index); one written to steadily
+      holds its data plus up to `:prepared_segments` x `:segment_size`
+      ahead of it (256 MiB with the defaults); retention
+      (`:max_segments`, `:max_bytes`) bounds the data.
+
+  To size it: `:segment_size` is the unit of retention and of the space
+  kept ahead; `:prepared_segments` x `:segment_size` is the burst an
+  appender can write at full speed (no page faults) once the store is
+  rolling; an appender that must write a large burst right after `open`
+  at full speed needs it prepared before: set `:initial_segment_size` to
+  `:segment_size` (segments all of one size) and accept the disk that
+  costs from the start (about `:segment_size` x 2). `stats/1`'s
+  `:disk_bytes` is what the log's segments take.
 
   ## Recovery
 
   A writer's open checks every record of the active segment (length and
   CRC32C) and rebuilds its index. A torn record at the end (power loss during
   a write) is cut; a record that does not verify in the middle of the log is
-  `{:error, :corrupt}` (the segment and offset are logged) unless
-  `repair: true`. What was
+  `{:error, :corrupt}` unless `repair: true`: the log says where, and that
+  opening with `repair: true` cuts the log there, losing the records after
+  it (how many, and how many bytes). Only that damage is repairable: a
+  damaged segment header, or a record found damaged by a read, is not
+  (no repair is advised). What was
   found is returned by `recovery/1`, logged when something was cut, and sent
   as `[:tachyon, :store, :recover]` telemetry.
 
@@ -114,6 +169,8 @@ defmodule Tachyon.Store do
           | :read_only
           | :noproc
           | :corrupt
+          | {:wrong_kind, :table | :sequencer | :unknown}
+          | {:unsupported_format, pos_integer()}
           | atom()
 
   @small_batch_count 1024
@@ -159,7 +216,8 @@ defmodule Tachyon.Store do
 
   ## Example
 
-      %{access: :write, segment_size: 67_108_864} = Tachyon.Store.defaults()
+      %{access: :write, segment_size: 67_108_864, initial_segment_size: 2_097_152} =
+        Tachyon.Store.defaults()
   """
   @spec defaults() :: map()
   def defaults, do: Map.new(Tachyon.Store.Options.validate!([]))

@@ -62,10 +62,47 @@ defmodule Tachyon.Table do
   after a compaction and a restart (delete markers are kept as long as an
   older value of their key may be on disk).
 
-  Disk use: the active segment is preallocated to `:segment_size` (and, with
-  `:pretouch`, so is the next one), so an open table holds up to two
-  segments' worth of preallocated space beyond its data; sealed segments are
-  cut to their data.
+  ## Disk use
+
+  The active segment is allocated whole (`fallocate`) when it is created,
+  so that a full disk is an `{:error, :enospc}` from `put/3` and never a
+  crash while writing; sealed segments are cut to their data, and so is the
+  active one at `close/1`.
+
+    * The first segment of a new table is `:initial_segment_size` bytes
+      (2 MiB; more if `:max_key_size` and `:max_value_size` need it), each
+      next one twice the one before it, up to `:segment_size` (64 MiB). A
+      reopened table appends to its last segment again (extended to the
+      first size of that progression holding twice its data) if that is at
+      most half of `:segment_size`, else to a new one of the next size.
+    * With `:pretouch`, next segments are kept ready: one from the open on,
+      one more after each roll, up to `:prepared_segments` (4). Compaction
+      outputs are sized for the live data they receive (at most
+      `:segment_size`) and cut to it.
+    * So a new, empty table takes about 6.1 MB (a 2 MiB segment and a
+      prepared 4 MiB one), and one written to steadily holds its data plus up to
+      (1 + `:prepared_segments`) x `:segment_size` of allocated space ahead
+      of it (320 MiB with the defaults).
+
+  To size it: `:prepared_segments` x `:segment_size` is the burst a writer
+  can write with no page fault once it is rolling; lower either to keep
+  less ahead. While the segments grow, a burst of puts right after `open`
+  may reach a roll before the prepare thread has made the next segment and
+  wait for it (up to tens of milliseconds on a loaded machine): a table
+  that must take such a burst sets `:initial_segment_size` to
+  `:segment_size` (segments all of one size from the start, and their disk
+  from the start too).
+
+  ## Directories
+
+  A table's directory is its own (its manifest, `tachyon.meta`, says so;
+  see "Directories" in `Tachyon.Store`): a directory of another part, of a
+  newer format, or of files that are no table's is refused with nothing
+  changed in it (`{:error, {:wrong_kind, kind}}`,
+  `{:error, {:unsupported_format, version}}`), a new or empty one becomes
+  a table's, and one written before manifests opens if its files are a
+  table's. A table removes only its own leftovers (its temporary files,
+  segments that hold nothing).
 
   ## Options
 
@@ -77,7 +114,10 @@ defmodule Tachyon.Table do
   ## Errors
 
   Expected failures are `{:error, reason}`: `:too_large`, `:closed`,
-  `:enospc` (disk full: the table is unchanged and keeps working for reads),
+  `:enospc` (disk full: the table is unchanged and keeps working for reads;
+  at open, how much was asked for and how much was free are logged),
+  `{:wrong_kind, kind}` and `{:unsupported_format, version}` (see
+  "Directories"),
   `:locked` (another handle, in this or another OS process, has the
   directory open), `:corrupt` (a damaged segment header), `:eio`, `:eacces`,
   `:enoent`, `:enotdir`, and `:noproc` for a name no table runs under; every
@@ -121,6 +161,8 @@ defmodule Tachyon.Table do
           | :eacces
           | :enoent
           | :enotdir
+          | {:wrong_kind, :store | :sequencer | :unknown}
+          | {:unsupported_format, pos_integer()}
 
   # put_many batches at most this big run on a normal scheduler.
   @small_batch_count 64

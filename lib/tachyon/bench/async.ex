@@ -113,7 +113,13 @@ defmodule Tachyon.Bench.Async do
     cases
   end
 
-  @store_opts [segment_size: 64 * 1024 * 1024, pretouch: true]
+  # Sized for the burst it times right after open: segments all of 64 MiB
+  # (see Tachyon.Bench.Store's store_opts/1).
+  @store_opts [
+    segment_size: 64 * 1024 * 1024,
+    initial_segment_size: 64 * 1024 * 1024,
+    pretouch: true
+  ]
 
   defp run_case("nif.noop" = name, _dir, n, warmup, size, msg, _),
     do: Tachyon.Bench.Store.noop_case(name, n, warmup, size, msg)

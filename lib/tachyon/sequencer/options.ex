@@ -61,7 +61,17 @@ defmodule Tachyon.Sequencer.Options do
       segment_size: [
         type: {:multiple_of, 8, 65_536, 3_221_225_472},
         default: 64 * 1024 * 1024,
-        doc: "bytes per segment file of the log."
+        doc: """
+        data bytes of the log's largest segment files. The log is a
+        `Tachyon.Store` in a directory of the sequencer's own (a store's or
+        a table's directory is refused, `{:error, {:wrong_kind, kind}}`,
+        nothing changed): its first segment holds 2 MiB of data, each next
+        one twice the one before, up to this size, and one next segment is
+        kept ready. A new node's log takes about 6.4 MB; one that has
+        rolled keeps its data (see `Tachyon.Store`, "Disk use") and one
+        segment of this size ahead. A full disk at start is
+        `{:error, :enospc}`, with what was asked for and where in the log.
+        """
       ],
       recbuf: [
         type: {:or, [nil, {:integer, 1, :infinity}]},

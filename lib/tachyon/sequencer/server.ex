@@ -29,7 +29,8 @@ defmodule Tachyon.Sequencer.Server do
         {:ok, %{ref: ref, info: info}, data}
 
       {:error, _} = error ->
-        error
+        # A log of another kind, a full disk: the detail goes to the log.
+        Tachyon.Error.normalize(error, Tachyon.Sequencer, nif.path)
     end
   end
 

@@ -21,8 +21,18 @@ defmodule Tachyon.Store.Options do
       type: {:multiple_of, 8, 65_536, 3 * 1024 * 1024 * 1024},
       default: {:native, :store, :segment_size},
       doc: """
-      data bytes per segment file. A segment also rolls when its
-      index (one slot per 64 bytes of data) is full.
+      data bytes of the largest segment files (see "Disk use"). A segment
+      also rolls when its index (one slot per 64 bytes of data) is full.
+      """
+    ],
+    initial_segment_size: [
+      type: {:multiple_of, 8, 65_536, 3 * 1024 * 1024 * 1024},
+      default: {:native, :store, :initial_segment_size},
+      doc: """
+      data bytes of the first segment of a new log (raised to hold a
+      message of `:max_message_size`); each next segment is twice the one
+      before it, up to `:segment_size`. Set it to `:segment_size` for
+      segments all of one size (see "Disk use").
       """
     ],
     max_message_size: [
@@ -58,19 +68,21 @@ defmodule Tachyon.Store.Options do
       type: {:integer, 0, 16},
       default: {:native, :store, :prepared_segments},
       doc: """
-      next segments the pre-touch thread keeps ready (created, allocated,
-      faulted in whole), the first ones during `open`: an appender faster
-      than the kernel can fault in fresh pages (about 1 GB/s on the test
-      machine) then never waits in a page fault. Each one costs
-      `:segment_size` of preallocated disk space.
+      the most next segments the pre-touch thread keeps ready (created,
+      allocated, faulted in whole): one from the `open` on, one more after
+      each roll, up to this many. An appender faster than the kernel can
+      fault in fresh pages then waits in no page fault. Each one is
+      preallocated disk space, up to `:segment_size` (see "Disk use").
       """
     ],
     repair: [
       type: :boolean,
       default: {:native, :store, :repair},
       doc: """
-      on a checksum mismatch in the middle of the log, truncate there
-      instead of failing with `{:error, {:corrupt, segment, offset}}`.
+      on a checksum mismatch in the middle of the log, cut the log there
+      (the records after it are lost, and counted in `recovery/1`) instead
+      of failing with `{:error, :corrupt}` (which logs what a repair would
+      cut).
       """
     ],
     verify: [

@@ -16,7 +16,17 @@ defmodule Tachyon.Table.Options do
     segment_size: [
       type: {:integer, 65_536, 1_073_741_824},
       default: {:native, :table, :segment_size},
-      doc: "bytes per segment file."
+      doc: "bytes of the largest segment files (see \"Disk use\")."
+    ],
+    initial_segment_size: [
+      type: {:integer, 65_536, 1_073_741_824},
+      default: {:native, :table, :initial_segment_size},
+      doc: """
+      bytes of the first segment of a new table (raised to hold the largest
+      key and value); each next segment is twice the one before it, up to
+      `:segment_size`. Set it to `:segment_size` for segments all of one
+      size (see "Disk use").
+      """
     ],
     max_key_size: [
       type: {:integer, 1, :infinity},
@@ -65,10 +75,11 @@ defmodule Tachyon.Table.Options do
       type: {:integer, 0, 16},
       default: {:native, :table, :prepared_segments},
       doc: """
-      with `:pretouch`, next segments kept ready (created, allocated,
-      faulted in whole), the first ones during `open`: a writer faster than
-      the kernel can fault in fresh pages then never waits in a page fault.
-      Each one costs `:segment_size` of preallocated disk space.
+      with `:pretouch`, the most next segments kept ready (created,
+      allocated, faulted in whole): one from the `open` on, one more after
+      each roll, up to this many. A writer faster than the kernel can fault
+      in fresh pages then waits in no page fault. Each one is preallocated
+      disk space, up to `:segment_size` (see "Disk use").
       """
     ]
   ]

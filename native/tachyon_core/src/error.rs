@@ -11,6 +11,7 @@ use std::io;
 use crate::async_store::{AppendError, Failure, OpenError as AsyncOpenError, WaitError};
 use crate::poll::SelectError;
 use crate::ring::{PushError, RingError};
+use crate::segment::dir::DirError;
 use crate::seq::core::member::config::PublishError;
 use crate::seq::core::LogError;
 use crate::seq::SeqError;
@@ -44,6 +45,17 @@ pub enum Error {
     NoMemory,
     /// A record or segment header that does not verify, and where.
     Corrupt { segment: u64, offset: u64 },
+    /// A record that does not verify in the middle of a store's log, found
+    /// at open, and what `repair: true` would cut there.
+    Damaged {
+        segment: u64,
+        offset: u64,
+        records: u64,
+        bytes: u64,
+    },
+    /// A directory of another kind, of a newer format, or whose manifest
+    /// does not verify (see [`crate::segment::dir`]).
+    Dir(DirError),
     /// A configuration the part refuses, and why.
     BadConfig(&'static str),
     /// An argument the part refuses, without more to say.
@@ -63,11 +75,26 @@ pub enum Error {
 }
 
 /// The reason as the BEAM sees it: `{:error, reason}` with `reason` an
-/// atom, `{:corrupt, segment, offset}` or `{:bad_config, message}`.
+/// atom, `{:corrupt, segment, offset}`, `{:corrupt, segment, offset,
+/// records, bytes}` (what a repair would cut), `{:corrupt, :manifest}`,
+/// `{:wrong_kind, kind}`, `{:unsupported_format, version}` or
+/// `{:bad_config, message}`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Reason {
     Atom(&'static str),
-    Corrupt { segment: u64, offset: u64 },
+    Corrupt {
+        segment: u64,
+        offset: u64,
+    },
+    Damaged {
+        segment: u64,
+        offset: u64,
+        records: u64,
+        bytes: u64,
+    },
+    BadManifest,
+    WrongKind(&'static str),
+    UnsupportedFormat(u32),
     BadConfig(&'static str),
 }
 
@@ -98,6 +125,24 @@ impl Error {
                     offset: *offset,
                 }
             }
+            Error::Damaged {
+                segment,
+                offset,
+                records,
+                bytes,
+            } => {
+                return Reason::Damaged {
+                    segment: *segment,
+                    offset: *offset,
+                    records: *records,
+                    bytes: *bytes,
+                }
+            }
+            Error::Dir(DirError::WrongKind(k)) => {
+                return Reason::WrongKind(DirError::kind_name(*k))
+            }
+            Error::Dir(DirError::UnsupportedFormat(v)) => return Reason::UnsupportedFormat(*v),
+            Error::Dir(DirError::BadManifest) => return Reason::BadManifest,
             Error::BadConfig(m) => return Reason::BadConfig(m),
         })
     }
@@ -109,6 +154,17 @@ impl fmt::Display for Error {
             Error::Corrupt { segment, offset } => {
                 write!(f, "corrupt data in segment {segment} at offset {offset}")
             }
+            Error::Damaged {
+                segment,
+                offset,
+                records,
+                bytes,
+            } => write!(
+                f,
+                "corrupt data in segment {segment} at offset {offset} \
+                 (a repair would cut {records} records, {bytes} bytes)"
+            ),
+            Error::Dir(d) => write!(f, "{d}"),
             Error::BadConfig(m) => write!(f, "bad config: {m}"),
             Error::Io(e) => write!(f, "{e}"),
             other => match other.reason() {
@@ -150,8 +206,20 @@ impl From<StoreError> for Error {
             StoreError::Locked => Error::Locked,
             StoreError::ReadOnly => Error::ReadOnly,
             StoreError::Corrupt { segment, offset } => Error::Corrupt { segment, offset },
+            StoreError::Damaged {
+                segment,
+                offset,
+                records,
+                bytes,
+            } => Error::Damaged {
+                segment,
+                offset,
+                records,
+                bytes,
+            },
+            StoreError::Dir(d) => Error::Dir(d),
             StoreError::BadConfig(m) => Error::BadConfig(m),
-            StoreError::Io(e) => Error::Io(e),
+            StoreError::Io(e) => Error::from(e),
         }
     }
 }
@@ -164,8 +232,9 @@ impl From<TableError> for Error {
             TableError::NoSpace => Error::NoSpace,
             TableError::Locked => Error::Locked,
             TableError::Corrupt { segment, offset } => Error::Corrupt { segment, offset },
+            TableError::Dir(d) => Error::Dir(d),
             TableError::BadConfig(m) => Error::BadConfig(m),
-            TableError::Io(e) => Error::Io(e),
+            TableError::Io(e) => Error::from(e),
         }
     }
 }

@@ -25,6 +25,23 @@ pub(crate) fn fallocate(file: &File, len: usize) -> io::Result<()> {
     Ok(())
 }
 
+/// Writes `bytes` to `path` as a whole or not at all: to `tmp` first
+/// (created or truncated), `fdatasync`ed, then renamed over `path`. The
+/// caller `fsync`s the directory ([`fsync_dir`]) when the new name must
+/// survive a power loss.
+pub(crate) fn write_file_durably(tmp: &Path, path: &Path, bytes: &[u8]) -> io::Result<()> {
+    {
+        let mut f = std::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(tmp)?;
+        io::Write::write_all(&mut f, bytes)?;
+        f.sync_data()?;
+    }
+    std::fs::rename(tmp, path)
+}
+
 /// Makes the directory's entries (files created, renamed, removed) durable.
 pub(crate) fn fsync_dir(dir: &Path) -> io::Result<()> {
     File::open(dir)?.sync_all()

@@ -49,6 +49,10 @@ fn store_defaults<'a>(env: Env<'a>) -> NifResult<Term<'a>> {
                 ),
             ),
             ("segment_size", (c.segment_size as u64).encode(env)),
+            (
+                "initial_segment_size",
+                (c.initial_segment_size as u64).encode(env),
+            ),
             ("max_message_size", (c.max_message_size as u64).encode(env)),
             ("max_segments", opt(env, c.max_segments.map(|n| n as u64))),
             ("max_bytes", opt(env, c.max_bytes)),
@@ -100,6 +104,10 @@ fn table_defaults<'a>(env: Env<'a>) -> NifResult<Term<'a>> {
         &[
             ("mode", atom(env, c.mode.name())),
             ("segment_size", (c.segment_size as u64).encode(env)),
+            (
+                "initial_segment_size",
+                (c.initial_segment_size as u64).encode(env),
+            ),
             ("max_key_size", (c.max_key_size as u64).encode(env)),
             ("max_value_size", (c.max_value_size as u64).encode(env)),
             ("sync_interval_ms", opt(env, c.sync_interval.map(ms))),

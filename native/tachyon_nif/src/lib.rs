@@ -14,6 +14,8 @@
 //! * `res`: resource types for the hot NIFs (store, async store, table), decoded
 //!   without rustler's per-call type lookup.
 //! * `runtime`: the shared runtime's own NIFs (worker counters).
+//! * `segment`: what the shared segment layer knows of a directory (the
+//!   last segment it could not get, for `{:error, :enospc}` messages).
 //! * `seq`: `Tachyon.Sequencer` and `Tachyon.Bus` (total-order bus).
 //! * `store`: `Tachyon.Store` (message log).
 //! * `table`: `Tachyon.Table` (persistent key-value table).
@@ -29,6 +31,7 @@ mod dirty;
 mod owner;
 mod res;
 mod runtime;
+mod segment;
 mod seq;
 mod store;
 mod table;

@@ -34,6 +34,7 @@ fn decode_config<'a>(env: Env<'a>, opts: Term<'a>) -> NifResult<Config> {
             Mode::Write
         },
         segment_size: get::<u64>(env, opts, "segment_size")? as usize,
+        initial_segment_size: get::<u64>(env, opts, "initial_segment_size")? as usize,
         max_message_size: get::<u64>(env, opts, "max_message_size")? as usize,
         max_segments: max_segments.map(|n| n as usize),
         max_bytes,
@@ -46,6 +47,7 @@ fn decode_config<'a>(env: Env<'a>, opts: Term<'a>) -> NifResult<Config> {
         } else {
             Verify::Active
         },
+        ..Config::default()
     })
 }
 

@@ -32,6 +32,7 @@ mod names {
     rustler::atoms! {
         mode,
         segment_size,
+        initial_segment_size,
         max_key_size,
         max_value_size,
         sync_interval_ms,
@@ -108,6 +109,9 @@ fn config(opts: Term<'_>) -> NifResult<Config> {
     }
     if let Some(v) = opt::<u64>(opts, names::segment_size())? {
         c.segment_size = v as usize;
+    }
+    if let Some(v) = opt::<u64>(opts, names::initial_segment_size())? {
+        c.initial_segment_size = v as usize;
     }
     if let Some(v) = opt::<u64>(opts, names::max_key_size())? {
         c.max_key_size = v as usize;

@@ -27,7 +27,11 @@ pub fn get<'a, T: rustler::Decoder<'a>>(env: Env<'a>, opts: Term<'a>, key: &str)
 
 /// The reason of an error of any part, as the BEAM sees it: an atom
 /// (`:closed`, `:enospc`, `:eaddrinuse`, ...), `{:corrupt, segment,
-/// offset}` or `{:bad_config, message}`. The one mapping: every part's
+/// offset}`, `{:corrupt, segment, offset, records, bytes}` (damage a
+/// store's `repair: true` would cut, and what it would cut), `{:corrupt,
+/// :manifest}`, `{:wrong_kind, kind}`, `{:unsupported_format, version}` or
+/// `{:bad_config, message}`. `Tachyon.Error.normalize/3` turns the
+/// `:corrupt` tuples into `:corrupt` and logs their detail. The one mapping: every part's
 /// error converts into `tachyon_core::error::Error`, whose `reason()` says
 /// which.
 pub struct ReasonTerm(pub Reason);
@@ -47,6 +51,15 @@ impl Encoder for ReasonTerm {
                 a => atom(env, a),
             },
             Reason::Corrupt { segment, offset } => (atoms::corrupt(), segment, offset).encode(env),
+            Reason::Damaged {
+                segment,
+                offset,
+                records,
+                bytes,
+            } => (atoms::corrupt(), segment, offset, records, bytes).encode(env),
+            Reason::BadManifest => (atoms::corrupt(), atom(env, "manifest")).encode(env),
+            Reason::WrongKind(k) => (atom(env, "wrong_kind"), atom(env, k)).encode(env),
+            Reason::UnsupportedFormat(v) => (atom(env, "unsupported_format"), v).encode(env),
             Reason::BadConfig(m) => (atom(env, "bad_config"), m).encode(env),
         }
     }

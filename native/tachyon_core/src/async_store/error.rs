@@ -54,10 +54,13 @@ impl Failure {
     /// `read_only`, `corrupt`, an errno name, `index_conflict` or
     /// `writer_panicked`.
     pub fn reason(&self) -> &'static str {
+        use crate::error::Reason;
         match crate::error::Error::from(self).reason() {
-            crate::error::Reason::Atom(a) => a,
-            crate::error::Reason::Corrupt { .. } => "corrupt",
-            crate::error::Reason::BadConfig(_) => "bad_config",
+            Reason::Atom(a) => a,
+            Reason::Corrupt { .. } | Reason::Damaged { .. } | Reason::BadManifest => "corrupt",
+            Reason::WrongKind(_) => "wrong_kind",
+            Reason::UnsupportedFormat(_) => "unsupported_format",
+            Reason::BadConfig(_) => "bad_config",
         }
     }
 

@@ -9,12 +9,18 @@
 //! ([`fill`] on the opening thread, a dirty scheduler): a writer that starts
 //! at once must not catch up with the thread.
 //!
+//! Preparing starts with use: the queue holds one segment from the open
+//! on, and one more after every roll, up to its `max`
+//! ([`Prepared::target`]). Each prepared segment is disk space allocated
+//! ahead of need; a part that is opened and not written to keeps one.
+//!
 //! The thread sleeps on its worker's wake-up line (woken by a roll or a
 //! writer that wants pages, and by the stop), and when stopped removes the
 //! segments left in the queue.
 
 use std::collections::VecDeque;
 use std::io;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -56,10 +62,12 @@ pub trait Prepare: Send + 'static {
     }
 }
 
-/// Next segments, in order, at most `max` of them.
+/// Next segments, in order, at most `target` of them: 1 (if `max` allows)
+/// until the writer first rolls, then one more at every roll, up to `max`.
 pub struct Prepared<S> {
     queue: Mutex<VecDeque<S>>,
     max: usize,
+    target: AtomicUsize,
     /// Held while a segment is made: a writer that finds none ready may
     /// wait for that one ([`Prepared::pop_or_wait`]) rather than create its
     /// own (and fail for the disk space the other one takes).
@@ -72,12 +80,26 @@ impl<S> Prepared<S> {
         Prepared {
             queue: Mutex::new(VecDeque::with_capacity(max)),
             max,
+            target: AtomicUsize::new(max.min(1)),
             creating: Mutex::new(()),
         }
     }
 
     pub fn max(&self) -> usize {
         self.max
+    }
+
+    /// How many segments the thread keeps ready now.
+    pub fn target(&self) -> usize {
+        self.target.load(Ordering::Relaxed)
+    }
+
+    /// A roll: one more segment is kept ready from now on (up to `max`).
+    fn used(&self) {
+        let t = self.target.load(Ordering::Relaxed);
+        if t < self.max {
+            self.target.store(t + 1, Ordering::Relaxed);
+        }
     }
 
     pub fn len(&self) -> usize {
@@ -88,8 +110,10 @@ impl<S> Prepared<S> {
         lock(&self.queue).is_empty()
     }
 
-    /// The next segment, if one is ready.
+    /// The next segment, if one is ready (the writer rolls: see
+    /// [`Prepared::target`]).
     pub fn pop(&self) -> Option<S> {
+        self.used();
         lock(&self.queue).pop_front()
     }
 
@@ -100,7 +124,7 @@ impl<S> Prepared<S> {
             return Some(s);
         }
         let _c = lock(&self.creating);
-        self.pop()
+        lock(&self.queue).pop_front()
     }
 
     /// Takes every queued segment (they are out of line, or the part
@@ -115,13 +139,13 @@ impl<S> Prepared<S> {
     }
 }
 
-/// Makes segments until the queue is full or `stop()` says so. Stops at the
-/// first error, and (without an error) at a segment that was no longer next
-/// when it was ready.
+/// Makes segments until the queue holds its [`Prepared::target`] or
+/// `stop()` says so. Stops at the first error, and (without an error) at a
+/// segment that was no longer next when it was ready.
 pub fn fill<P: Prepare>(p: &mut P, stop: impl Fn() -> bool) -> io::Result<()> {
     loop {
         let queued = p.queue().len();
-        if queued >= p.queue().max || stop() {
+        if queued >= p.queue().target() || stop() {
             return Ok(());
         }
         let creating = lock(&p.queue().creating);

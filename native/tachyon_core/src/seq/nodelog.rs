@@ -86,6 +86,9 @@ impl NodeLog {
             return Err(NodeLogError::OldFormat);
         }
         cfg.repair = true;
+        // The directory is a sequencer's (a store's or a table's is
+        // refused, unchanged); the truncation's reopen keeps the kind.
+        cfg.kind = crate::segment::dir::Kind::Sequencer;
         let store = Arc::new(Store::open(dir, cfg.clone())?);
         if store.next_index().unwrap_or(0) > 0 {
             // Entry 0 is the session record: a message with a 16-byte
@@ -283,6 +286,81 @@ mod tests {
         b[9] ^= 1;
         assert_eq!(decode_meta(&b), None);
         assert_eq!(decode_meta(&[0; META_LEN]), None);
+    }
+
+    #[test]
+    fn a_store_directory_is_not_a_node_log_nor_the_other_way_round() {
+        use crate::segment::dir::{DirError, Kind};
+        let root =
+            std::env::temp_dir().join(format!("tachyon-nodelog-kind-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&root);
+        let cfg = store::Config {
+            segment_size: 64 * 1024,
+            initial_segment_size: 64 * 1024,
+            max_message_size: 1024,
+            ..store::Config::default()
+        };
+        let listing = |d: &Path| {
+            let mut v: Vec<(String, Vec<u8>)> = std::fs::read_dir(d)
+                .unwrap()
+                .map(|e| {
+                    let e = e.unwrap();
+                    let name = e.file_name().into_string().unwrap();
+                    (name, std::fs::read(e.path()).unwrap())
+                })
+                .collect();
+            v.sort();
+            v
+        };
+        // A store's directory: the node refuses it and leaves it as it was.
+        let sd = root.join("store");
+        let s = Store::open(&sd, cfg.clone()).unwrap();
+        s.append(b"mine").unwrap();
+        s.close();
+        let before = listing(&sd);
+        assert!(matches!(
+            NodeLog::open(&sd, cfg.clone(), false),
+            Err(NodeLogError::Store(StoreError::Dir(DirError::WrongKind(
+                Some(Kind::Store)
+            ))))
+        ));
+        assert_eq!(listing(&sd), before);
+        // A node's log: a store writer refuses it, a reader reads it.
+        let nd = root.join("node");
+        let mut l = NodeLog::open(&nd, cfg.clone(), false).unwrap();
+        let mut entry = Vec::new();
+        crate::seq::wire::write_msg(&mut entry, 0, 0, 0, 1, b"x");
+        l.append(&entry).unwrap();
+        let m = Meta {
+            term: 2,
+            vote: Some(0),
+            log_id: 7,
+            boot: 1,
+            learner: false,
+        };
+        l.save_meta(&m).unwrap();
+        drop(l);
+        let before = listing(&nd);
+        assert!(matches!(
+            Store::open(&nd, cfg.clone()),
+            Err(StoreError::Dir(DirError::WrongKind(Some(Kind::Sequencer))))
+        ));
+        let r = Store::open(
+            &nd,
+            store::Config {
+                mode: store::Mode::Read,
+                ..cfg.clone()
+            },
+        )
+        .unwrap();
+        assert_eq!(r.read(0).unwrap(), entry);
+        drop(r);
+        assert_eq!(listing(&nd), before);
+        // And it reopens as a node's log.
+        let l = NodeLog::open(&nd, cfg, false).unwrap();
+        assert_eq!((l.next_index(), l.load_meta()), (1, Some(m)));
+        drop(l);
+        std::fs::remove_dir_all(&root).unwrap();
     }
 
     #[test]

@@ -15,6 +15,10 @@
 
 /// Magic at offset 0 of an activated segment file.
 pub const MAGIC: [u8; 8] = *b"TACHLOG1";
+/// Magic at offset 0 of a segment file that was prepared (created,
+/// allocated) and not activated yet: the store made it, and it holds no
+/// record, so a store may remove it.
+pub const PREP_MAGIC: [u8; 8] = *b"TACHPRE1";
 /// Format version.
 pub const VERSION: u32 = 1;
 /// Size of the header page.

@@ -34,7 +34,8 @@ use std::time::Duration;
 
 use crossbeam_utils::CachePadded;
 
-use crate::segment::WriteMap;
+use crate::segment::dir::{DirError, Kind};
+use crate::segment::{Growth, WriteMap};
 use crate::spin::SpinMutex;
 use crate::sys::lock;
 use crate::worker::Worker;
@@ -56,7 +57,22 @@ pub enum StoreError {
     NoSpace,
     Locked,
     ReadOnly,
-    Corrupt { segment: u64, offset: u64 },
+    Corrupt {
+        segment: u64,
+        offset: u64,
+    },
+    /// A record that does not verify in the middle of the log, found at
+    /// open: `repair: true` would cut the log there, losing `records`
+    /// records (`bytes` bytes of data) from `segment` on.
+    Damaged {
+        segment: u64,
+        offset: u64,
+        records: u64,
+        bytes: u64,
+    },
+    /// The directory is not this store's (another part's, or of a newer
+    /// format): nothing was changed in it.
+    Dir(DirError),
     BadConfig(&'static str),
     Io(io::Error),
 }
@@ -92,8 +108,16 @@ pub enum Verify {
 #[derive(Debug, Clone)]
 pub struct Config {
     pub mode: Mode,
-    /// Data bytes per segment.
+    /// Which part owns the directory (`Store`; a sequencer node's log says
+    /// `Sequencer`): a writer refuses a directory of another kind, and a
+    /// new directory is claimed for this one (see [`crate::segment::dir`]).
+    pub kind: Kind,
+    /// Data bytes of the largest segments.
     pub segment_size: usize,
+    /// Data bytes of the first segment of a new log (raised to fit a
+    /// message of `max_message_size`); each next segment has twice the
+    /// one before it, up to `segment_size` (see [`Growth`]).
+    pub initial_segment_size: usize,
     pub max_message_size: usize,
     /// Keep at most this many segments (oldest deleted at roll).
     pub max_segments: Option<usize>,
@@ -116,7 +140,9 @@ impl Default for Config {
     fn default() -> Self {
         Config {
             mode: Mode::Write,
+            kind: Kind::Store,
             segment_size: 64 << 20,
+            initial_segment_size: 2 << 20,
             max_message_size: 1 << 20,
             max_segments: None,
             max_bytes: None,
@@ -153,7 +179,22 @@ impl Config {
         if self.max_segments == Some(0) {
             return Err(StoreError::BadConfig("max_segments must be at least 1"));
         }
+        if !(MIN_DATA_CAP..=MAX_DATA_CAP).contains(&self.initial_segment_size) {
+            return Err(StoreError::BadConfig(
+                "initial_segment_size must be between 64 KiB and 3 GiB",
+            ));
+        }
         Ok(())
+    }
+
+    /// The sizes of the segments: from `initial_segment_size`, raised to
+    /// hold the largest message and rounded up to a multiple of 8, doubling
+    /// up to `segment_size`.
+    pub fn growth(&self) -> Growth {
+        let first = self
+            .initial_segment_size
+            .max(record_size(self.max_message_size));
+        Growth::new(align_up(first, 8), self.segment_size)
     }
 }
 

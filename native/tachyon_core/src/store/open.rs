@@ -15,18 +15,33 @@ use super::format::*;
 use super::recover::verify_segments;
 use super::roll::Touch;
 use super::{Config, Mode, OpenError, Recovery, Segment, Store, StoreError, Writer};
+use crate::segment::dir::{self, Kind};
 use crate::spin::SpinMutex;
 
-/// The segment files of `dir`, by sequence number.
-/// Removes a prepared, never activated segment file; one already gone (a
-/// closed store's prepare thread removes its own on the way out) is fine.
-pub(super) fn remove_unused(path: &Path) -> io::Result<()> {
+/// Removes segment `seq`, a file at `path` that is not activated, if it is
+/// this store's prepared segment or holds nothing
+/// ([`Segment::is_unused_and_ours`]); one already gone (a closed store's
+/// prepare thread removes its own on the way out) is fine. Anything else in
+/// the sequence is not the store's to remove: `Corrupt`.
+pub(super) fn remove_unused(path: &Path, seq: u64) -> Result<(), StoreError> {
+    match Segment::is_unused_and_ours(path, seq) {
+        Ok(true) => {}
+        Ok(false) => {
+            return Err(StoreError::Corrupt {
+                segment: seq,
+                offset: 0,
+            })
+        }
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(e.into()),
+    }
     match fs::remove_file(path) {
-        Err(e) if e.kind() != io::ErrorKind::NotFound => Err(e),
+        Err(e) if e.kind() != io::ErrorKind::NotFound => Err(e.into()),
         _ => Ok(()),
     }
 }
 
+/// The segment files of `dir`, by sequence number.
 pub(super) fn list_segments(dir: &Path) -> io::Result<Vec<(u64, PathBuf)>> {
     let mut v = Vec::new();
     for e in fs::read_dir(dir)? {
@@ -47,9 +62,10 @@ pub(super) fn bounds(segs: &[Arc<Segment>]) -> (u64, u64) {
     }
 }
 
-/// Takes the directory's writer lock.
-pub(super) fn lock_dir(dir: &Path) -> Result<File, StoreError> {
-    crate::segment::lock_dir(dir)?.ok_or(StoreError::Locked)
+/// Takes the directory's writer lock, once the directory is known to be a
+/// directory of `kind` (or made one: see [`crate::segment::dir`]).
+pub(super) fn lock_dir(dir: &Path, kind: Kind) -> Result<File, StoreError> {
+    crate::segment::dir::open_writer(dir, kind)?.ok_or(StoreError::Locked)
 }
 
 impl Store {
@@ -65,15 +81,14 @@ impl Store {
 
     fn open_writer(dir: PathBuf, cfg: Config) -> Result<Store, StoreError> {
         let t0 = Instant::now();
-        fs::create_dir_all(&dir)?;
-        let lock_file = lock_dir(&dir)?;
+        let lock_file = lock_dir(&dir, cfg.kind)?;
         let mut rec = Recovery::default();
         let mut segs = open_segments(&dir, &mut rec)?;
         // (records, data bytes) of the last segment, from its scan.
         let (active_count, active_end) = verify_segments(&mut segs, &cfg, &mut rec)?;
         let dir_dirty = segs.is_empty();
         if segs.is_empty() {
-            let s = Segment::create(&dir, 0, cfg.segment_size)?;
+            let s = Segment::create(&dir, 0, cfg.growth().first())?;
             s.activate(0);
             segs.push(Arc::new(s));
         }
@@ -116,6 +131,7 @@ impl Store {
 
     fn open_reader(dir: PathBuf, cfg: Config) -> Result<Store, StoreError> {
         let t0 = Instant::now();
+        dir::check_reader(&dir, cfg.kind)?;
         if !dir.is_dir() {
             return Err(StoreError::Io(io::Error::from_raw_os_error(libc::ENOENT)));
         }
@@ -196,7 +212,7 @@ fn open_segments(dir: &Path, rec: &mut Recovery) -> Result<Vec<Arc<Segment>>, St
             Some(s) => segs.push(Arc::new(s)),
             None => {
                 // (So the next roll can create it again.)
-                remove_unused(&path)?;
+                remove_unused(&path, seq)?;
                 rec.removed_unused += 1;
             }
         }

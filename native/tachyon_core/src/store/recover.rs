@@ -7,7 +7,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use super::format::*;
-use super::open::{list_segments, lock_dir, remove_unused};
+use super::open::{list_segments, remove_unused};
 use super::{Config, RecordError, Recovery, Segment, StoreError, Verify};
 use crate::sys::fsync_dir;
 
@@ -84,6 +84,24 @@ fn valid_records_after(seg: &Segment, k: usize, bad_off: usize) -> u64 {
         }
     }
     n
+}
+
+/// The file offset just past the last record the index of `seg` knows of
+/// from slot `k` on (`data_start` if none).
+fn records_end(seg: &Segment, k: usize) -> usize {
+    let mut end = seg.layout.data_start;
+    for j in k..seg.layout.slots {
+        let o = seg.slot(j).load(Ordering::Relaxed) as usize;
+        if o == 0 {
+            break;
+        }
+        let len = match seg.record_at(o) {
+            Ok(p) => record_size(p.len()),
+            Err(_) => REC_HEADER,
+        };
+        end = end.max(o + len);
+    }
+    end
 }
 
 /// Cuts `seg` at file offset `off` (record `k`): zeroes the data from there to
@@ -174,9 +192,19 @@ fn cut_damage(
     let later: u64 = segs[i + 1..].iter().map(|s| s.count()).sum();
     let middle = after > 0 || later > 0;
     if middle && !repair {
-        return Err(StoreError::Corrupt {
+        // What `repair: true` would cut: the verified records after the
+        // damage (as `lost_records` counts them) and the bytes from it on,
+        // in this segment and the later ones.
+        let bytes = records_end(&seg, scan.count).saturating_sub(bad)
+            + segs[i + 1..]
+                .iter()
+                .map(|s| records_end(s, 0).saturating_sub(s.layout.data_start))
+                .sum::<usize>();
+        return Err(StoreError::Damaged {
             segment: seg.seq,
             offset: bad as u64,
+            records: after + later,
+            bytes: bytes as u64,
         });
     }
     rec.truncated_bytes += cut_segment(&seg, scan.count, bad);
@@ -200,15 +228,18 @@ fn cut_damage(
 /// change of primary): closing the store, truncating, reopening keeps the
 /// live writer, its pre-touch thread and prepared segments out of it. The
 /// cut is on the disk when this returns (synced, and the directory too
-/// when files went).
+/// when files went). The directory must hold a store's segments (a
+/// store's or a sequencer node's directory: see [`crate::segment::dir`]);
+/// it is not claimed.
 pub fn truncate_dir(dir: &Path, from: u64) -> Result<u64, StoreError> {
-    let _lock = lock_dir(dir)?;
+    crate::segment::dir::check_reader(dir, crate::segment::dir::Kind::Store)?;
+    let _lock = crate::segment::lock_dir(dir)?.ok_or(StoreError::Locked)?;
     let mut segs = Vec::new();
     for (seq, path) in list_segments(dir)? {
         match Segment::open(&path, seq, true)? {
             Some(s) => segs.push((s, path)),
             // Prepared, never activated: removed (a reopen prepares anew).
-            None => remove_unused(&path)?,
+            None => remove_unused(&path, seq)?,
         }
     }
     let Some(first) = segs.first().map(|(s, _)| s.base()) else {

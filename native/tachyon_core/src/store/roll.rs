@@ -12,9 +12,11 @@ use std::time::{Duration, Instant};
 use crossbeam_utils::CachePadded;
 
 use super::format::*;
+use super::open::remove_unused;
 use super::{Event, Segment, Store, StoreError, Writer};
 use crate::segment::map::retire;
 use crate::segment::prepare::{self, Prepare, Prepared};
+use crate::segment::Growth;
 use crate::sys::lock;
 use crate::worker::Worker;
 
@@ -51,7 +53,7 @@ impl Touch {
 struct Pretouch {
     t: Arc<Touch>,
     dir: PathBuf,
-    cap: usize,
+    growth: Growth,
     ahead: usize,
     last_pos: u64,
 }
@@ -64,9 +66,13 @@ impl Prepare for Pretouch {
     }
 
     fn make(&self, queued: usize) -> io::Result<Segment> {
-        let seq = lock(&self.t.active).seq + 1 + queued as u64;
+        let (seq, cap) = {
+            let a = lock(&self.t.active);
+            let n = 1 + queued;
+            (a.seq + n as u64, self.growth.after(a.layout.data_cap, n))
+        };
         // create_new: never touches a file the writer made itself.
-        let seg = Segment::create(&self.dir, seq, self.cap)?;
+        let seg = Segment::create(&self.dir, seq, cap)?;
         seg.populate(0, seg.layout.file_len);
         seg.touched.store(seg.layout.file_len, Ordering::Release);
         Ok(seg)
@@ -112,7 +118,7 @@ impl Store {
         let mut p = Pretouch {
             t: t.clone(),
             dir: self.dir.clone(),
-            cap: self.cfg.segment_size,
+            growth: self.cfg.growth(),
             ahead: self.cfg.pretouch_ahead,
             last_pos: u64::MAX,
         };
@@ -130,7 +136,8 @@ impl Store {
     pub(super) fn roll(&self, w: &mut Writer) -> Result<(), StoreError> {
         let t0 = Instant::now();
         let seq = w.active.seq + 1;
-        let (next, prepared) = self.next_segment(seq)?;
+        let cap = self.cfg.growth().next(Some(w.active.layout.data_cap));
+        let (next, prepared) = self.next_segment(seq, cap)?;
         let wmap = next
             .writable()
             .ok_or(StoreError::Io(io::Error::other("new segment not writable")))?;
@@ -174,12 +181,12 @@ impl Store {
         Ok(())
     }
 
-    /// Segment `seq`, not yet activated: the prepared one (then `true`), or
-    /// one created now.
-    fn next_segment(&self, seq: u64) -> Result<(Segment, bool), StoreError> {
+    /// Segment `seq` of `cap` data bytes, not yet activated: the prepared
+    /// one (then `true`), or one created now.
+    fn next_segment(&self, seq: u64, cap: usize) -> Result<(Segment, bool), StoreError> {
         if let Some(t) = &self.touch {
             match t.prepared.pop() {
-                Some(s) if s.seq == seq && s.layout.data_cap == self.cfg.segment_size => {
+                Some(s) if s.seq == seq && s.layout.data_cap == cap => {
                     return Ok((s, true));
                 }
                 other => {
@@ -193,20 +200,22 @@ impl Store {
                 }
             }
         }
-        Ok((self.create_segment(seq)?, false))
+        Ok((self.create_segment(seq, cap)?, false))
     }
 
     /// Creates segment `seq` on the writer's path (the pre-touch thread had
-    /// none ready, or failed). A leftover file of a failed attempt goes; the
-    /// pre-touch thread may be creating the same file right now: the name
-    /// is taken over and its copy is then discarded.
-    fn create_segment(&self, seq: u64) -> Result<Segment, StoreError> {
+    /// none ready, or failed). A prepared file left by a failed attempt
+    /// goes; the pre-touch thread may be creating the same file right now:
+    /// the name is taken over and its copy is then discarded. A file there
+    /// that is not a prepared segment of this store is left alone (the
+    /// roll fails).
+    fn create_segment(&self, seq: u64, cap: usize) -> Result<Segment, StoreError> {
         let path = self.dir.join(segment_file_name(seq));
         let mut tries = 0;
         loop {
-            match Segment::create(&self.dir, seq, self.cfg.segment_size) {
+            match Segment::create(&self.dir, seq, cap) {
                 Err(e) if e.kind() == io::ErrorKind::AlreadyExists && tries < 3 => {
-                    let _ = fs::remove_file(&path);
+                    remove_unused(&path, seq)?;
                     tries += 1;
                 }
                 other => return Ok(other?),

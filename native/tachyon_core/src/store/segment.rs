@@ -87,19 +87,38 @@ impl Segment {
     }
 
     /// Creates a new, not yet activated segment file of `data_cap` bytes of
-    /// data, with every block allocated (see [`crate::segment::create`]).
+    /// data, with every block allocated (see [`crate::segment::create`]),
+    /// its header a prepared one (`PREP_MAGIC`) until it is activated.
     pub fn create(dir: &Path, seq: u64, data_cap: usize) -> io::Result<Segment> {
         let layout = Layout::new(data_cap);
         let name = segment_file_name(seq);
-        let (file, path, maps) = segment::create(dir, &name, layout.file_len, |f| {
+        let head = encode_header(seq, 0, &layout, PREP_MAGIC);
+        let (file, path, maps) = segment::create(dir, &name, layout.file_len, &head, |f| {
             Maps::new(f, layout.file_len, true)
         })?;
         Ok(Segment::build(seq, 0, path, layout, file, maps))
     }
 
+    /// Whether the file at `path`, segment `seq` of a store's directory
+    /// that [`Segment::open`] found not activated, may be removed: it is a
+    /// prepared segment of this store (its header says so and names `seq`;
+    /// an interrupted activation leaves the magic and the sequence number
+    /// as they were), or it holds nothing at all (a prepared segment of the
+    /// release before prepared headers; an empty file a crash left between
+    /// its creation and its header). Anything else is not the store's to
+    /// remove.
+    pub fn is_unused_and_ours(path: &Path, seq: u64) -> io::Result<bool> {
+        segment::is_all_zero_or(path, |head| {
+            head.len() >= H_SEQ + 8
+                && head[H_MAGIC..H_MAGIC + 8] == PREP_MAGIC
+                && head[H_SEQ..H_SEQ + 8] == seq.to_le_bytes()
+        })
+    }
+
     /// Opens an existing segment file. Returns `Ok(None)` for a file that was
-    /// created but never activated (no magic): a leftover of a prepared
-    /// segment.
+    /// created but never activated (a prepared header, or no magic): a
+    /// leftover of a prepared segment, or one a writer is about to
+    /// activate.
     pub fn open(path: &Path, seq: u64, writable: bool) -> Result<Option<Segment>, OpenError> {
         let file = match OpenOptions::new().read(true).write(writable).open(path) {
             Ok(f) => f,
@@ -123,7 +142,7 @@ impl Segment {
             segment: seq,
             offset: 0,
         })?);
-        if head[..8] == [0u8; 8] {
+        if head[..8] == [0u8; 8] || head[..8] == PREP_MAGIC {
             return Ok(None);
         }
         let layout = check_header(&head, seq, len)?;
@@ -153,7 +172,7 @@ impl Segment {
     /// record at `base`. The magic is written last.
     pub fn activate(&self, base: u64) {
         let Some(w) = self.writable() else { return };
-        let head = encode_header(self.seq, base, &self.layout);
+        let head = encode_header(self.seq, base, &self.layout, MAGIC);
         self.base.store(base, Ordering::Release);
         let p = w.ptr();
         // SAFETY: writable map of at least HEADER_SIZE bytes; bytes 8..64
@@ -363,9 +382,10 @@ impl Segment {
     }
 }
 
-/// The header of an activated segment (magic last in the write order, CRC
-/// over bytes 0..56).
-fn encode_header(seq: u64, base: u64, layout: &Layout) -> [u8; 64] {
+/// The header of a segment with `magic` (`MAGIC` activated, `PREP_MAGIC`
+/// prepared; the magic is written last when activating; CRC over bytes
+/// 0..56).
+fn encode_header(seq: u64, base: u64, layout: &Layout, magic: [u8; 8]) -> [u8; 64] {
     let mut head = [0u8; 64];
     head[H_VERSION..H_VERSION + 4].copy_from_slice(&VERSION.to_le_bytes());
     head[H_SEQ..H_SEQ + 8].copy_from_slice(&seq.to_le_bytes());
@@ -377,7 +397,7 @@ fn encode_header(seq: u64, base: u64, layout: &Layout) -> [u8; 64] {
         .map(|d| d.as_nanos() as u64)
         .unwrap_or(0);
     head[H_CREATED..H_CREATED + 8].copy_from_slice(&now.to_le_bytes());
-    head[H_MAGIC..H_MAGIC + 8].copy_from_slice(&MAGIC);
+    head[H_MAGIC..H_MAGIC + 8].copy_from_slice(&magic);
     let crc = crc32c::crc32c(&head[..H_HCRC]);
     head[H_HCRC..H_HCRC + 4].copy_from_slice(&crc.to_le_bytes());
     head

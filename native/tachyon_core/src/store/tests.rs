@@ -168,6 +168,7 @@ fn corruption_in_the_middle_fails_unless_repair() {
         offs.push(pos);
         s.append(&msg(i)).unwrap();
     }
+    let (_, end) = s.active_position().unwrap();
     s.close();
     let path = active_file(&d);
     let l = Layout::new(64 * 1024);
@@ -175,11 +176,19 @@ fn corruption_in_the_middle_fails_unless_repair() {
     let off = l.data_start + offs[5] + 8 + 3;
     b[off] ^= 0xff;
     fs::write(&path, &b).unwrap();
+    // The error says what a repair would cut: the 14 records after the
+    // damaged one, and the bytes from it to the end of the log.
     match Store::open(&d, small()) {
-        Err(StoreError::Corrupt { segment: 0, offset }) => {
-            assert_eq!(offset as usize, l.data_start + offs[5])
+        Err(StoreError::Damaged {
+            segment: 0,
+            offset,
+            records: 14,
+            bytes,
+        }) => {
+            assert_eq!(offset as usize, l.data_start + offs[5]);
+            assert_eq!(bytes as usize, end - offs[5]);
         }
-        other => panic!("expected corrupt, got {:?}", other.map(|_| ())),
+        other => panic!("expected damage, got {:?}", other.map(|_| ())),
     }
     let cfg = Config {
         repair: true,
@@ -358,6 +367,90 @@ fn leftover_prepared_file_is_removed_on_open() {
     assert_eq!(s.recovery().removed_unused, 1);
     assert_eq!(s.read(0).unwrap(), b"a");
     // close joins the pre-touch thread (a drop does not wait for it).
+    s.close();
+    fs::remove_dir_all(&d).unwrap();
+}
+
+#[test]
+fn only_files_the_store_can_prove_are_its_own_are_removed() {
+    let d = tmp();
+    let cfg = Config {
+        pretouch: false,
+        ..small()
+    };
+    let s = Store::open(&d, cfg.clone()).unwrap();
+    s.append(b"a").unwrap();
+    s.close();
+    // A prepared file of the release before prepared headers (all zero)
+    // holds nothing: it goes. So does an empty one (a crash before the
+    // header).
+    fs::write(d.join(segment_file_name(1)), vec![0u8; 8192]).unwrap();
+    let s = Store::open(&d, cfg.clone()).unwrap();
+    assert_eq!(s.recovery().removed_unused, 1);
+    s.close();
+    // A file in the sequence that is not activated and holds something
+    // that is not a prepared segment of this store: left alone, the open
+    // fails.
+    let other = d.join(segment_file_name(1));
+    fs::write(&other, b"TCHYTBL1 a small table's segment").unwrap();
+    assert!(matches!(
+        Store::open(&d, cfg.clone()),
+        Err(StoreError::Corrupt {
+            segment: 1,
+            offset: 0
+        })
+    ));
+    assert_eq!(
+        fs::read(&other).unwrap(),
+        b"TCHYTBL1 a small table's segment"
+    );
+    // A prepared header naming another sequence number is not this one's.
+    let seg = Segment::create(&d, 7, 64 * 1024).unwrap();
+    drop(seg);
+    fs::rename(d.join(segment_file_name(7)), &other).unwrap();
+    assert!(Store::open(&d, cfg.clone()).is_err());
+    assert!(other.exists());
+    fs::remove_file(&other).unwrap();
+    assert_eq!(Store::open(&d, cfg).unwrap().read(0).unwrap(), b"a");
+    fs::remove_dir_all(&d).unwrap();
+}
+
+#[test]
+fn a_new_store_takes_little_disk_and_its_segments_grow() {
+    let d = tmp();
+    let s = Store::open(&d, Config::default()).unwrap();
+    let files = |d: &Path| -> Vec<u64> {
+        list_segments(d)
+            .unwrap()
+            .iter()
+            .map(|(_, p)| fs::metadata(p).unwrap().len())
+            .collect()
+    };
+    let l = |cap: usize| Layout::new(cap).file_len as u64;
+    // The first segment (2 MiB of data) and one prepared (4 MiB).
+    assert_eq!(files(&d), [l(2 << 20), l(4 << 20)]);
+    let big = vec![7u8; 1 << 20];
+    for _ in 0..16 {
+        s.append(&big).unwrap();
+    }
+    // 2, 4, 8 and 16 MiB written through (a 1 MiB message and its header
+    // fill a segment less 8 bytes per message)...
+    let caps: Vec<u64> = s
+        .segments
+        .read()
+        .unwrap()
+        .iter()
+        .map(|x| x.layout.data_cap as u64 >> 20)
+        .collect();
+    assert_eq!(&caps[..4], [2, 4, 8, 16]);
+    s.close();
+    // ...and a reopen carries on from the last size.
+    let s = Store::open(&d, Config::default()).unwrap();
+    for _ in 0..48 {
+        s.append(&big).unwrap();
+    }
+    let last = s.segments.read().unwrap().last().unwrap().layout.data_cap;
+    assert_eq!(last, 64 << 20);
     s.close();
     fs::remove_dir_all(&d).unwrap();
 }

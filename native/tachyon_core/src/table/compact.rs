@@ -2,7 +2,7 @@
 //! and compaction (live entries of segments with garbage copied to new
 //! segments, the inputs deleted).
 
-use std::fs::{self, OpenOptions};
+use std::fs;
 use std::io;
 use std::path::Path;
 use std::sync::atomic::Ordering;
@@ -39,18 +39,11 @@ impl Table {
     }
 }
 
+/// Writes `path` through `<path without extension>.tmp` (a hint file's
+/// `<id:020>.tmp`, the compaction manifest's `compact.tmp`: the only
+/// temporary names a table's open removes).
 fn write_file_durably(path: &Path, bytes: &[u8]) -> io::Result<()> {
-    let tmp = path.with_extension("tmp");
-    {
-        let mut f = OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .open(&tmp)?;
-        io::Write::write_all(&mut f, bytes)?;
-        f.sync_data()?;
-    }
-    fs::rename(&tmp, path)
+    crate::sys::write_file_durably(&path.with_extension("tmp"), path, bytes)
 }
 
 /// A compaction output being written: the segment and its next offset.
@@ -182,6 +175,13 @@ impl Inner {
         let mut c = Copier {
             inner: self,
             min_other,
+            left: inputs
+                .iter()
+                .map(|s| {
+                    let (_, live, tombs) = s.counters();
+                    live + tombs
+                })
+                .sum(),
             cur: None,
             outputs: Vec::new(),
             buf: Vec::new(),
@@ -239,7 +239,7 @@ impl Inner {
         };
         let (total, live, tombs) = a.counters();
         if live + tombs < total || tombs > 0 {
-            self.roll(&mut w)?;
+            self.roll(&mut w, 0)?;
         }
         drop(w);
         self.write_hints()
@@ -299,6 +299,9 @@ struct Copier<'a> {
     inner: &'a Inner,
     /// See [`Inner::compaction_inputs`].
     min_other: u64,
+    /// Bytes of entries (live ones and tombstones) still to copy, at most:
+    /// what the next output is sized for.
+    left: u64,
     cur: Output,
     outputs: Vec<Arc<Segment>>,
     /// One record's encoding.
@@ -361,7 +364,13 @@ impl Copier<'_> {
             .is_none_or(|(s, pos)| pos + rec_len > s.cap)
         {
             self.close_current();
-            self.cur = Some((self.inner.new_segment()?, SEG_HEADER));
+            // Sized for what is left to copy (its unused tail is cut when
+            // it is sealed), between the first segment's size and the
+            // largest.
+            let g = self.inner.cfg.growth();
+            let want = SEG_HEADER + (self.left as usize).max(rec_len);
+            let cap = want.clamp(g.first(), g.max()).max(SEG_HEADER + rec_len);
+            self.cur = Some((self.inner.new_segment(cap)?, SEG_HEADER));
         }
         let Some((o, pos)) = self.cur.as_mut() else {
             return Err(TableError::Closed);
@@ -377,6 +386,7 @@ impl Copier<'_> {
         *pos += rec_len;
         o.end.store(*pos as u64, Ordering::Release);
         let cost = entry_cost(e.key.len(), val.len());
+        self.left = self.left.saturating_sub(cost);
         o.total.fetch_add(cost, Ordering::Relaxed);
         if e.kind == KIND_DEL {
             o.tombs.fetch_add(cost, Ordering::Relaxed);

@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use super::format::*;
 use super::{Result, TableError};
-use crate::segment::MAX_PREPARED_SEGMENTS;
+use crate::segment::{Growth, MAX_PREPARED_SEGMENTS};
 
 /// How values are stored and read (Krati's Memory / Mapped / Channel
 /// segments).
@@ -45,8 +45,13 @@ impl ValueMode {
 #[derive(Debug, Clone)]
 pub struct Config {
     pub mode: ValueMode,
-    /// Bytes per segment file (preallocated for the active one).
+    /// Bytes of the largest segment files (preallocated for the active
+    /// one).
     pub segment_size: usize,
+    /// Bytes of the first segment of a new table (raised to fit the
+    /// largest pair); each next one has twice the one before it, up to
+    /// `segment_size` (see [`Growth`]).
+    pub initial_segment_size: usize,
     pub max_key_size: usize,
     pub max_value_size: usize,
     /// Periodic `sync` by the background thread.
@@ -73,6 +78,7 @@ impl Default for Config {
         Config {
             mode: ValueMode::Mapped,
             segment_size: 64 << 20,
+            initial_segment_size: 2 << 20,
             max_key_size: 64 * 1024,
             max_value_size: 1 << 20,
             sync_interval: None,
@@ -99,9 +105,7 @@ impl Config {
         if self.max_key_size == 0 || self.max_key_size > u32::MAX as usize {
             return Err(TableError::BadConfig("max_key_size must be positive"));
         }
-        if SEG_HEADER + REC_HEADER + ENTRY_HEADER + self.max_key_size + self.max_value_size
-            > self.segment_size
-        {
+        if self.max_pair() > self.segment_size {
             return Err(TableError::BadConfig(
                 "max_key_size + max_value_size must fit in a segment",
             ));
@@ -119,6 +123,26 @@ impl Config {
         if self.shards == 0 || self.shards > 65536 {
             return Err(TableError::BadConfig("shards must be between 1 and 65536"));
         }
+        if !(MIN_SEGMENT..=MAX_SEGMENT).contains(&self.initial_segment_size) {
+            return Err(TableError::BadConfig(
+                "initial_segment_size must be between 64 KiB and 1 GiB",
+            ));
+        }
         Ok(())
+    }
+
+    /// The largest record of one pair.
+    pub(super) fn max_pair(&self) -> usize {
+        SEG_HEADER + REC_HEADER + ENTRY_HEADER + self.max_key_size + self.max_value_size
+    }
+
+    /// The sizes of the segments the writer appends to: from
+    /// `initial_segment_size`, raised to hold the largest pair, doubling
+    /// up to `segment_size`.
+    pub fn growth(&self) -> Growth {
+        Growth::new(
+            self.initial_segment_size.max(self.max_pair()),
+            self.segment_size,
+        )
     }
 }

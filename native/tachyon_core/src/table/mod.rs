@@ -44,13 +44,14 @@ use std::collections::{BTreeMap, VecDeque};
 use std::fs::File;
 use std::io;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{mpsc, Arc, Mutex};
 use std::time::Duration;
 
 use format::*;
 use index::Index;
 
+use crate::segment::dir::DirError;
 use crate::segment::{Prepared, WriteMap};
 use crate::sys::lock;
 use crate::wait::Wake;
@@ -74,6 +75,9 @@ pub enum TableError {
         segment: u64,
         offset: u64,
     },
+    /// The directory is not this table's (another part's, or of a newer
+    /// format): nothing was changed in it.
+    Dir(DirError),
     BadConfig(&'static str),
     Io(io::Error),
 }
@@ -210,6 +214,10 @@ struct Inner {
     /// The next segments, ready: created, allocated and faulted in whole
     /// (see [`crate::segment::prepare`]).
     prepared: Prepared<Arc<Segment>>,
+    /// Bytes of the active segment, for the prepare thread's sizes (it
+    /// must not take the writer's lock: a roll holds it while it waits for
+    /// the segment being prepared).
+    active_cap: AtomicUsize,
     events: Mutex<VecDeque<Event>>,
     compactions: AtomicU64,
     compacted_in: AtomicU64,

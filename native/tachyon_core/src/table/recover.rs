@@ -6,7 +6,7 @@ use std::collections::{BTreeMap, HashSet, VecDeque};
 use std::fs::{self, OpenOptions};
 use std::io;
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
@@ -16,6 +16,7 @@ use super::roll::Prep;
 use super::segment::{self, Segment};
 use super::MAX_SLOTS;
 use super::{Config, Inner, Recovery, Registry, Result, Table, TableError, ValueMode, Writer};
+use crate::segment::dir::{self, Kind};
 use crate::segment::prepare;
 use crate::segment::Prepared;
 use crate::sys::{fsync_dir, lock};
@@ -24,14 +25,22 @@ use crate::worker::Worker;
 
 type Tombstones = hashbrown::HashMap<Box<[u8]>, u64>;
 
+/// Whether the file at `path` starts with a hint file's magic.
+fn is_hint_file(path: &Path) -> bool {
+    use std::os::unix::fs::FileExt;
+    let mut m = [0u8; 8];
+    fs::File::open(path)
+        .and_then(|f| f.read_exact_at(&mut m, 0))
+        .is_ok_and(|()| m == HINT_MAGIC)
+}
+
 impl Table {
     /// Opens (creating if needed) the table in `dir`, recovering its index.
     pub fn open(dir: impl AsRef<Path>, cfg: Config) -> Result<Table> {
         cfg.validate()?;
         let t0 = Instant::now();
         let dir = dir.as_ref().to_path_buf();
-        fs::create_dir_all(&dir)?;
-        let lock_file = crate::segment::lock_dir(&dir)?.ok_or(TableError::Locked)?;
+        let lock_file = dir::open_writer(&dir, Kind::Table)?.ok_or(TableError::Locked)?;
         let mut inner = Inner::new(dir, cfg).map_err(TableError::Io)?;
         let mut recovery = inner.recover()?;
         recovery.duration = t0.elapsed();
@@ -165,6 +174,7 @@ impl Inner {
             requests: Mutex::new(Vec::new()),
             prep_wake: Arc::new(Wake::new()?),
             want: Mutex::new(None),
+            active_cap: AtomicUsize::new(0),
             events: Mutex::new(VecDeque::new()),
             compactions: AtomicU64::new(0),
             compacted_in: AtomicU64::new(0),
@@ -227,8 +237,9 @@ impl Inner {
         Ok(())
     }
 
-    /// The segment ids (sorted) and hint ids of the directory; temporary
-    /// files and hints without a segment are removed.
+    /// The segment ids (sorted) and hint ids of the directory; the table's
+    /// temporary files (a hint's `<id:020>.tmp`, `compact.tmp`) and hints
+    /// without a segment are removed. Other files are left alone.
     fn list_files(&self, rec: &mut Recovery) -> Result<(Vec<u64>, HashSet<u64>)> {
         let mut seg_ids = Vec::new();
         let mut hint_ids = HashSet::new();
@@ -236,7 +247,9 @@ impl Inner {
             let e = e?;
             let name = e.file_name();
             let Some(name) = name.to_str() else { continue };
-            if name.ends_with(".tmp") {
+            let tmp = name == "compact.tmp"
+                || crate::segment::parse_file_name(name).is_some_and(|(_, ext)| ext == "tmp");
+            if tmp {
                 let _ = fs::remove_file(e.path());
                 rec.removed_files += 1;
                 continue;
@@ -251,8 +264,11 @@ impl Inner {
         }
         seg_ids.sort_unstable();
         for id in &hint_ids {
-            if seg_ids.binary_search(id).is_err() {
-                let _ = fs::remove_file(self.dir.join(hint_file_name(*id)));
+            let path = self.dir.join(hint_file_name(*id));
+            // A hint of a segment that is gone (a compaction's input), if
+            // it is one: a file that is not a hint is not the table's.
+            if seg_ids.binary_search(id).is_err() && is_hint_file(&path) {
+                let _ = fs::remove_file(&path);
                 rec.removed_files += 1;
             }
         }
@@ -274,12 +290,20 @@ impl Inner {
         let hint_path = self.dir.join(hint_file_name(id));
         match Segment::read_header(&path, id) {
             Ok(Some(_)) => {}
-            Ok(None) => {
-                // Created, never written: a leftover of a crash.
+            Ok(None) if crate::segment::is_all_zero(&path)? => {
+                // Created, never written (a crash before its header, which
+                // is written first): it holds nothing.
                 let _ = fs::remove_file(&path);
                 let _ = fs::remove_file(&hint_path);
                 rec.removed_files += 1;
                 return Ok(None);
+            }
+            Ok(None) => {
+                // A zero header over data: not a segment the table made.
+                return Err(TableError::Corrupt {
+                    segment: id,
+                    offset: 0,
+                });
             }
             Err(e) if e.kind() == io::ErrorKind::InvalidData => {
                 return Err(TableError::Corrupt {
@@ -377,13 +401,21 @@ impl Inner {
     /// With `pretouch` it is faulted in whole now (open runs on a dirty
     /// scheduler).
     fn start_active(&mut self, last: Option<Arc<Segment>>, max_seq: u64) -> Result<()> {
-        let cap = self.cfg.segment_size;
-        let reuse = last
-            .as_ref()
-            .filter(|s| (s.end.load(Ordering::Acquire) as usize) < cap / 2);
+        // The last segment is extended to the first size of the segments'
+        // growth that is at least twice its data, and reused if that is
+        // not past the largest size (it is at most half full then).
+        let g = self.cfg.growth();
+        let reuse = last.as_ref().and_then(|s| {
+            let end = s.end.load(Ordering::Acquire) as usize;
+            let mut cap = g.first();
+            while cap < 2 * end && cap < g.max() {
+                cap = g.next(Some(cap));
+            }
+            (end < cap / 2).then_some((s, cap))
+        });
         let active = match reuse {
-            Some(old) => self.reopen_for_append(old, cap),
-            None => self.new_segment(),
+            Some((old, cap)) => self.reopen_for_append(old, cap),
+            None => self.new_segment(self.next_cap(last.as_ref().map(|s| s.cap))),
         };
         let active = match (active, &last) {
             (Err(TableError::NoSpace), Some(old)) => self.reopen_for_append(old, 0)?,
@@ -397,6 +429,7 @@ impl Inner {
             active.touched.store(active.cap, Ordering::Release);
             touched_to = active.cap;
         }
+        self.active_cap.store(active.cap, Ordering::Relaxed);
         let w = self.writer.get_mut().unwrap_or_else(|p| p.into_inner());
         w.wmap = active.writable_map();
         w.active = Some(active);

@@ -31,17 +31,11 @@ impl Inner {
         seg
     }
 
-    /// Creates and registers a new writable segment.
-    pub(super) fn new_segment(&self) -> Result<Arc<Segment>> {
+    /// Creates and registers a new writable segment of `cap` bytes.
+    pub(super) fn new_segment(&self, cap: usize) -> Result<Arc<Segment>> {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let slot = Self::alloc_slot(&mut lock(&self.segs))?;
-        match Segment::create(
-            &self.dir,
-            id,
-            slot,
-            self.cfg.segment_size,
-            self.cfg.mode.maps(),
-        ) {
+        match Segment::create(&self.dir, id, slot, cap, self.cfg.mode.maps()) {
             Ok(s) => {
                 self.dir_dirty.store(true, Ordering::Release);
                 Ok(self.register(s))
@@ -65,19 +59,37 @@ impl Inner {
         self.dir_dirty.store(true, Ordering::Release);
     }
 
-    /// Seals the active segment and starts a new one: the one the prepare
-    /// thread made ready (waiting for the one it is making, if any), or a
-    /// new one now. On error (disk full) the old segment stays active.
-    pub(super) fn roll(&self, w: &mut Writer) -> Result<()> {
+    /// The size of the segment the writer takes after one of `prev` bytes
+    /// (`None`: the first; see [`Config::growth`](super::Config::growth)).
+    pub(super) fn next_cap(&self, prev: Option<usize>) -> usize {
+        self.cfg.growth().next(prev)
+    }
+
+    /// Seals the active segment and starts a new one that holds a record
+    /// of `need` bytes: the one the prepare thread made ready (waiting for
+    /// the one it is making, if any), or a new one now (also when the
+    /// prepared one is too small: a `put_many` larger than the segments
+    /// have grown to). On error (disk full) the old segment stays active.
+    pub(super) fn roll(&self, w: &mut Writer, need: usize) -> Result<()> {
         let new = match self.prepared.pop_or_wait() {
-            Some(s) => s,
-            None => self.new_segment()?,
+            Some(s) if s.cap >= SEG_HEADER + need => s,
+            other => {
+                if let Some(small) = other {
+                    // Prepared, never written: not part of the table.
+                    self.remove_segment(&small);
+                }
+                let cap = self
+                    .next_cap(w.active.as_ref().map(|a| a.cap))
+                    .max(SEG_HEADER + need);
+                self.new_segment(cap)?
+            }
         };
         // The old segment's writable mapping: the writer's hold goes now,
         // before the segment is sealed; the maintenance thread releases the
         // segment's own before syncing it (`finish_segment`), and the reaper
         // unmaps it, off the writer's path.
         w.wmap = new.writable_map();
+        self.active_cap.store(new.cap, Ordering::Relaxed);
         if let Some(old) = w.active.replace(new) {
             old.end.store(w.pos as u64, Ordering::Release);
             old.sealed.store(true, Ordering::Release);
@@ -103,7 +115,12 @@ impl Prepare for Prep {
     }
 
     fn make(&self, _queued: usize) -> io::Result<Arc<Segment>> {
-        let s = self.0.new_segment().map_err(|e| match e {
+        // After the last one queued, or the active one (not from the
+        // writer: a roll holds its lock while waiting for this segment).
+        let prev = self.0.prepared.lock().back().map(|s| s.cap);
+        let prev = prev.unwrap_or_else(|| self.0.active_cap.load(Ordering::Relaxed));
+        let cap = self.0.next_cap(Some(prev));
+        let s = self.0.new_segment(cap).map_err(|e| match e {
             TableError::Io(e) => e,
             TableError::NoSpace => io::Error::from_raw_os_error(libc::ENOSPC),
             e => io::Error::other(e.to_string()),

@@ -124,8 +124,8 @@ impl Segment {
     /// Creates segment `id` with `cap` bytes preallocated and its header
     /// written (see [`crate::segment::create`]).
     pub fn create(dir: &Path, id: u64, slot: u32, cap: usize, mapped: bool) -> io::Result<Segment> {
-        let (file, path, maps) = segment::create(dir, &segment_file_name(id), cap, |f| {
-            f.write_all_at(&segment_header(id), 0)?;
+        let head = segment_header(id);
+        let (file, path, maps) = segment::create(dir, &segment_file_name(id), cap, &head, |f| {
             mapped.then(|| Maps::new(f, cap, true)).transpose()
         })?;
         Ok(Segment::build(id, slot, path, file, maps, cap, true))
@@ -149,7 +149,7 @@ impl Segment {
         let (cap, writable) = match write_cap {
             Some(c) => {
                 let c = c.max(len);
-                crate::sys::fallocate(&file, c)?;
+                segment::allocate(&file, path.parent().unwrap_or(path), c)?;
                 (c, true)
             }
             None => (len, false),

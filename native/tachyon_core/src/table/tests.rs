@@ -339,13 +339,33 @@ fn leftover_files_are_cleaned() {
     let _ = t.shut(false); // what a drop did, synchronously
                            // A segment whose creation never finished, an orphan hint, a temp file.
     fs::write(d.0.join(segment_file_name(999)), vec![0u8; 4096]).unwrap();
-    fs::write(d.0.join(hint_file_name(555)), b"junk").unwrap();
+    fs::write(d.0.join(hint_file_name(555)), b"TCHYHNT1 orphan").unwrap();
     fs::write(d.0.join("00000000000000000001.tmp"), b"junk").unwrap();
+    // Files that are not the table's are left alone: a "hint" that is not
+    // one, a temporary file of another name.
+    fs::write(d.0.join(hint_file_name(556)), b"not a hint").unwrap();
+    fs::write(d.0.join("notes.tmp"), b"mine").unwrap();
     let t = Table::open(&d.0, small(ValueMode::Mapped)).unwrap();
     assert_eq!(t.recovery().removed_files, 3);
     assert_eq!(t.get(b"k").unwrap(), Some(b"v".to_vec()));
     let _ = t.shut(false); // what a drop did, synchronously
-                           // A damaged segment header is an error, not silently dropped data.
+    assert_eq!(
+        fs::read(d.0.join(hint_file_name(556))).unwrap(),
+        b"not a hint"
+    );
+    assert_eq!(fs::read(d.0.join("notes.tmp")).unwrap(), b"mine");
+    // A segment with a zero header over data is not one the table made
+    // (it writes the header first): an error, the file stays.
+    let mut odd = vec![0u8; 4096];
+    odd[100] = 1;
+    fs::write(d.0.join(segment_file_name(998)), &odd).unwrap();
+    assert!(matches!(
+        Table::open(&d.0, small(ValueMode::Mapped)),
+        Err(TableError::Corrupt { segment: 998, .. })
+    ));
+    assert_eq!(fs::read(d.0.join(segment_file_name(998))).unwrap(), odd);
+    fs::remove_file(d.0.join(segment_file_name(998))).unwrap();
+    // A damaged segment header is an error, not silently dropped data.
     let f = seg_files(&d.0).pop().unwrap();
     let mut b = fs::read(&f).unwrap();
     b[3] ^= 1;

@@ -48,7 +48,7 @@ impl Inner {
             return Err(TableError::Closed);
         };
         if guard.pos + rec_len > active.cap {
-            self.roll(&mut guard)?;
+            self.roll(&mut guard, rec_len)?;
         }
         // Field borrows of the writer, so that the active segment is used
         // without an `Arc` clone (two atomic operations) per put.
