@@ -325,7 +325,8 @@ impl From<SeqError> for Error {
             SeqError::BadConfig => Error::BadArg,
             SeqError::Timeout => Error::Timeout,
             SeqError::Taken => Error::MemberIdTaken,
-            SeqError::OldFormat => Error::BadLog,
+            // An older format than this release reads: version 0.
+            SeqError::OldFormat => Error::Dir(DirError::UnsupportedFormat(0)),
         }
     }
 }
