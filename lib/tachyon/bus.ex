@@ -68,6 +68,13 @@ defmodule Tachyon.Bus do
       with room takes over; the command is resent to it. Meanwhile
       publishes return `{:error, :enospc}`, until a primary takes this
       member's commands again.
+    * `:trimmed` - the messages from `fields.from_seq` up to
+      `fields.first_seq` were gone when the member asked for them: the
+      sequencer's retention removed them (the member had not been heard
+      for longer than its lease, or asked to rewind below what is kept).
+      It delivers from `fields.first_seq` on. A member opened with
+      `from: n` below the first message kept gets `{:error, {:trimmed,
+      first}}` instead.
 
   ## Options
 

@@ -68,7 +68,11 @@ defmodule Tachyon.Error do
   # as they are (documented tagged tuples), and logged with the path, as is
   # an `:enospc` with what it asked for.
   @spec normalize({:error, term()} | term(), module(), String.t()) ::
-          {:error, atom() | {:wrong_kind, atom()} | {:unsupported_format, pos_integer()}}
+          {:error,
+           atom()
+           | {:wrong_kind, atom()}
+           | {:unsupported_format, non_neg_integer()}
+           | {:trimmed, non_neg_integer()}}
           | term()
   def normalize({:error, {:corrupt, segment, offset}}, part, path) do
     Logger.error(

@@ -38,12 +38,15 @@ defmodule Tachyon.Telemetry do
   | `[:tachyon, :sequencer, :caught_up]` | a learner caught up with the primary and votes again |
   | `[:tachyon, :sequencer, :disk_full]` | an append found no room (a primary steps down) |
   | `[:tachyon, :sequencer, :disk_space]` | a node whose disk was full has room again |
+  | `[:tachyon, :sequencer, :trimmed]` | retention removed the log's oldest segments (a checkpoint sums them up) |
+  | `[:tachyon, :sequencer, :installed]` | a node too far behind installed its primary's checkpoint |
   | `[:tachyon, :bus, :stats]` | every `:stats_interval_ms` (member process) |
   | `[:tachyon, :bus, :epoch]` | a member heard a new primary |
   | `[:tachyon, :bus, :renumbered]` | a member resent commands a new primary lacked |
   | `[:tachyon, :bus, :fork]` | a member saw a primary that lacks what it delivered |
   | `[:tachyon, :bus, :member_id_taken]` | another member holds this `member_id` |
   | `[:tachyon, :bus, :enospc]` | the primary could not append this member's command: its disk is full |
+  | `[:tachyon, :bus, :trimmed]` | messages a member had not read were removed by retention: it goes on after them |
   | `[:tachyon, :echo, :start]` | an echo server started |
   | `[:tachyon, :echo, :stats]` | every `:stats_interval_ms` (server process) |
   | `[:tachyon, :echo, :stop]` | an echo server stopped |
@@ -199,6 +202,20 @@ defmodule Tachyon.Telemetry do
       * Measurements: none.
       * Metadata: as for `:start`.
 
+    * `[:tachyon, :sequencer, :trimmed]` - retention removed the log's
+      entries below `:first` (whole segments; a checkpoint of the
+      sequencer's own state below it was saved first). Nothing anyone
+      still needs is removed: not what a follower heard lately lacks, not
+      what a member heard within its lease has still to read.
+      * Measurements: `:first`.
+      * Metadata: as for `:start`.
+
+    * `[:tachyon, :sequencer, :installed]` - the node was behind the first
+      entry its primary keeps: it installed the primary's checkpoint
+      (Raft's InstallSnapshot) and copies the log from `:first` on.
+      * Measurements: `:first`.
+      * Metadata: as for `:start`.
+
     * `[:tachyon, :bus, :stats]` - periodic, from a member started with
       `Tachyon.Bus.start_link/1` (every `:stats_interval_ms`, default 1000).
       * Measurements: the member's counters: `:published`, `:commands`,
@@ -210,11 +227,12 @@ defmodule Tachyon.Telemetry do
         (see `Tachyon.Bus.stats/1`).
       * Metadata: `:member_id`.
 
-    * `[:tachyon, :bus, :epoch | :fork | :renumbered | :member_id_taken | :enospc]`
+    * `[:tachyon, :bus, :epoch | :fork | :renumbered | :member_id_taken | :enospc | :trimmed]`
       - a member's event (see `Tachyon.Bus`, "Events"), from any member
       opened while the `:tachyon` application runs.
       * Measurements: the event's fields (`:epoch`; `:next_seq`,
-        `:last_epoch`, `:epoch`; `:lost`; `:member_seq`), and `:member_id`.
+        `:last_epoch`, `:epoch`; `:lost`; `:member_seq`; `:from_seq`,
+        `:first_seq`), and `:member_id`.
       * Metadata: `:bus`, `:member_id`.
 
   ## Echo and UDP events

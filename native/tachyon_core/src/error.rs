@@ -70,6 +70,9 @@ pub enum Error {
     IndexConflict,
     /// An `AsyncStore`'s writer thread panicked.
     WriterPanicked,
+    /// What was asked for is below the first entry kept: retention
+    /// removed it (`first` is the first one there is).
+    Trimmed { first: u64 },
     /// The operating system refused (the errno names the reason).
     Io(io::Error),
 }
@@ -77,8 +80,8 @@ pub enum Error {
 /// The reason as the BEAM sees it: `{:error, reason}` with `reason` an
 /// atom, `{:corrupt, segment, offset}`, `{:corrupt, segment, offset,
 /// records, bytes}` (what a repair would cut), `{:corrupt, :manifest}`,
-/// `{:wrong_kind, kind}`, `{:unsupported_format, version}` or
-/// `{:bad_config, message}`.
+/// `{:wrong_kind, kind}`, `{:unsupported_format, version}`,
+/// `{:trimmed, first}` or `{:bad_config, message}`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Reason {
     Atom(&'static str),
@@ -96,6 +99,7 @@ pub enum Reason {
     WrongKind(&'static str),
     UnsupportedFormat(u32),
     BadConfig(&'static str),
+    Trimmed(u64),
 }
 
 impl Error {
@@ -142,6 +146,7 @@ impl Error {
                 return Reason::WrongKind(DirError::kind_name(*k))
             }
             Error::Dir(DirError::UnsupportedFormat(v)) => return Reason::UnsupportedFormat(*v),
+            Error::Trimmed { first } => return Reason::Trimmed(*first),
             Error::Dir(DirError::BadManifest) => return Reason::BadManifest,
             Error::BadConfig(m) => return Reason::BadConfig(m),
         })
@@ -327,6 +332,7 @@ impl From<SeqError> for Error {
             SeqError::Taken => Error::MemberIdTaken,
             // An older format than this release reads: version 0.
             SeqError::OldFormat => Error::Dir(DirError::UnsupportedFormat(0)),
+            SeqError::Trimmed(first) => Error::Trimmed { first },
         }
     }
 }

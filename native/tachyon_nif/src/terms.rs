@@ -60,6 +60,7 @@ impl Encoder for ReasonTerm {
             Reason::BadManifest => (atoms::corrupt(), atom(env, "manifest")).encode(env),
             Reason::WrongKind(k) => (atom(env, "wrong_kind"), atom(env, k)).encode(env),
             Reason::UnsupportedFormat(v) => (atom(env, "unsupported_format"), v).encode(env),
+            Reason::Trimmed(first) => (atom(env, "trimmed"), first).encode(env),
             Reason::BadConfig(m) => (atom(env, "bad_config"), m).encode(env),
         }
     }

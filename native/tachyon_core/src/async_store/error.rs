@@ -61,6 +61,7 @@ impl Failure {
             Reason::WrongKind(_) => "wrong_kind",
             Reason::UnsupportedFormat(_) => "unsupported_format",
             Reason::BadConfig(_) => "bad_config",
+            Reason::Trimmed(_) => "trimmed",
         }
     }
 

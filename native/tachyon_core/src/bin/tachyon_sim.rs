@@ -119,6 +119,8 @@ fn main() {
     let mut joins = 0u64;
     let (mut commands, mut resent, mut queue_drops, mut max_queue) = (0u64, 0u64, 0u64, 0u64);
     let mut forks = 0u64;
+    let mut retention: BTreeMap<&str, u64> = BTreeMap::new();
+    let mut retention_runs = 0u64;
     let mut failed = 0;
     let mut worst_converge = 0;
     for seed in from..from + seeds {
@@ -137,6 +139,10 @@ fn main() {
         max_queue = max_queue.max(r.net.max_queue_delay);
         for (k, v) in &r.faults {
             *faults.entry(k).or_default() += v;
+        }
+        retention_runs += !r.retention.is_empty() as u64;
+        for (k, v) in &r.retention {
+            *retention.entry(k).or_default() += v;
         }
         if let Some(c) = r.converge_after_heal {
             worst_converge = worst_converge.max(c);
@@ -187,6 +193,7 @@ fn main() {
         );
     }
     println!("faults injected:     {faults:?}");
+    println!("retention:           {retention_runs} seeds, {retention:?}");
     println!(
         "worst convergence after the heal: {:.1} ms",
         worst_converge as f64 / 1e6
@@ -208,6 +215,8 @@ fn run_scenarios(list: &[Scenario], base: &Group, from: u64, seeds: u64, trace: 
         let mut g = Group::new(s.nodes);
         g.durability = base.durability;
         g.two_nodes = base.two_nodes;
+        g.retention = false;
+        g.fixed_retention = s.retention;
         let mut bad = Vec::new();
         let mut checks = 0;
         for seed in from..from + seeds {

@@ -79,6 +79,9 @@ pub enum SeqError {
     /// The log was written by an older version of the sequencer (another
     /// entry format): left as it is.
     OldFormat,
+    /// A member asked to start below the first entry the log keeps
+    /// (retention removed those below it).
+    Trimmed(u64),
 }
 
 /// A session id (a new log's): the clock, the pid and an address, mixed.
@@ -114,6 +117,7 @@ impl std::fmt::Display for SeqError {
             SeqError::BadConfig => write!(f, "a configuration the sequencer or member refuses"),
             SeqError::Timeout => write!(f, "no welcome from the sequencer in time"),
             SeqError::Taken => write!(f, "the member id is bound to another member"),
+            SeqError::Trimmed(first) => write!(f, "the log starts at {first} (retention)"),
             SeqError::OldFormat => write!(
                 f,
                 "the log was written by an older version of the sequencer (another entry format); start the group on new directories"

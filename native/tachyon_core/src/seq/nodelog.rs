@@ -62,6 +62,41 @@ impl From<std::io::Error> for NodeLogError {
     }
 }
 
+/// The checkpoint beside the log ([`crate::seq::core::node::checkpoint`]):
+/// the state of the entries retention removed.
+const CHECKPOINT: &str = "checkpoint";
+
+/// Saves `checkpoint` durably (a new file renamed over the old one).
+pub fn save_checkpoint(dir: &Path, checkpoint: &[u8]) -> std::io::Result<()> {
+    let tmp = dir.join("checkpoint.new");
+    let f = File::create(&tmp)?;
+    f.write_all_at(checkpoint, 0)?;
+    f.sync_data()?;
+    std::fs::rename(&tmp, dir.join(CHECKPOINT))?;
+    crate::sys::fsync_dir(dir)
+}
+
+fn load_checkpoint_file(dir: &Path) -> Option<Vec<u8>> {
+    std::fs::read(dir.join(CHECKPOINT)).ok()
+}
+
+/// Retention's work, off the node's thread: the checkpoint saved first,
+/// then the whole segments below `first` removed (a crash between leaves
+/// segments a later trim removes).
+pub fn trim(
+    dir: &Path,
+    store: &SharedStore,
+    first: u64,
+    checkpoint: &[u8],
+) -> Result<(), StoreError> {
+    save_checkpoint(dir, checkpoint)?;
+    // NOTE(retention): `Store::trim_below` lands with the Store's
+    // retention; until then NodeLog has no retention policy
+    // (`Log::retention_point` is the default) and no trim is asked.
+    let _ = (store, first);
+    Ok(())
+}
+
 pub struct NodeLog {
     store: Arc<Store>,
     shared: SharedStore,
@@ -70,6 +105,7 @@ pub struct NodeLog {
     meta: Option<Meta>,
     meta_file: Option<File>,
     lost: u64,
+    checkpoint: Option<Vec<u8>>,
 }
 
 impl NodeLog {
@@ -125,6 +161,7 @@ impl NodeLog {
             meta,
             meta_file,
             lost,
+            checkpoint: load_checkpoint_file(dir),
         })
     }
 
@@ -253,6 +290,14 @@ impl Log for NodeLog {
 
     fn recovery_lost(&self) -> u64 {
         self.lost
+    }
+
+    fn first_index(&self) -> u64 {
+        self.store.first_index().unwrap_or(0)
+    }
+
+    fn load_checkpoint(&self) -> Option<Vec<u8>> {
+        self.checkpoint.clone()
     }
 
     fn has_space(&mut self) -> bool {

@@ -79,6 +79,13 @@ fn bus_event<'a>(env: Env<'a>, bus: Term<'a>, id: u32, e: &MemberEvent) -> Term<
             ("enospc", vec![("member_seq", member_seq.encode(env))])
         }
         MemberEvent::Term { term } => ("epoch", vec![("epoch", term.encode(env))]),
+        MemberEvent::Trimmed { from, first } => (
+            "trimmed",
+            vec![
+                ("from_seq", from.encode(env)),
+                ("first_seq", first.encode(env)),
+            ],
+        ),
     };
     let mut fields = fields;
     fields.push(("member_id", id.encode(env)));

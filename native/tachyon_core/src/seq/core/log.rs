@@ -85,6 +85,30 @@ pub trait Log: Entries {
     fn has_space(&mut self) -> bool {
         true
     }
+    /// The first entry the log holds (entries below were removed after a
+    /// checkpoint summed them up).
+    fn first_index(&self) -> u64 {
+        0
+    }
+    /// The last checkpoint saved ([`Env::trim`](super::Env::trim), or
+    /// [`Log::install`]).
+    fn load_checkpoint(&self) -> Option<Vec<u8>> {
+        None
+    }
+    /// Where the log's retention would cut it, at `floor` at most (the
+    /// lowest entry still needed): the first entry to keep. The log's own
+    /// policy (bytes, age) decides; whole segments go.
+    fn retention_point(&self, floor: u64) -> u64 {
+        let _ = floor;
+        self.first_index()
+    }
+    /// Replaces the whole log by an empty one whose next index is `base`,
+    /// with `checkpoint` (the state below `base`) saved durably: a node
+    /// too far behind to be filled installs its primary's checkpoint.
+    fn install(&mut self, base: u64, checkpoint: &[u8]) -> Result<(), LogError> {
+        let _ = (base, checkpoint);
+        Err(LogError::NotFound)
+    }
 }
 
 /// A store's entries (the replayer's reads).

@@ -20,7 +20,8 @@
 //! recovery), and chained hashes of every prefix ([`MemLog::chain`]) for
 //! the log matching check.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::{Arc, Mutex};
 
 use super::log::{Entries, Log, LogError, Meta};
 use super::{Nanos, Rng};
@@ -56,6 +57,28 @@ pub struct MemLog {
     read_errors: BTreeSet<u64>,
     /// The lowest index changed since [`MemLog::take_changed`].
     changed_from: Option<u64>,
+    /// Retention: the entries below this were removed (a checkpoint, on
+    /// the platter, sums them up); `chain` is kept for all of them.
+    first: u64,
+    checkpoint: Option<Vec<u8>>,
+    /// The retention policy: keep this many entries at least (0: keep
+    /// everything), cut in whole segments of `segment` entries.
+    pub retain: u64,
+    pub segment: u64,
+    /// The simulator's record of every checkpoint's prefix (its first
+    /// entry -> the chain hash of the entries below it), shared by the
+    /// nodes' logs: an installed log continues the chain of the prefix it
+    /// stands for, and two checkpoints at one index of different prefixes
+    /// are a violation the simulator checks ([`Prefixes::conflict`]).
+    pub prefixes: Option<Arc<Mutex<Prefixes>>>,
+}
+
+/// See [`MemLog::prefixes`].
+#[derive(Debug, Default)]
+pub struct Prefixes {
+    pub at: HashMap<u64, u64>,
+    /// A checkpoint whose prefix differs from another's at the same index.
+    pub conflict: Option<u64>,
 }
 
 fn mix(h: u64, e: &[u8]) -> u64 {
@@ -73,7 +96,49 @@ impl MemLog {
     }
 
     pub fn entry(&self, i: u64) -> Option<&[u8]> {
+        if i < self.first {
+            return None;
+        }
         self.entries.get(i as usize).map(|e| e.as_slice())
+    }
+
+    /// The first entry held (those below were trimmed).
+    pub fn first(&self) -> u64 {
+        self.first
+    }
+
+    /// The term of the entry before the first held (from the checkpoint).
+    pub fn term_before_first(&self) -> u32 {
+        let c = self
+            .checkpoint
+            .as_ref()
+            .and_then(|b| super::node::checkpoint::Checkpoint::decode(b));
+        c.and_then(|c| c.epochs.last().map(|e| e.0)).unwrap_or(0)
+    }
+
+    /// Retention: `checkpoint` (the state below `first`) is saved, then
+    /// the entries below `first` go, on the platter too.
+    pub fn trim(&mut self, first: u64, checkpoint: &[u8]) {
+        if first <= self.first || first > self.len() {
+            return;
+        }
+        self.checkpoint = Some(checkpoint.to_vec());
+        if let Some(p) = &self.prefixes {
+            let mut p = p.lock().unwrap_or_else(|e| e.into_inner());
+            let h = self.chain[first as usize - 1];
+            if *p.at.entry(first).or_insert(h) != h {
+                p.conflict.get_or_insert(first);
+            }
+        }
+        for i in self.first..first {
+            self.entries[i as usize] = Vec::new();
+            self.dirty.remove(&i);
+            if let Some(s) = self.disk.get_mut(i as usize) {
+                *s = Slot::Zero;
+            }
+        }
+        self.read_errors = self.read_errors.split_off(&first);
+        self.first = first;
     }
 
     pub fn len(&self) -> u64 {
@@ -194,11 +259,11 @@ impl MemLog {
     /// lost.
     pub fn recover(&mut self) {
         self.sync_all();
-        let end = self
-            .disk
+        let f = (self.first as usize).min(self.disk.len());
+        let end = f + self.disk[f..]
             .iter()
             .position(|s| !matches!(s, Slot::Data(_)))
-            .unwrap_or(self.disk.len());
+            .unwrap_or(self.disk.len() - f);
         let mut lost = 0;
         if matches!(self.disk.get(end), Some(Slot::Corrupt)) {
             lost = self.disk[end..]
@@ -208,20 +273,21 @@ impl MemLog {
             self.disk.truncate(end);
         }
         self.recovery_lost = lost;
-        self.entries = self.disk[..end]
-            .iter()
-            .map(|s| match s {
+        let end = end.max(self.first as usize);
+        self.entries.truncate(self.first as usize);
+        self.entries.resize(self.first as usize, Vec::new());
+        self.entries
+            .extend(self.disk[f.min(end)..end].iter().map(|s| match s {
                 Slot::Data(e) => e.clone(),
-                _ => unreachable!("checked above"),
-            })
-            .collect();
-        self.chain.clear();
-        let mut h = 0;
-        for e in &self.entries {
+                _ => Vec::new(),
+            }));
+        self.chain.truncate(self.first as usize);
+        let mut h = self.chain.last().copied().unwrap_or(0);
+        for e in &self.entries[self.first as usize..] {
             h = mix(h, e);
             self.chain.push(h);
         }
-        self.changed(0);
+        self.changed(self.first);
     }
 
     /// Entries the last recovery lost (cut at a record that did not
@@ -238,7 +304,7 @@ impl MemLog {
     /// Entry `i` becomes unreadable (a latent sector error): every read
     /// of it fails until it is written again. False if there is none.
     pub fn add_read_error(&mut self, i: u64) -> bool {
-        (i < self.len()) && self.read_errors.insert(i)
+        (i >= self.first && i < self.len()) && self.read_errors.insert(i)
     }
 }
 
@@ -262,7 +328,7 @@ impl Log for MemLog {
 
     fn truncate(&mut self, from: u64) -> Result<(), LogError> {
         let len = self.entries.len() as u64;
-        if from > len {
+        if from > len || from < self.first {
             return Err(LogError::NotFound);
         }
         self.entries.truncate(from as usize);
@@ -297,6 +363,45 @@ impl Log for MemLog {
     fn has_space(&mut self) -> bool {
         !self.full
     }
+
+    fn first_index(&self) -> u64 {
+        self.first
+    }
+
+    fn load_checkpoint(&self) -> Option<Vec<u8>> {
+        self.checkpoint.clone()
+    }
+
+    fn retention_point(&self, floor: u64) -> u64 {
+        if self.retain == 0 {
+            return self.first;
+        }
+        let seg = self.segment.max(1);
+        let want = self.len().saturating_sub(self.retain) / seg * seg;
+        want.min(floor).max(self.first)
+    }
+
+    fn install(&mut self, base: u64, checkpoint: &[u8]) -> Result<(), LogError> {
+        if self.full {
+            return Err(LogError::NoSpace);
+        }
+        let seed = self.prefixes.as_ref().and_then(|p| {
+            let p = p.lock().unwrap_or_else(|e| e.into_inner());
+            p.at.get(&base).copied()
+        });
+        self.entries = vec![Vec::new(); base as usize];
+        self.chain = vec![0; base as usize];
+        if let (Some(h), Some(last)) = (seed, self.chain.last_mut()) {
+            *last = h;
+        }
+        self.disk = vec![Slot::Zero; base as usize];
+        self.dirty.clear();
+        self.read_errors.clear();
+        self.checkpoint = Some(checkpoint.to_vec());
+        self.first = base;
+        self.changed(base);
+        Ok(())
+    }
 }
 
 impl Entries for MemLog {
@@ -306,6 +411,9 @@ impl Entries for MemLog {
         max: usize,
         f: &mut dyn FnMut(u64, &[u8]),
     ) -> Result<usize, LogError> {
+        if from < self.first {
+            return Err(LogError::NotFound);
+        }
         let mut n = 0;
         for (i, e) in self
             .entries

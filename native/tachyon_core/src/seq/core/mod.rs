@@ -23,7 +23,7 @@ pub mod node;
 use std::net::SocketAddr;
 
 pub use log::{Entries, Log, LogError, Meta};
-pub use memlog::MemLog;
+pub use memlog::{MemLog, Prefixes};
 
 /// Time in nanoseconds on the caller's monotonic clock (any origin).
 pub type Nanos = u64;
@@ -165,6 +165,13 @@ pub enum NodeEvent {
     DiskFull { primary: bool },
     /// The disk has room again.
     DiskSpace,
+    /// Retention removed the log's entries below `first` (a checkpoint
+    /// sums them up).
+    Trimmed { first: u64 },
+    /// This node was too far behind its primary to be filled from the
+    /// log: it installed the primary's checkpoint and goes on from
+    /// `first`.
+    Installed { first: u64 },
 }
 
 /// A node's environment: where its datagrams, replays, syncs and events
@@ -177,6 +184,73 @@ pub trait Env: Sink {
     /// [`node::Node::synced`] once it is, with the same `gen`. Asked only
     /// with `durability: fsync`, one at a time.
     fn sync(&mut self, upto: u64, gen: u64);
+    /// Retention: saves `checkpoint` (the state below `first`) durably,
+    /// then removes the log's whole segments below `first`, off the
+    /// node's thread. The node serves nothing below `first` from then on.
+    fn trim(&mut self, first: u64, checkpoint: std::sync::Arc<Vec<u8>>);
+    /// Sends the chunk at `offset` of `checkpoint` to node `to` (at
+    /// `addr`), off the node's thread ([`node::checkpoint`]).
+    fn send_checkpoint(&mut self, job: CheckpointJob);
+}
+
+/// A chunk of a checkpoint to send to a node installing it.
+#[derive(Debug, Clone)]
+pub struct CheckpointJob {
+    pub to: SocketAddr,
+    pub checkpoint: std::sync::Arc<Vec<u8>>,
+    pub offset: u64,
+    /// The header's fields: the primary's term, session and id.
+    pub term: u32,
+    pub session: u64,
+    pub node: u8,
+    pub log_id: u64,
+    pub incarnation: u32,
+}
+
+/// Bytes of a checkpoint per peer datagram.
+pub const CHECKPOINT_CHUNK: usize = 1200;
+/// Chunks sent for one request (the requester asks for the next window
+/// once this one is in).
+pub const CHECKPOINT_WINDOW: usize = 32;
+
+impl CheckpointJob {
+    /// The datagrams of this request's window, one by one.
+    pub fn each_datagram(&self, out: &mut Vec<u8>, send: &mut dyn FnMut(&[u8])) {
+        let len = self.checkpoint.len() as u64;
+        let mut at = self.offset;
+        for _ in 0..CHECKPOINT_WINDOW {
+            if at >= len {
+                break;
+            }
+            self.datagram(at, out);
+            send(out);
+            at += CHECKPOINT_CHUNK as u64;
+        }
+    }
+
+    /// The datagram for the chunk at `offset`, in `out`.
+    pub fn datagram(&self, offset: u64, out: &mut Vec<u8>) {
+        use crate::seq::wire::{Peer, PeerHeader, PeerKind};
+        let total = self.checkpoint.len() as u64;
+        let at = (offset as usize).min(self.checkpoint.len());
+        let end = (at + CHECKPOINT_CHUNK).min(self.checkpoint.len());
+        let p = Peer {
+            h: PeerHeader {
+                kind: PeerKind::Checkpoint,
+                term: self.term,
+                session: self.session,
+                node: self.node,
+                flags: 0,
+                log_id: self.log_id,
+                incarnation: self.incarnation,
+            },
+            a: at as u64,
+            b: total,
+            c: 0,
+        };
+        p.write(out);
+        out.extend_from_slice(&self.checkpoint[at..end]);
+    }
 }
 
 /// A [`Sink`] that keeps what was sent (tests and the simulator).

@@ -427,6 +427,7 @@ impl Member {
             epoch: r.epoch.get(),
             stale_epoch: r.stale_epoch.get(),
             forks: r.forks.get(),
+            trimmed: r.trimmed.get(),
             nacked: t.nacked.get(),
             probes: t.probes.get(),
             renumbered: t.renumbered.get(),

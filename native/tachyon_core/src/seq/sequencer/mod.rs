@@ -22,7 +22,6 @@ use std::sync::{Arc, Mutex, OnceLock};
 use crossbeam_utils::CachePadded;
 
 use super::core::node::{Node, NodeCounters};
-use super::core::Replay;
 use super::member::Sockets;
 use super::nodelog::NodeLog;
 use super::wire::Bad;
@@ -48,7 +47,7 @@ struct Shared {
     witness: AtomicU64,
     take_over: AtomicBool,
     /// Replays for the replayer.
-    replays: Mutex<VecDeque<Replay>>,
+    replays: Mutex<VecDeque<threads::Job>>,
     /// The node's replay fence (`seq::core::Fence`) after its last step:
     /// the replayer drops jobs made under another.
     fence: AtomicU64,
@@ -59,6 +58,8 @@ struct Shared {
     sync_ask: Mutex<Option<(u64, u64)>>,
     sync_done: Mutex<Option<(u64, u64)>>,
     sync_errors: Counter,
+    /// Retention's work that failed (the checkpoint or the segments).
+    trim_errors: Counter,
     /// The lowest entry a replay could not read back (`u64::MAX`: none):
     /// the node thread cuts its log there and copies it again.
     damaged: AtomicU64,
@@ -146,6 +147,7 @@ impl Sequencer {
             sync_ask: Mutex::new(None),
             sync_done: Mutex::new(None),
             sync_errors: Counter::default(),
+            trim_errors: Counter::default(),
             damaged: AtomicU64::new(u64::MAX),
             syncer_wake: OnceLock::new(),
             node_wake: OnceLock::new(),
@@ -154,8 +156,9 @@ impl Sequencer {
         let sock = Arc::new(socks);
         let (rsock, rshared) = (sock.clone(), shared.clone());
         let (wait, batch, max_datagram) = (cfg.wait, cfg.batch, cfg.max_datagram);
+        let dir = cfg.dir.clone();
         let replayer = Worker::spawn("tachyon-replay", None, move |ctx| {
-            threads::replay_loop(ctx, &rsock.sock, &store, &rshared, max_datagram)
+            threads::replay_loop(ctx, &rsock.sock, &store, &rshared, max_datagram, &dir)
         })?;
         let wake = replayer.wake_line().clone();
         let syncer = if on_disk {

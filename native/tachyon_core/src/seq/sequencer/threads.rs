@@ -6,7 +6,9 @@
 //! at a time; each takes everything appended before it: group commit).
 
 use std::net::SocketAddr;
+use std::path::Path;
 use std::sync::atomic::Ordering;
+use std::sync::Arc;
 use std::time::Duration;
 
 use super::Shared;
@@ -14,7 +16,9 @@ use crate::counter::Counter;
 use crate::report::{Report, Reporter, Value};
 use crate::seq::clock;
 use crate::seq::core::node::Node;
-use crate::seq::core::{replay_datagrams, Env, LogError, Nanos, NodeEvent, Replay, Sink};
+use crate::seq::core::{
+    replay_datagrams, CheckpointJob, Env, LogError, Nanos, NodeEvent, Replay, Sink,
+};
 use crate::seq::member::{Batches, Sockets};
 use crate::seq::nodelog::{NodeLog, SharedStore};
 use crate::udp::sys::{SendBatch, Socket};
@@ -27,6 +31,16 @@ const SEND_QUEUE: usize = 256;
 /// Replays waiting for the replayer at most (more are dropped: members ask
 /// again).
 const REPLAY_QUEUE: usize = 4096;
+
+/// Work for the node's background thread (`tachyon-replay`).
+pub(super) enum Job {
+    Replay(Replay),
+    /// Chunks of the checkpoint to a node installing it.
+    Checkpoint(CheckpointJob),
+    /// Retention: the checkpoint saved, then the segments below `first`
+    /// removed.
+    Trim(u64, Arc<Vec<u8>>),
+}
 
 /// How the sequencing thread answers replays: small ones itself from
 /// `store`, the others by queueing them and calling `wake` (the
@@ -93,18 +107,15 @@ impl Env for NodeEnv<'_> {
             }
             return;
         }
-        let mut q = self
-            .shared
-            .replays
-            .lock()
-            .unwrap_or_else(|p| p.into_inner());
-        if q.len() >= REPLAY_QUEUE {
-            self.shared.replays_dropped.bump(1);
-            return;
-        }
-        q.push_back(job);
-        drop(q);
-        (self.replays.wake)();
+        self.queue(Job::Replay(job));
+    }
+
+    fn trim(&mut self, first: u64, checkpoint: Arc<Vec<u8>>) {
+        self.queue(Job::Trim(first, checkpoint));
+    }
+
+    fn send_checkpoint(&mut self, job: CheckpointJob) {
+        self.queue(Job::Checkpoint(job));
     }
 
     fn event(&mut self, e: NodeEvent) {
@@ -122,6 +133,25 @@ impl Env for NodeEnv<'_> {
         if let Some(w) = self.shared.syncer_wake.get() {
             w.wake();
         }
+    }
+}
+
+impl NodeEnv<'_> {
+    /// To the background thread (a replay is dropped if too many wait:
+    /// its member asks again).
+    fn queue(&mut self, job: Job) {
+        let mut q = self
+            .shared
+            .replays
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        if q.len() >= REPLAY_QUEUE && matches!(job, Job::Replay(_)) {
+            self.shared.replays_dropped.bump(1);
+            return;
+        }
+        q.push_back(job);
+        drop(q);
+        (self.replays.wake)();
     }
 }
 
@@ -175,6 +205,8 @@ fn event_report(e: &NodeEvent) -> Report {
             Report::new("disk_full", vec![("primary", Value::Bool(primary))])
         }
         NodeEvent::DiskSpace => Report::new("disk_space", vec![]),
+        NodeEvent::Trimmed { first } => Report::new("trimmed", vec![("first", u(first))]),
+        NodeEvent::Installed { first } => Report::new("installed", vec![("first", u(first))]),
     }
 }
 
@@ -303,13 +335,15 @@ pub(super) fn sync_loop(ctx: &Ctx, store: &SharedStore, sh: &Shared) {
 }
 
 /// The replayer: answers the primary's replays from the log, off its
-/// sequencing thread, one `sendmmsg` per batch of datagrams.
+/// sequencing thread, one `sendmmsg` per batch of datagrams; sends
+/// checkpoint chunks and does retention's work (`Job`).
 pub(super) fn replay_loop(
     ctx: &Ctx,
     sock: &Socket,
     store: &SharedStore,
     sh: &Shared,
     max_datagram: usize,
+    dir: &Path,
 ) {
     let mut waiter = ctx.waiter(WaitStrategy::Park, Duration::from_millis(100));
     let mut q = SendBatch::new(64);
@@ -331,6 +365,25 @@ pub(super) fn replay_loop(
             continue;
         };
         waiter.reset();
+        let job = match job {
+            Job::Replay(r) => r,
+            Job::Checkpoint(c) => {
+                let mut sink = QueueSink {
+                    q: &mut q,
+                    sock,
+                    errors: &errors,
+                };
+                c.each_datagram(&mut buf, &mut |d| sink.send(&[c.to], d));
+                sink.flush();
+                continue;
+            }
+            Job::Trim(first, checkpoint) => {
+                if crate::seq::nodelog::trim(dir, store, first, &checkpoint).is_err() {
+                    sh.trim_errors.bump(1);
+                }
+                continue;
+            }
+        };
         if job.fence == 0 || job.fence != sh.fence.load(Ordering::Acquire) {
             // Made under another term, or before a truncation: the log
             // now is not the one the job's header speaks for.

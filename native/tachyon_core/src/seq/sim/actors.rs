@@ -7,7 +7,8 @@ use std::net::SocketAddr;
 
 use crate::seq::core::node::{Membership, Node, NodeConfig};
 use crate::seq::core::{
-    replay_datagrams, Env, LogError, MemLog, Nanos, NodeEvent, Outbox, Replay, Rng, Sink,
+    replay_datagrams, CheckpointJob, Env, LogError, MemLog, Nanos, NodeEvent, Outbox, Replay, Rng,
+    Sink,
 };
 
 pub use super::members::{SimMember, Start, Workload};
@@ -28,6 +29,11 @@ pub enum Event {
     MovedBack {
         resume: u64,
     },
+    /// A member was told `[from, first)` is gone (retention).
+    Skipped {
+        from: u64,
+        first: u64,
+    },
     /// The node became primary of `term`.
     Leader {
         term: u64,
@@ -44,6 +50,9 @@ pub enum Event {
         inc: u32,
         undelivered: Option<u64>,
     },
+    /// Something retention did (`trim`, `install`, `member_skip`,
+    /// `trimmed_open`), counted in the report.
+    Retention(&'static str),
     Trace(String),
 }
 
@@ -149,6 +158,7 @@ pub struct SimNode {
     /// step).
     damaged: Option<u64>,
     asked: Option<(u64, u64)>,
+    trims: Vec<(u64, std::sync::Arc<Vec<u8>>)>,
     events: Vec<NodeEvent>,
     buf: Vec<u8>,
     rng: Rng,
@@ -159,6 +169,7 @@ struct SimEnv<'a> {
     replays: &'a mut Vec<Replay>,
     events: &'a mut Vec<NodeEvent>,
     asked: &'a mut Option<(u64, u64)>,
+    trims: &'a mut Vec<(u64, std::sync::Arc<Vec<u8>>)>,
 }
 
 impl Sink for SimEnv<'_> {
@@ -179,6 +190,16 @@ impl Env for SimEnv<'_> {
     fn sync(&mut self, upto: u64, gen: u64) {
         *self.asked = Some((upto, gen));
     }
+
+    fn trim(&mut self, first: u64, checkpoint: std::sync::Arc<Vec<u8>>) {
+        self.trims.push((first, checkpoint));
+    }
+
+    fn send_checkpoint(&mut self, job: CheckpointJob) {
+        let mut buf = Vec::new();
+        let out = &mut *self.out;
+        job.each_datagram(&mut buf, &mut |d| out.send(&[job.to], d));
+    }
 }
 
 /// The replayer's wake-up: a job waits this long at most.
@@ -196,6 +217,7 @@ impl SimNode {
             sync: None,
             damaged: None,
             asked: None,
+            trims: Vec::new(),
             events: Vec::new(),
             buf: Vec::new(),
             rng,
@@ -216,6 +238,7 @@ impl SimNode {
             replays: &mut self.queued,
             events: &mut self.events,
             asked: &mut self.asked,
+            trims: &mut self.trims,
         };
         if let Some(at) = self.damaged.take() {
             self.node.log_damaged(now, at, &mut env);
@@ -231,6 +254,12 @@ impl SimNode {
             }
         }
         f(&mut self.node, &mut env);
+        for (first, cp) in self.trims.drain(..) {
+            // The shell saves the checkpoint and removes the segments off
+            // the node's thread; what the node serves no longer depends
+            // on them from the moment it asked.
+            self.node.log_mut().trim(first, &cp);
+        }
         for job in self.queued.drain(..) {
             if job.is_small() {
                 // Answered by the node's own thread, as the shell does.
@@ -263,6 +292,11 @@ impl SimNode {
         for e in self.events.drain(..) {
             match e {
                 NodeEvent::Leader { term, .. } => ev.push(Event::Leader { term: term as u64 }),
+                NodeEvent::Trimmed { .. } => ev.push(Event::Retention("trim")),
+                NodeEvent::Installed { first } => {
+                    ev.push(Event::Retention("install"));
+                    ev.push(Event::Trace(format!("node {id}: installed, from {first}")));
+                }
                 e => ev.push(Event::Trace(format!("node {id}: {e:?}"))),
             }
         }

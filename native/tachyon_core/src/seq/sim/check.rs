@@ -97,6 +97,9 @@ struct MemberView {
     last_from: HashMap<u32, u64>,
     got: HashSet<(u32, u64)>,
     delivered: u64,
+    /// Ranges of sequence numbers retention removed before this view read
+    /// them (it was told: a `Trimmed` event).
+    skipped: Vec<(u64, u64)>,
 }
 
 /// What has happened, and the checks on it.
@@ -163,6 +166,7 @@ impl Checker {
                 last_from: HashMap::new(),
                 got: HashSet::new(),
                 delivered: 0,
+                skipped: Vec::new(),
             },
         );
     }
@@ -284,6 +288,15 @@ impl Checker {
         }
     }
 
+    /// View `v` was told that `[from, first)` was gone (retention): it
+    /// goes on from `first`; each sender's next message there may be any.
+    pub fn skipped(&mut self, v: ViewId, from: u64, first: u64) {
+        if let Some(view) = self.views.get_mut(&v) {
+            view.skipped.push((from, first));
+            view.last_from.clear();
+        }
+    }
+
     /// Where forks are allowed, at the end: what every member delivered
     /// (since it last moved back after a fork) is the final `log`'s order.
     /// A member that did not is a `silent_fork` if it reported no fork
@@ -375,7 +388,7 @@ impl Checker {
         if self.forks_allowed {
             return true;
         }
-        for (seq, (from, _, tail)) in &self.order {
+        for (seq, (from, _, tail)) in self.order.range(log.first()..) {
             let ok = Self::holds(log, *seq, *from, tail);
             if !ok {
                 let kind = if self.forks_reported > 0 {
@@ -425,7 +438,7 @@ impl Checker {
                 let covers = match v.start {
                     Start::From(n) => first >= n,
                     Start::Live => t > v.joined_at,
-                };
+                } && !v.skipped.iter().any(|&(a, b)| first < b && seq >= a);
                 if covers && !v.got.contains(&(s, c)) {
                     let d = format!(
                         "member {m} (incarnation {inc}, {:?}, joined at {:.3} ms) never got {s}'s message {c} (seq {seq}, accepted at {:.3} ms)",

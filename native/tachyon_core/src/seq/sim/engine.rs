@@ -77,6 +77,7 @@ pub(super) struct Sim<'a> {
     /// When the first primary was elected.
     first_primary: Option<Nanos>,
     pub faults: BTreeMap<&'static str, u64>,
+    retention: BTreeMap<&'static str, u64>,
     /// The fault kinds this seed draws from.
     pub mix: Vec<Fault>,
     pub script: VecDeque<(Nanos, Action)>,
@@ -193,6 +194,7 @@ impl<'a> Sim<'a> {
             primary: 0,
             first_primary: None,
             faults: BTreeMap::new(),
+            retention: BTreeMap::new(),
             mix,
             script,
             steps: 0,
@@ -293,6 +295,7 @@ impl<'a> Sim<'a> {
             net: self.net.stats.clone(),
             commands,
             resent,
+            retention: std::mem::take(&mut self.retention),
             violations: self.check.violations,
         }
     }
@@ -325,6 +328,12 @@ impl<'a> Sim<'a> {
                 self.check.fail("no_primary", now, d);
                 return None;
             }
+        }
+        let expects = self.cfg.scenario.as_ref().map_or(&[][..], |s| s.expects);
+        if let Some(k) = expects.iter().find(|k| !self.retention.contains_key(*k)) {
+            let d = format!("the script never reached its path: no {k}");
+            self.check.fail("path_not_taken", now, d);
+            return None;
         }
         if !self.check.forks_allowed && self.check.forks_reported > 0 {
             let d = format!(
@@ -433,9 +442,11 @@ impl<'a> Sim<'a> {
                     .delivered(self.now, (m, inc), seq, member_id, &data),
                 Event::Accepted { counter } => self.check.accepted(self.now, m, counter),
                 Event::MovedBack { resume } => self.check.moved_back((m, inc), resume),
+                Event::Skipped { from, first } => self.check.skipped((m, inc), from, first),
                 Event::Joined { inc, start } => self.check.joined(self.now, (m, inc), start),
                 Event::MemberGone { inc, undelivered } => self.check.gone((m, inc), undelivered),
                 Event::Leader { term } => self.took_over(i, term),
+                Event::Retention(k) => *self.retention.entry(k).or_default() += 1,
                 Event::Trace(s) => self.trace(|| s),
             }
         }
@@ -534,6 +545,14 @@ impl<'a> Sim<'a> {
         };
         if let Some(v) = self.logs.log_changed(now, i, log) {
             self.check.violations.push(v);
+        }
+        let conflict = log.prefixes.as_ref().and_then(|p| {
+            let mut p = p.lock().unwrap_or_else(|e| e.into_inner());
+            p.conflict.take()
+        });
+        if let Some(at) = conflict {
+            let d = format!("node {i}: two checkpoints at {at} sum up different prefixes");
+            self.check.fail("checkpoint_prefix", now, d);
         }
         if self.fates[i].latent && !log.has_read_errors() {
             // Found and cut: amnesiac until it copied it again.

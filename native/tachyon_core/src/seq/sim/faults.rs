@@ -533,6 +533,11 @@ impl Sim<'_> {
                 let i = self.member_proc(id);
                 self.with_member(i, |a, now, _, _| a.reopen_member(now, start));
             }
+            Action::MemberPause(id, d) => {
+                let i = self.member_proc(id);
+                self.procs[i].paused = Some((now + d, false));
+                self.mark(i, now + d);
+            }
         }
     }
 

@@ -1,23 +1,40 @@
 //! The protocol under test: a sequencer group of N nodes (Raft), members
 //! knowing every node.
 
-use std::cell::Cell;
+use std::cell::{Cell, RefCell};
 use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
 
 use super::actors::{Actor, Disk, SimNode};
 use super::Protocol;
 use crate::seq::core::member::MemberConfig;
 pub use crate::seq::core::node::Durability;
 use crate::seq::core::node::{NodeConfig, TwoNodes};
-use crate::seq::core::{Nanos, MILLI};
+use crate::seq::core::{Nanos, Prefixes, Rng, MILLI};
+
+/// A run's retention: keep `retain` entries at least, cut in segments of
+/// `segment`, look every `every`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Retention {
+    pub retain: u64,
+    pub segment: u64,
+    pub every: Nanos,
+}
 
 pub struct Group {
     pub nodes: usize,
     pub two_nodes: TwoNodes,
     pub durability: Durability,
     pub election_timeout: Nanos,
+    /// Retention in half of the runs (drawn per run; never where forks
+    /// are allowed: the end checks read the whole log there).
+    pub retention: bool,
+    /// Every run's retention instead (a scenario's).
+    pub fixed_retention: Option<Retention>,
     session: Cell<u64>,
     starts: Cell<u64>,
+    run_retention: Cell<Option<Retention>>,
+    prefixes: RefCell<Arc<Mutex<Prefixes>>>,
 }
 
 impl Group {
@@ -27,9 +44,18 @@ impl Group {
             two_nodes: TwoNodes::Safe,
             durability: Durability::Replicated,
             election_timeout: 50 * MILLI,
+            retention: true,
+            fixed_retention: None,
             session: Cell::new(1),
             starts: Cell::new(0),
+            run_retention: Cell::new(None),
+            prefixes: RefCell::new(Arc::default()),
         }
+    }
+
+    /// This run's retention, if any.
+    pub fn run_retention(&self) -> Option<Retention> {
+        self.run_retention.get()
     }
 }
 
@@ -47,6 +73,15 @@ impl Protocol for Group {
         // alone as in a batch).
         if i == 0 {
             self.starts.set(0);
+            *self.prefixes.borrow_mut() = Arc::default();
+            let mut r = Rng::new(session ^ 0x7e7e_11d5);
+            let on = self.retention && !self.forks_allowed() && r.chance(0.5);
+            let drawn = on.then(|| Retention {
+                retain: r.range(16, 1_500),
+                segment: r.range(1, 200),
+                every: r.range(5, 200) * MILLI,
+            });
+            self.run_retention.set(self.fixed_retention.or(drawn));
         }
         self.session.set(session);
         Disk::default()
@@ -81,6 +116,14 @@ impl Protocol for Group {
         cfg.boot = disk.boot;
         cfg.new_log_id = crate::seq::core::Rng::new(cfg.seed ^ 0x1d).next_u64() | 1;
         cfg.incarnation = (cfg.seed >> 7) as u32 | 1;
+        let mut disk = disk;
+        cfg.retention_every = 0;
+        if let Some(r) = self.run_retention.get() {
+            cfg.retention_every = r.every;
+            disk.log.retain = r.retain;
+            disk.log.segment = r.segment;
+            disk.log.prefixes = Some(self.prefixes.borrow().clone());
+        }
         Box::new(SimNode::new(cfg, disk, now))
     }
 

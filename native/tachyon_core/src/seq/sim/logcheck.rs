@@ -58,6 +58,11 @@ impl LogChecker {
         let from = log.take_changed()?;
         let terms = &mut self.terms[node];
         terms.truncate(from as usize);
+        if (terms.len() as u64) < from {
+            // A checkpoint installed: the entries below it are not held;
+            // the last one's term is the checkpoint's last epoch.
+            terms.resize(from as usize, log.term_before_first());
+        }
         let mut bad = None;
         for i in from..log.len() {
             let prev = terms.last().copied().unwrap_or(0);

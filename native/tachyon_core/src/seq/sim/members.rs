@@ -180,6 +180,10 @@ fn member_events(id: u32, rx: &mut Rx, ev: &mut Vec<Event>) {
         if let MemberEvent::Fork { resume, .. } = e {
             ev.push(Event::MovedBack { resume });
         }
+        if let MemberEvent::Trimmed { from, first } = e {
+            ev.push(Event::Skipped { from, first });
+            ev.push(Event::Retention("member_skip"));
+        }
         if !matches!(e, MemberEvent::Term { .. }) {
             ev.push(Event::Trace(format!("member {id}: {e:?}")));
         }
@@ -263,6 +267,19 @@ impl Actor for SimMember {
                         };
                         let p = &mut self.publisher;
                         p.next_publish = p.next_publish.max(now);
+                    }
+                    Err(crate::seq::SeqError::Trimmed(first)) => {
+                        // Asked to start before what the log keeps: from
+                        // its first entry then (what a caller does with
+                        // `{:error, {:trimmed, first}}`).
+                        ev.push(Event::Trace(format!(
+                            "member {} asked for {:?}: trimmed, from {first}",
+                            self.id, self.start
+                        )));
+                        ev.push(Event::Retention("trimmed_open"));
+                        self.start = Start::From(first);
+                        self.state = MState::Down { until: now };
+                        return now;
                     }
                     Err(e) => {
                         // Its id is still bound (a killed incarnation's

@@ -166,6 +166,9 @@ pub struct Report {
     /// The members' command datagrams sent, and resent.
     pub commands: u64,
     pub resent: u64,
+    /// What retention did: `trim`, `install`, `member_skip`,
+    /// `trimmed_open` (empty: the run had none).
+    pub retention: BTreeMap<&'static str, u64>,
 }
 
 impl Report {

@@ -5,6 +5,7 @@
 //! run. They replay the findings of a review of the protocol; each names
 //! the invariant that caught it before its fix.
 
+use super::group::Retention;
 use super::members::Start;
 use super::SimConfig;
 use crate::seq::core::{Nanos, MILLI};
@@ -40,7 +41,17 @@ pub enum Action {
     /// Member `id` closes with what it has in flight; down until opened.
     MemberClose(u32),
     MemberOpen(u32, Start),
+    /// Member `id`'s process is frozen this long.
+    MemberPause(u32, Nanos),
 }
+
+/// The retention of the scenarios that need one: tight, so that it cuts
+/// within a second of traffic.
+const RETENTION: Option<Retention> = Some(Retention {
+    retain: 64,
+    segment: 16,
+    every: 20 * MILLI,
+});
 
 /// A scripted run.
 #[derive(Debug, Clone)]
@@ -59,6 +70,11 @@ pub struct Scenario {
     /// A primary must have been elected by then (liveness under the
     /// script's faults).
     pub primary_by: Option<Nanos>,
+    /// The run's retention (none: the log keeps everything).
+    pub retention: Option<Retention>,
+    /// What retention must have done by the end (`install`,
+    /// `member_skip`, `trimmed_open`): the script reached its path.
+    pub expects: &'static [&'static str],
 }
 
 impl Scenario {
@@ -97,6 +113,8 @@ impl Scenario {
                 ],
                 heal_at: ms(1_500),
                 primary_by: None,
+                retention: None,
+                expects: &[],
             },
             Scenario {
                 name: "power_loss_then_crash",
@@ -115,6 +133,8 @@ impl Scenario {
                 ],
                 heal_at: ms(2_500),
                 primary_by: None,
+                retention: None,
+                expects: &[],
             },
             Scenario {
                 name: "replaced_disk",
@@ -133,6 +153,8 @@ impl Scenario {
                 ],
                 heal_at: ms(2_500),
                 primary_by: None,
+                retention: None,
+                expects: &[],
             },
             Scenario {
                 name: "full_disk_primary",
@@ -145,6 +167,8 @@ impl Scenario {
                 actions: vec![(ms(400), DiskFull(0, true))],
                 heal_at: ms(2_000),
                 primary_by: None,
+                retention: None,
+                expects: &[],
             },
             Scenario {
                 name: "close_with_publishes_in_flight",
@@ -162,6 +186,8 @@ impl Scenario {
                 ],
                 heal_at: ms(1_500),
                 primary_by: None,
+                retention: None,
+                expects: &[],
             },
             Scenario {
                 name: "late_witness",
@@ -181,6 +207,8 @@ impl Scenario {
                 ],
                 heal_at: ms(2_000),
                 primary_by: None,
+                retention: None,
+                expects: &[],
             },
             Scenario {
                 name: "new_group_without_its_last_node",
@@ -193,6 +221,56 @@ impl Scenario {
                 actions: vec![(0, Kill(2))],
                 heal_at: ms(1_500),
                 primary_by: Some(ms(500)),
+                retention: None,
+                expects: &[],
+            },
+            Scenario {
+                name: "follower_behind_retention",
+                what: "a follower is down while the others' retention removes what it lacks: \
+                       restarted, it must install the primary's checkpoint and copy the log \
+                       from there (Raft's InstallSnapshot), every invariant holding",
+                nodes: 3,
+                members: 3,
+                late_members: vec![],
+                // Down longer than the lease a silent follower holds the
+                // floor for (3 s); the primary killed once it caught up.
+                actions: vec![
+                    (ms(300), Kill(2)),
+                    (ms(3_800), Restart(2)),
+                    (ms(4_600), Kill(0)),
+                ],
+                heal_at: ms(5_500),
+                primary_by: None,
+                retention: RETENTION,
+                expects: &["install"],
+            },
+            Scenario {
+                name: "member_paused_past_its_lease",
+                what: "a member is frozen longer than its lease: retention removes what it has \
+                       not read; resumed, it is told (a `trimmed` event) and goes on from the \
+                       first entry kept, and misses nothing after it",
+                nodes: 3,
+                members: 3,
+                late_members: vec![],
+                actions: vec![(ms(300), MemberPause(2, ms(3_600)))],
+                heal_at: ms(4_500),
+                primary_by: None,
+                retention: RETENTION,
+                expects: &["member_skip"],
+            },
+            Scenario {
+                name: "rewind_below_the_first_entry",
+                what: "a member opens from sequence 1 after retention removed the start of the \
+                       log: `{:error, {:trimmed, first}}`, then from `first`, missing nothing \
+                       from there",
+                nodes: 3,
+                members: 2,
+                late_members: vec![(ms(1_500), Start::From(1))],
+                actions: vec![],
+                heal_at: ms(2_500),
+                primary_by: None,
+                retention: RETENTION,
+                expects: &["trimmed_open"],
             },
         ]
     }

@@ -91,6 +91,8 @@ fn every_scenario_holds() {
         for d in [Durability::Replicated, Durability::Fsync] {
             let mut g = Group::new(s.nodes);
             g.durability = d;
+            g.retention = false;
+            g.fixed_retention = s.retention;
             for seed in 1..=n {
                 let r = run(&s.config(seed), &g);
                 if let Some(v) = r.violations.first() {

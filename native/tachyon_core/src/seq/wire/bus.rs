@@ -57,6 +57,9 @@ pub struct WelcomeBody {
     /// command's): a member takes only the welcomes of its own, not those
     /// of an earlier incarnation at the same address.
     pub incarnation: u64,
+    /// The first entry the primary's log holds (retention removed those
+    /// below): a member cannot start before it.
+    pub first: u64,
 }
 
 /// A welcome datagram.
@@ -68,6 +71,15 @@ pub fn welcome(out: &mut Vec<u8>, h: &BusHeader, flags: u8, w: &WelcomeBody) {
     out.extend_from_slice(&w.max_datagram.to_le_bytes());
     out.extend_from_slice(&0u16.to_le_bytes());
     out.extend_from_slice(&w.incarnation.to_le_bytes());
+    out.extend_from_slice(&w.first.to_le_bytes());
+}
+
+/// To one requester: entries below `first` are gone (retention); the
+/// entry before `first` is of `epoch`.
+pub fn trimmed(out: &mut Vec<u8>, h: &BusHeader, first: u64, epoch: u32) {
+    bus_header(out, BusKind::Trimmed, h, 0);
+    out.extend_from_slice(&first.to_le_bytes());
+    out.extend_from_slice(&epoch.to_le_bytes());
 }
 
 /// A nack to one member: `member_seq` is missing.
@@ -106,6 +118,7 @@ impl<'a> Bus<'a> {
             4 => BusKind::End,
             5 => BusKind::Nack,
             6 => BusKind::Full,
+            7 => BusKind::Trimmed,
             _ => return Err(Bad::Malformed),
         };
         let bus = Bus {
@@ -136,6 +149,7 @@ impl<'a> Bus<'a> {
             BusKind::Heartbeat | BusKind::End => bus.body.is_empty() && bus.count == 0,
             BusKind::Welcome => bus.body.len() >= WELCOME_BODY && bus.count == 0,
             BusKind::Nack | BusKind::Full => bus.body.len() == 8 && bus.count == 0,
+            BusKind::Trimmed => bus.body.len() == 12 && bus.count == 0,
         };
         if ok {
             Ok(bus)
@@ -171,6 +185,7 @@ impl<'a> Bus<'a> {
             epoch: u32_at(self.body, 16),
             max_datagram: u16_at(self.body, 20),
             incarnation: u64_at(self.body, 24),
+            first: u64_at(self.body, 32),
         })
     }
 
@@ -187,6 +202,13 @@ impl<'a> Bus<'a> {
     /// A nack's missing `member_seq`.
     pub fn nacked(&self) -> Option<u64> {
         (self.kind == BusKind::Nack && self.body.len() == 8).then(|| u64_at(self.body, 0))
+    }
+
+    /// A trimmed notice's first entry the primary holds, and the epoch of
+    /// the entry before it.
+    pub fn trimmed(&self) -> Option<(u64, u32)> {
+        (self.kind == BusKind::Trimmed && self.body.len() == 12)
+            .then(|| (u64_at(self.body, 0), u32_at(self.body, 8)))
     }
 
     /// A full notice's `member_seq` (the command the primary could not

@@ -47,7 +47,7 @@ pub const MSG_HEADER: usize = 20;
 /// A published message's header inside a command datagram.
 pub const CMD_MSG_HEADER: usize = 12;
 /// The body of a welcome.
-pub const WELCOME_BODY: usize = 32;
+pub const WELCOME_BODY: usize = 40;
 /// The body of a hello.
 pub const HELLO_BODY: usize = 21;
 
@@ -101,6 +101,9 @@ pub enum BusKind {
     /// To one member: its command `member_seq` (the body, u64) could not
     /// be appended (the primary's disk is full); the primary steps down.
     Full = 6,
+    /// To one requester: what it asked for is below the first entry the
+    /// primary's log holds (the body, u64): retention removed it.
+    Trimmed = 7,
 }
 
 /// Kinds of command datagrams.
@@ -144,6 +147,15 @@ pub enum PeerKind {
     Join = 10,
     /// The primary added it (as a non-voter): `a` = its id.
     JoinReply = 11,
+    /// A chunk of the primary's checkpoint: `a` = its offset, `b` = the
+    /// checkpoint's length, then the bytes (the body is longer than 24).
+    Checkpoint = 12,
+    /// A node that must install the primary's checkpoint asks for the
+    /// chunks from `a` on.
+    CheckpointReq = 13,
+    /// The primary's retention floor, `a`: the lowest entry someone still
+    /// needs (a follower removes nothing at or above it).
+    Retain = 14,
 }
 
 /// Why a datagram was refused.

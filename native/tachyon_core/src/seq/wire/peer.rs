@@ -41,10 +41,19 @@ pub struct Peer {
 }
 
 impl Peer {
+    /// A CHECKPOINT datagram's bytes (empty for any other).
+    pub fn payload(b: &[u8]) -> &[u8] {
+        if b.len() > PEER_HEADER + 24 && b[3] == PeerKind::Checkpoint as u8 {
+            &b[PEER_HEADER + 24..]
+        } else {
+            &[]
+        }
+    }
+
     pub(super) fn body_len(kind: PeerKind) -> usize {
         match kind {
             PeerKind::PreVoteReply | PeerKind::VoteReply | PeerKind::Probe | PeerKind::Join => 0,
-            PeerKind::SyncReply | PeerKind::ProbeReply => 24,
+            PeerKind::SyncReply | PeerKind::ProbeReply | PeerKind::Checkpoint => 24,
             _ => 16,
         }
     }
@@ -86,10 +95,18 @@ impl Peer {
             9 => PeerKind::ProbeReply,
             10 => PeerKind::Join,
             11 => PeerKind::JoinReply,
+            12 => PeerKind::Checkpoint,
+            13 => PeerKind::CheckpointReq,
+            14 => PeerKind::Retain,
             _ => return Err(Bad::Malformed),
         };
         let n = Self::body_len(kind);
-        if b.len() != PEER_HEADER + n {
+        let ok = if kind == PeerKind::Checkpoint {
+            b.len() >= PEER_HEADER + n
+        } else {
+            b.len() == PEER_HEADER + n
+        };
+        if !ok {
             return Err(Bad::Malformed);
         }
         let at = |i: usize| {

@@ -52,6 +52,7 @@ fn bus_round_trip_and_truncations_refused() {
         epoch: 2,
         max_datagram: 1472,
         incarnation: 0,
+        first: 0,
     };
     full(&mut b, &h, 77);
     assert_eq!(Bus::parse(&b).unwrap().refused(), Some(77));
@@ -125,6 +126,10 @@ fn peers_round_trip() {
         PeerKind::SyncReply,
         PeerKind::Probe,
         PeerKind::ProbeReply,
+        PeerKind::Join,
+        PeerKind::JoinReply,
+        PeerKind::CheckpointReq,
+        PeerKind::Retain,
     ];
     let mut d = Vec::new();
     for kind in kinds {
@@ -152,6 +157,65 @@ fn peers_round_trip() {
 }
 
 #[test]
+fn checkpoint_chunks_carry_their_bytes_and_trimmed_its_first() {
+    use crate::seq::core::{CheckpointJob, CHECKPOINT_CHUNK};
+    let bytes: Vec<u8> = (0..3000u32).map(|i| i as u8).collect();
+    let job = CheckpointJob {
+        to: "127.0.0.1:9".parse().unwrap(),
+        checkpoint: std::sync::Arc::new(bytes.clone()),
+        offset: 0,
+        term: 3,
+        session: 5,
+        node: 1,
+        log_id: 9,
+        incarnation: 4,
+    };
+    let (mut out, mut got, mut n) = (Vec::new(), Vec::new(), 0);
+    job.each_datagram(&mut out, &mut |d| {
+        let p = Peer::parse(d).unwrap();
+        assert_eq!(
+            (p.h.kind, p.a, p.b),
+            (PeerKind::Checkpoint, got.len() as u64, 3000)
+        );
+        got.extend_from_slice(Peer::payload(d));
+        n += 1;
+    });
+    assert_eq!((got, n), (bytes, 3000 / CHECKPOINT_CHUNK + 1));
+    // Another kind's body is never read as a payload.
+    let mut d = Vec::new();
+    Peer {
+        h: PeerHeader {
+            kind: PeerKind::Ack,
+            term: 1,
+            session: 1,
+            node: 0,
+            flags: 0,
+            log_id: 1,
+            incarnation: 1,
+        },
+        a: 1,
+        b: 2,
+        c: 0,
+    }
+    .write(&mut d);
+    assert!(Peer::payload(&d).is_empty());
+
+    let h = BusHeader {
+        term: 2,
+        session: 5,
+        seq: 10,
+        commit: 10,
+        node: 0,
+    };
+    trimmed(&mut d, &h, 700, 66);
+    let b = Bus::parse(&d).unwrap();
+    assert_eq!((b.kind, b.trimmed()), (BusKind::Trimmed, Some((700, 66))));
+    for cut in 0..d.len() {
+        assert!(Bus::parse(&d[..cut]).is_err());
+    }
+}
+
+#[test]
 fn garbage_never_panics() {
     let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
     for len in 0..300 {
@@ -165,10 +229,10 @@ fn garbage_never_panics() {
                 if g.len() >= 4 {
                     g[0..2].copy_from_slice(&m.to_le_bytes());
                     g[2] = VERSION;
-                    g[3] %= 8;
+                    g[3] %= 16;
                     if let Ok(b) = Bus::parse(&g) {
                         let _ = b.messages().count();
-                        let _ = (b.welcome(), b.nacked());
+                        let _ = (b.welcome(), b.nacked(), b.trimmed());
                     }
                     if let Ok(c) = Cmd::parse(&g) {
                         let _ = c.published().count();

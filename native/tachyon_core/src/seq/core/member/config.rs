@@ -162,6 +162,8 @@ pub struct RxCounters {
     pub hellos: Counter,
     pub stale_epoch: Counter,
     pub forks: Counter,
+    /// Messages the member could not get: retention had removed them.
+    pub trimmed: Counter,
     /// Bus datagrams not from a node of the group.
     pub strangers: Counter,
     /// Datagrams of the current term from another node than its primary.
@@ -215,6 +217,9 @@ crate::named_fields! {
         /// member delivered, or lacks commands of this member it had seen
         /// sequenced.
         pub forks: u64,
+        /// Messages skipped because retention had removed them before this
+        /// member read them (a `:trimmed` event says which).
+        pub trimmed: u64,
         /// Resends asked for by the primary's nacks.
         pub nacked: u64,
         /// Tail-loss probes sent (RFC 8985; also in `resent`).

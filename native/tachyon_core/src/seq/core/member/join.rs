@@ -25,6 +25,9 @@ pub struct Welcome {
     pub last: u64,
     /// The epoch of the entry before the member's starting point.
     pub epoch: u32,
+    /// The first entry the primary's log holds (retention removed those
+    /// below).
+    pub first: u64,
     pub max_datagram: usize,
     pub from: SocketAddr,
     /// The member id is bound to another member.
@@ -89,6 +92,7 @@ impl Join {
                 commit: b.h.commit,
                 last: w.last,
                 epoch: w.epoch,
+                first: w.first,
                 max_datagram: w.max_datagram as usize,
                 from,
                 taken: b.flags & TAKEN != 0,

@@ -61,6 +61,9 @@ pub enum MemberEvent {
     NoSpace { member_seq: u64 },
     /// A new primary, of `term`.
     Term { term: u32 },
+    /// The entries from `from` up to `first` were gone when this member
+    /// asked for them (retention removed them): it goes on from `first`.
+    Trimmed { from: u64, first: u64 },
 }
 
 /// The largest fragment of a member with these options.
@@ -87,6 +90,11 @@ pub fn from_welcome(
 ) -> Result<(Tx, Rx), SeqError> {
     if w.taken {
         return Err(SeqError::Taken);
+    }
+    if let Some(f) = cfg.from {
+        if f.max(1) < w.first {
+            return Err(SeqError::Trimmed(w.first));
+        }
     }
     let frag = fragment_size(cfg)?;
     let tx = Tx::new(cfg, frag, w);

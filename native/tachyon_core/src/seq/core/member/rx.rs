@@ -413,6 +413,11 @@ impl Rx {
             BusKind::Data => self.data(&b, deliver),
             BusKind::Welcome => self.welcomed(&b),
             BusKind::Nack => self.nacks.extend(b.nacked()),
+            BusKind::Trimmed => {
+                if let Some((first, epoch)) = b.trimmed() {
+                    self.trimmed(first, epoch);
+                }
+            }
             BusKind::Full => {
                 if let Some(seq) = b.refused() {
                     self.full = Some(seq);
@@ -603,6 +608,7 @@ impl Rx {
                 commit: b.h.commit,
                 last: w.last,
                 epoch: w.epoch,
+                first: w.first,
                 max_datagram: w.max_datagram as usize,
                 from: self.leader,
                 taken: false,
@@ -612,6 +618,29 @@ impl Rx {
         }
         self.welcomed = true;
         self.known = self.known.max(b.h.seq);
+    }
+
+    /// What this member asked for is gone (retention removed the entries
+    /// below `first`, the one before it of `epoch`): it goes on from
+    /// `first`, and says what it missed.
+    fn trimmed(&mut self, first: u64, epoch: u32) {
+        let st = &mut self.st;
+        if st.next >= first {
+            return;
+        }
+        self.events.push(MemberEvent::Trimmed {
+            from: st.next,
+            first,
+        });
+        self.c.trimmed.bump(first - st.next);
+        st.epochs = Epochs::new(epoch, first);
+        st.next = first;
+        st.deliver_from = st.deliver_from.max(first);
+        st.partial.clear();
+        self.ring.clear();
+        self.ooo = self.ooo.split_off(&first);
+        self.fill.reset();
+        self.c.next_seq.set(first);
     }
 
     /// Moves back to `at` (after a fork, in a log that agrees with this

@@ -28,6 +28,7 @@ fn rx_of(alternates: &[SocketAddr]) -> Rx {
         commit: 1,
         last: 0,
         epoch: 1,
+        first: 0,
         max_datagram: 1472,
         from: primary(),
         taken: false,
@@ -89,6 +90,7 @@ fn a_welcome_of_the_term_followed_is_not_handed_over() {
         epoch: 1,
         max_datagram: 1472,
         incarnation: 0,
+        first: 0,
     };
     wire::welcome(&mut d, &header(), 0, &body);
     rx.on_datagram(MS, &d, Some(primary()), &mut |_, _, _| {});
@@ -135,6 +137,7 @@ fn welcome_of(term: u32, next: u64, last: u64, epoch: u32, epoch_end: u64) -> Ve
         epoch,
         max_datagram: 1472,
         incarnation: 0,
+        first: 0,
     };
     let mut d = Vec::new();
     wire::welcome(&mut d, &h, 0, &body);

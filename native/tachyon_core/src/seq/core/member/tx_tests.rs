@@ -23,6 +23,7 @@ fn welcome(last: u64) -> Welcome {
         commit: 1,
         last,
         epoch: 1,
+        first: 0,
         max_datagram: 1472,
         from: primary(),
         taken: false,

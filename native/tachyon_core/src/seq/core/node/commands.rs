@@ -184,6 +184,7 @@ impl<L: Log> Node<L> {
                         incarnation,
                         heard: now,
                         unicast,
+                        next: u64::MAX,
                     },
                 );
                 changed = unicast;
@@ -209,6 +210,8 @@ impl<L: Log> Node<L> {
             .is_err();
         if taken {
             self.c.taken.bump(1);
+        } else if let Some(b) = self.bindings.get_mut(&cmd.member_id) {
+            b.next = h.next;
         }
         if self.role == Role::Leader {
             if !taken && h.flags & wire::KEEPALIVE == 0 {
@@ -249,6 +252,7 @@ impl<L: Log> Node<L> {
             epoch,
             max_datagram: self.cfg.max_datagram.min(u16::MAX as usize) as u16,
             incarnation,
+            first: self.ls.first,
         };
         let hd = self.bus_header(self.ls.next);
         wire::welcome(&mut self.scratch, &hd, flags, &w);
@@ -389,6 +393,16 @@ impl<L: Log> Node<L> {
             .min(self.ls.next)
             .min(a.saturating_add(self.cfg.replay_max));
         if a >= z {
+            return;
+        }
+        if a < self.ls.first {
+            // Gone (retention): the requester goes on from the first entry
+            // held, or installs the checkpoint (a node).
+            let h = self.bus_header(a);
+            let first = self.ls.first;
+            let epoch = self.ls.term_at(first.saturating_sub(1));
+            wire::trimmed(&mut self.scratch, &h, first, epoch);
+            env.send(&[from], &self.scratch);
             return;
         }
         let guard = self.cfg.retransmit_after / 2;

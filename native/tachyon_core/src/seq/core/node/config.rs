@@ -93,6 +93,9 @@ pub struct NodeConfig {
     /// This start of the node (random): acknowledgements of an earlier
     /// start do not count.
     pub incarnation: u32,
+    /// How often retention looks (running time; 0: never). What it cuts
+    /// is the log's policy ([`crate::seq::core::Log::retention_point`]).
+    pub retention_every: Nanos,
     pub seed: u64,
 }
 
@@ -131,6 +134,7 @@ impl NodeConfig {
             boot: 0,
             new_log_id: 1,
             incarnation: 1,
+            retention_every: 1_000 * MILLI,
             seed: 1,
         }
     }
@@ -198,6 +202,12 @@ pub struct NodeCounters {
     pub changes: Counter,
     /// Votes and pre-votes refused as a learner.
     pub learner_refusals: Counter,
+    /// Retention cuts (a checkpoint saved, segments removed below it).
+    pub trims: Counter,
+    /// Checkpoints installed from the primary (too far behind to fill).
+    pub installs: Counter,
+    /// The first entry the log holds.
+    pub first: Counter,
     /// Mirrors of the node's state, for stats without a lock.
     pub term: Counter,
     /// 0 follower, 1 pre-candidate, 2 candidate, 3 primary.

@@ -55,6 +55,13 @@ impl<L: Log> Node<L> {
         if matches!(b.kind, BusKind::Welcome | BusKind::Nack) {
             return;
         }
+        if b.kind == BusKind::Trimmed {
+            // An answer to this follower's gap fill.
+            if b.h.term == self.term && self.leader == Some(b.h.node) {
+                self.on_trimmed(now, b.trimmed().map_or(0, |t| t.0), env);
+            }
+            return;
+        }
         let (t, n) = (b.h.term, b.h.node);
         if t < self.term {
             // A deposed primary: tell it the term (Raft: the reply to a

@@ -36,6 +36,9 @@ pub struct LogState {
     /// The entries below this one are never truncated (known committed).
     floor: u64,
     undo_lost: bool,
+    /// The first entry the log holds (those below were summed up in a
+    /// checkpoint, [`super::checkpoint`], and removed).
+    pub first: u64,
     pub next: u64,
 }
 
@@ -44,9 +47,15 @@ impl LogState {
     /// breaks the order of terms; returns the state of the entries before
     /// it and, if there is one, its index (the caller cuts the log there).
     pub fn recover<L: Log>(log: &L) -> Result<(LogState, Option<u64>), LogError> {
-        let mut s = LogState::default();
+        let cp = log
+            .load_checkpoint()
+            .and_then(|b| super::checkpoint::Checkpoint::decode(&b));
+        let mut s = match cp {
+            Some(c) => LogState::from_checkpoint(c),
+            None => LogState::default(),
+        };
         let end = log.next_index();
-        let mut at = 0;
+        let mut at = s.next;
         let mut bad = None;
         while at < end && bad.is_none() {
             let r = log.read_range(at, 4096, &mut |i, e| {
@@ -77,10 +86,59 @@ impl LogState {
         Ok((s, bad))
     }
 
+    /// The state summed up in a checkpoint: the log goes on from its
+    /// `first` entry.
+    pub fn from_checkpoint(c: super::checkpoint::Checkpoint) -> LogState {
+        LogState {
+            session: c.session,
+            epochs: c.epochs,
+            last: c.last,
+            configs: c.configs,
+            undo: VecDeque::new(),
+            floor: c.first,
+            undo_lost: false,
+            first: c.first,
+            next: c.first,
+        }
+    }
+
+    /// The entries below this are committed.
+    pub fn floor(&self) -> u64 {
+        self.floor
+    }
+
+    /// The epochs that began below `at`.
+    pub fn epochs_below(&self, at: u64) -> Vec<(u32, u64)> {
+        self.epochs.iter().copied().filter(|e| e.1 < at).collect()
+    }
+
+    /// The membership changes below `at`.
+    pub fn configs_below(&self, at: u64) -> Vec<(u64, Membership)> {
+        self.configs.iter().filter(|c| c.0 < at).cloned().collect()
+    }
+
+    /// Every member's last `member_seq` as of the commit position (the
+    /// undo log takes back what is above it); `None` if the undo log
+    /// overflowed.
+    pub fn lasts_at_floor(&self) -> Option<HashMap<u32, u64>> {
+        if self.undo_lost {
+            return None;
+        }
+        let mut last = self.last.clone();
+        for &(_, member, prev) in self.undo.iter().rev() {
+            if prev == 0 {
+                last.remove(&member);
+            } else {
+                last.insert(member, prev);
+            }
+        }
+        Some(last)
+    }
+
     /// Whether entry `i` may follow the log as it is: its term is not
     /// below the last one, and a higher term starts at its epoch record.
     fn follows(&self, i: u64, m: &Msg<'_>) -> bool {
-        if i == 0 {
+        if i == 0 || (i == self.first && self.next == self.first) {
             return true;
         }
         let last = self.last_term();
@@ -130,6 +188,11 @@ impl LogState {
     pub fn truncate<L: Log>(&mut self, log: &mut L, from: u64) -> Result<(), LogError> {
         if from >= self.next {
             return Ok(());
+        }
+        if from < self.first {
+            // Below the checkpoint: never (the entries there are
+            // committed, and a truncation never reaches a commit).
+            return Err(LogError::NotFound);
         }
         log.truncate(from)?;
         if self.undo_lost || from < self.floor {

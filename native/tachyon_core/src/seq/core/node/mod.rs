@@ -33,8 +33,10 @@
 //!   only that far ([`durable`]).
 
 mod changes;
+pub mod checkpoint;
 mod commands;
 mod config;
+mod dispatch;
 mod durable;
 mod election;
 mod follower;
@@ -43,6 +45,7 @@ mod learner;
 pub mod logstate;
 pub mod membership;
 pub mod quorum;
+mod retention;
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -52,9 +55,7 @@ use crossbeam_utils::CachePadded;
 
 use super::{Env, Log, LogError, Meta, Nanos, NodeEvent, Rng, MILLI};
 use crate::counter::Counter;
-use crate::seq::wire::{
-    self, Bus, Cmd, Peer, PeerHeader, PeerKind, BUS_MAGIC, CMD_MAGIC, PEER_MAGIC,
-};
+use crate::seq::wire;
 use crate::seq::BusMode;
 use logstate::LogState;
 
@@ -84,6 +85,9 @@ pub(crate) struct Binding {
     incarnation: u64,
     heard: Nanos,
     unicast: bool,
+    /// The next entry the member delivers, as its last hello said
+    /// (`u64::MAX`: not said; retention keeps what it still reads).
+    next: u64,
 }
 
 /// A sequencer node.
@@ -138,6 +142,7 @@ pub struct Node<L: Log> {
     /// a server takes RPCs from servers outside its configuration).
     learned: Vec<Option<SocketAddr>>,
     join_at: Option<Nanos>,
+    rt: retention::Retain,
     c: Arc<CachePadded<NodeCounters>>,
 }
 
@@ -157,6 +162,7 @@ impl<L: Log> Node<L> {
             ls = LogState::recover(&log)?.0;
             cut = true;
         }
+        let rt = retention::Retain::new(log.first_index(), log.load_checkpoint());
         let saved = log.load_meta();
         let (meta, reason) = learner::at_start(&cfg, saved, cut);
         let term = meta.term.max(ls.last_term());
@@ -192,6 +198,7 @@ impl<L: Log> Node<L> {
             joined: None,
             join_at: None,
             learned: vec![None; MAX_NODES],
+            rt,
             c: Arc::new(CachePadded::new(NodeCounters::default())),
             cfg,
         };
@@ -247,6 +254,17 @@ impl<L: Log> Node<L> {
     pub(super) fn other_voters(&self) -> Vec<u8> {
         let me = self.id();
         self.membership().voters().filter(|i| *i != me).collect()
+    }
+
+    /// The other nodes, voters or not.
+    pub(super) fn other_nodes(&self) -> Vec<u8> {
+        let me = self.id();
+        let m = self.membership();
+        m.nodes()
+            .iter()
+            .map(|n| n.id)
+            .filter(|i| *i != me)
+            .collect()
     }
 
     pub fn role(&self) -> Role {
@@ -347,6 +365,7 @@ impl<L: Log> Node<L> {
         c.members.set(self.unicast_members as u64);
         c.learner.set(self.meta.learner as u64);
         c.durable.set(self.acked_end());
+        c.first.set(self.ls.first);
     }
 
     /// Rebuilds where the bus goes.
@@ -380,78 +399,6 @@ impl<L: Log> Node<L> {
         }
     }
 
-    fn session_ok(&self, s: u64) -> bool {
-        s == 0 || self.ls.session == 0 || s == self.ls.session
-    }
-
-    /// One datagram from `from`.
-    pub fn on_datagram(&mut self, now: Nanos, from: SocketAddr, d: &[u8], env: &mut dyn Env) {
-        match wire::magic(d) {
-            CMD_MAGIC => match Cmd::parse(d) {
-                Ok(cmd) => self.on_command(now, from, &cmd, env),
-                Err(_) => self.c.malformed.bump(1),
-            },
-            BUS_MAGIC => match Bus::parse(d) {
-                Ok(b) => {
-                    if !self.sent_by_node(from, b.h.node) {
-                        self.c.strangers.bump(1);
-                    } else if !self.session_ok(b.h.session) {
-                        self.c.wrong_session.bump(1);
-                    } else {
-                        self.on_bus(now, &b, env);
-                    }
-                }
-                Err(_) => self.c.malformed.bump(1),
-            },
-            PEER_MAGIC => match Peer::parse(d) {
-                Ok(p) if p.h.kind == PeerKind::Join => self.on_join(now, from, env),
-                Ok(p) if p.h.kind == PeerKind::JoinReply => self.on_join_reply(from, &p),
-                Ok(p) => {
-                    if !self.sent_by_node(from, p.h.node) || p.h.node == self.id() {
-                        self.c.strangers.bump(1);
-                    } else if !self.session_ok(p.h.session) {
-                        self.c.wrong_session.bump(1);
-                    } else {
-                        self.on_peer(now, &p, env);
-                    }
-                }
-                Err(_) => self.c.malformed.bump(1),
-            },
-            _ => self.c.malformed.bump(1),
-        }
-    }
-
-    /// Whether `from` is node `node` of the group (for a node that joins,
-    /// before its log says who is who: the node that added it).
-    fn sent_by_node(&mut self, from: SocketAddr, node: u8) -> bool {
-        if self.addr_of(node) == Some(from) {
-            return true;
-        }
-        // A node this membership does not know, at an address it does not
-        // know either: one of a newer membership (the session is checked
-        // next).
-        let m = self.membership();
-        let unknown =
-            (node as usize) < MAX_NODES && m.addr(node).is_none() && m.id_of(from).is_none();
-        if unknown {
-            self.learned[node as usize] = Some(from);
-        }
-        unknown
-    }
-
-    /// Node `id`'s address: from the membership, or for a node that joins
-    /// before its log says, its primary's from its answer.
-    pub(super) fn addr_of(&self, id: u8) -> Option<SocketAddr> {
-        self.membership()
-            .addr(id)
-            .or_else(|| self.learned.get(id as usize).copied().flatten())
-            .or_else(|| {
-                self.joined
-                    .filter(|j| j.1 == id && self.membership().id_of(self.cfg.addr).is_none())
-                    .map(|j| j.2)
-            })
-    }
-
     /// After the datagrams of one receive batch.
     pub fn end_batch(&mut self, now: Nanos, env: &mut dyn Env) {
         self.observe(now);
@@ -474,6 +421,8 @@ impl<L: Log> Node<L> {
             Role::Leader => self.leader_tick(now, env),
             _ => self.election_tick(now, env),
         };
+        self.retention_tick(now, env);
+        self.installing_tick(now, env);
         self.want_sync(env);
         self.mirror();
         due.max(now + 1)
@@ -531,56 +480,6 @@ impl<L: Log> Node<L> {
         }
     }
 
-    /// Sends a peer datagram of `term` to node `to`.
-    #[allow(clippy::too_many_arguments)]
-    fn send_peer(
-        &mut self,
-        to: u8,
-        kind: PeerKind,
-        term: u32,
-        flags: u8,
-        ab: (u64, u64),
-        c: u64,
-        env: &mut dyn Env,
-    ) {
-        let Some(addr) = self.addr_of(to) else {
-            return;
-        };
-        self.send_peer_to(addr, kind, term, flags, ab, c, env);
-    }
-
-    /// Sends a peer datagram of `term` to `addr`.
-    #[allow(clippy::too_many_arguments)]
-    fn send_peer_to(
-        &mut self,
-        addr: SocketAddr,
-        kind: PeerKind,
-        term: u32,
-        flags: u8,
-        ab: (u64, u64),
-        c: u64,
-        env: &mut dyn Env,
-    ) {
-        let (a, b) = ab;
-        let flags = flags | if self.meta.learner { wire::LEARNER } else { 0 };
-        let p = Peer {
-            h: PeerHeader {
-                kind,
-                term,
-                session: self.ls.session,
-                node: self.id(),
-                flags,
-                log_id: self.meta.log_id,
-                incarnation: self.cfg.incarnation,
-            },
-            a,
-            b,
-            c,
-        };
-        p.write(&mut self.scratch);
-        env.send(&[addr], &self.scratch);
-    }
-
     /// The metadata as it is now.
     fn meta_now(&self) -> Meta {
         Meta {
@@ -636,34 +535,5 @@ impl<L: Log> Node<L> {
             term: self.term,
             leader,
         });
-    }
-
-    fn on_peer(&mut self, now: Nanos, p: &Peer, env: &mut dyn Env) {
-        let from = p.h.node;
-        match p.h.kind {
-            PeerKind::PreVote => self.on_prevote(now, from, p, env),
-            PeerKind::Vote => self.on_vote(now, from, p, env),
-            PeerKind::PreVoteReply | PeerKind::VoteReply => self.on_vote_reply(now, from, p, env),
-            PeerKind::Probe => self.on_probe(from, env),
-            PeerKind::ProbeReply => self.on_probe_reply(now, from, p),
-            _ => {
-                if p.h.term > self.term {
-                    // An acknowledgement or sync of a later term: a stale
-                    // notice to a deposed primary (or a missed election).
-                    self.adopt_term(p.h.term, None, env);
-                    return;
-                }
-                if p.h.term < self.term {
-                    self.c.stale.bump(1);
-                    return;
-                }
-                match p.h.kind {
-                    PeerKind::Ack => self.on_ack(from, p),
-                    PeerKind::Sync => self.on_sync(from, p, env),
-                    PeerKind::SyncReply => self.on_sync_reply(now, from, p, env),
-                    _ => {}
-                }
-            }
-        }
     }
 }
