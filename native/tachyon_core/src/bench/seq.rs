@@ -33,7 +33,7 @@ pub fn roundtrip(m: &Member, count: u64, warmup: u64, size: usize) -> Result<His
             match m.publish(&msg) {
                 Ok(ms) => break ms,
                 Err(PublishError::Busy) => {
-                    m.poll(64, &mut |_, _, _| {})?;
+                    m.poll(64, &mut |_, _, _, _| {})?;
                 }
                 Err(_) => return Err(SeqError::BadConfig),
             }
@@ -41,7 +41,7 @@ pub fn roundtrip(m: &Member, count: u64, warmup: u64, size: usize) -> Result<His
         let mut seen = false;
         let me = m.member_id();
         while !seen {
-            let n = m.poll(64, &mut |_, id, _| seen |= id == me)?;
+            let n = m.poll(64, &mut |_, id, _, _| seen |= id == me)?;
             if n == 0 {
                 m.tick();
                 if t0.elapsed() > Duration::from_secs(5) {
@@ -87,7 +87,7 @@ pub fn throughput(
                 Err(_) => return Err(SeqError::BadConfig),
             }
         }
-        let n = m.poll(64, &mut |_, _, _| got += 1)?;
+        let n = m.poll(64, &mut |_, _, _, _| got += 1)?;
         if n == 0 {
             m.tick();
             if last_progress.elapsed() > Duration::from_secs(10) {

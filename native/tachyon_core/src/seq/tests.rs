@@ -48,7 +48,7 @@ fn collect(m: &Member, want: usize, got: &mut Got) {
     let t0 = Instant::now();
     while got.len() < want && t0.elapsed() < Duration::from_secs(20) {
         let n = m
-            .poll(32, &mut |s, id, d| got.push((s, id, d.to_vec())))
+            .poll(32, &mut |s, id, _, d| got.push((s, id, d.to_vec())))
             .expect("poll");
         if n == 0 {
             m.tick();
@@ -88,11 +88,11 @@ fn three_members_see_one_order() {
                 for i in 0..per {
                     let msg = format!("{}:{i}", m.member_id());
                     while m.publish(msg.as_bytes()) == Err(member::PublishError::Busy) {
-                        m.poll(32, &mut |s, id, d| got.push((s, id, d.to_vec())))
+                        m.poll(32, &mut |s, id, _, d| got.push((s, id, d.to_vec())))
                             .unwrap();
                     }
                     if i % 16 == 0 {
-                        m.poll(32, &mut |s, id, d| got.push((s, id, d.to_vec())))
+                        m.poll(32, &mut |s, id, _, d| got.push((s, id, d.to_vec())))
                             .unwrap();
                     }
                 }
@@ -447,11 +447,11 @@ fn a_group_of_three_fails_over_and_members_follow_without_loss_or_duplicates() {
                     }
                     let msg = format!("{}:{i}", m.member_id());
                     while m.publish(msg.as_bytes()) == Err(member::PublishError::Busy) {
-                        m.poll(32, &mut |s, id, d| got.push((s, id, d.to_vec())))
+                        m.poll(32, &mut |s, id, _, d| got.push((s, id, d.to_vec())))
                             .unwrap();
                         m.tick();
                     }
-                    m.poll(32, &mut |s, id, d| got.push((s, id, d.to_vec())))
+                    m.poll(32, &mut |s, id, _, d| got.push((s, id, d.to_vec())))
                         .unwrap();
                 }
                 collect(&m, 3 * per, &mut got);
@@ -509,7 +509,7 @@ fn a_group_of_three_fails_over_and_members_follow_without_loss_or_duplicates() {
 fn publish_all(m: &Member, msgs: impl IntoIterator<Item = String>, got: &mut Got) {
     for msg in msgs {
         while m.publish(msg.as_bytes()) == Err(member::PublishError::Busy) {
-            m.poll(32, &mut |s, id, d| got.push((s, id, d.to_vec())))
+            m.poll(32, &mut |s, id, _, d| got.push((s, id, d.to_vec())))
                 .unwrap();
             m.tick();
         }

@@ -47,11 +47,17 @@ fn close_now(res: &Obj<'_, BusResource>, env: Env<'_>) {
     }
 }
 
-/// Builds `{:tachyon_bus, bus, seq, member_id, data}`.
-fn bus_msg<'a>(env: Env<'a>, bus: Term<'a>, seq: u64, id: u32, data: &[u8]) -> Term<'a> {
+/// Builds `{:tachyon_bus, bus, seq, member_id, data}`, or for a message
+/// of a state machine's snapshot (`snap`: its SNAP flags)
+/// `{:tachyon_bus_snapshot, bus, seq, member_id, data, last}`.
+fn bus_msg<'a>(env: Env<'a>, bus: Term<'a>, seq: u64, id: u32, snap: u8, data: &[u8]) -> Term<'a> {
     let mut bin = NewBinary::new(env, data.len());
     bin.as_mut_slice().copy_from_slice(data);
     let bin: Binary = bin.into();
+    if snap != 0 {
+        let last = snap & tachyon_core::seq::wire::SNAP_END != 0;
+        return (seq_atoms::tachyon_bus_snapshot(), bus, seq, id, bin, last).encode(env);
+    }
     (seq_atoms::tachyon_bus(), bus, seq, id, bin).encode(env)
 }
 
@@ -193,11 +199,11 @@ fn bus_open<'a>(env: Env<'a>, opts: Term<'a>, owner: LocalPid) -> NifResult<Term
                 // overshot by at most one datagram's messages (a datagram
                 // is delivered whole, in order).
                 let max = if room.is_some() { 1 } else { 64 };
-                let got = m.poll(max, &mut |seq, id, data| {
+                let got = m.poll(max, &mut |seq, id, snap, data| {
                     handle.credits.count();
                     out.send(&pid, |env| {
                         let bus = handle.encode(env);
-                        bus_msg(env, bus, seq, id, data)
+                        bus_msg(env, bus, seq, id, snap, data)
                     });
                 });
                 out.end_batch();
@@ -260,10 +266,10 @@ fn bus_recv<'a>(
     }
     // One binary for the batch; each entry a sub-binary of it.
     let mut bytes: Vec<u8> = Vec::new();
-    let mut items: Vec<(u64, u32, usize, usize)> = Vec::new();
+    let mut items: Vec<(u64, u32, u8, usize, usize)> = Vec::new();
     let polled = p.recv(env, Duration::from_nanos(polled_ns), |_| {
-        let n = res.member.poll(max as usize, &mut |seq, id, d| {
-            items.push((seq, id, bytes.len(), d.len()));
+        let n = res.member.poll(max as usize, &mut |seq, id, snap, d| {
+            items.push((seq, id, snap, bytes.len(), d.len()));
             bytes.extend_from_slice(d);
         })?;
         if n == 0 {
@@ -286,8 +292,15 @@ fn bus_recv<'a>(
         bin.as_mut_slice().copy_from_slice(&bytes);
         let bin: Binary = bin.into();
         let mut out = Vec::with_capacity(items.len());
-        for (seq, id, off, len) in items {
-            out.push((seq, id, bin.make_subbinary(off, len)?).encode(env));
+        for (seq, id, snap, off, len) in items {
+            let data = bin.make_subbinary(off, len)?;
+            out.push(if snap == 0 {
+                (seq, id, data).encode(env)
+            } else {
+                let last = snap & tachyon_core::seq::wire::SNAP_END != 0;
+                let kind = if last { "snapshot_end" } else { "snapshot" };
+                (seq, id, (atom(env, kind), data)).encode(env)
+            });
         }
         Ok(Some(out.encode(env)))
     })
@@ -332,7 +345,7 @@ fn bus_drain_close<'a>(env: Env<'a>, res: Obj<'a, BusResource>, timeout_ms: u64)
     let n = if res.member.is_closed() {
         0
     } else {
-        res.member.drain(timeout, drive, &mut |_, _, _| {})
+        res.member.drain(timeout, drive, &mut |_, _, _, _| {})
     };
     res.owner.unwatch(&res, env);
     close_now(&res, env);

@@ -52,6 +52,7 @@ mod seq_atoms {
         tachyon_bus,
         tachyon_bus_ready,
         tachyon_bus_event,
+        tachyon_bus_snapshot,
         not_poll,
         undelivered,
         unicast,

@@ -29,7 +29,7 @@ use std::time::{Duration, Instant};
 use crossbeam_utils::CachePadded;
 
 pub use super::core::member::looked;
-use super::core::member::{self as core, Handover, Join, Rx, RxCounters, Tx, TxCounters};
+use super::core::member::{self as core, Deliver, Handover, Join, Rx, RxCounters, Tx, TxCounters};
 use super::core::Nanos;
 use super::{clock, SeqError};
 use crate::counter::Counter;
@@ -185,6 +185,31 @@ impl Member {
         Some(self.publish_locked(tx, msgs))
     }
 
+    /// Publishes one message of a state machine's snapshot of the state
+    /// after every message below `as_of` (`last`: the snapshot's last
+    /// message): members that start from a snapshot start from it
+    /// (`MemberConfig::from_snapshot`), and the sequencer's retention keeps
+    /// the log from `as_of` on.
+    pub fn publish_snapshot(
+        &self,
+        as_of: u64,
+        chunk: &[u8],
+        last: bool,
+    ) -> Result<u64, PublishError> {
+        if self.closed.load(Ordering::Acquire) || self.shut.load(Ordering::Acquire) {
+            return Err(PublishError::Closed);
+        }
+        let mut data = Vec::with_capacity(8 + chunk.len());
+        data.extend_from_slice(&as_of.to_le_bytes());
+        data.extend_from_slice(chunk);
+        let kind = super::wire::SNAP | if last { super::wire::SNAP_END } else { 0 };
+        let mut tx = self.tx.lock();
+        let mut sink = self.sink();
+        let r = tx.publish_flagged(clock::now(), std::iter::once(&data[..]), kind, &mut sink);
+        self.apply_deferred(&mut tx, &mut sink);
+        r
+    }
+
     fn publish_locked<'a, I>(&self, mut tx: SpinGuard<'_, Tx>, msgs: I) -> Result<u64, PublishError>
     where
         I: IntoIterator<Item = &'a [u8]>,
@@ -243,7 +268,7 @@ impl Member {
     /// Reads what waits on the member's sockets (up to `max` datagrams per
     /// socket) and calls `deliver(seq, member_id, data)` for every message
     /// now in order and committed. Returns the datagrams read.
-    pub fn poll(&self, max: usize, deliver: &mut dyn FnMut(u64, u32, &[u8])) -> io::Result<usize> {
+    pub fn poll(&self, max: usize, deliver: &mut Deliver<'_>) -> io::Result<usize> {
         let mut sink = self.sink();
         let now = clock::now();
         // The publishing side's acknowledgements come through here: its
@@ -350,12 +375,7 @@ impl Member {
     /// every publish that returned `Ok` is in the bus's order). Blocks:
     /// from the BEAM, on a dirty scheduler. Messages delivered meanwhile
     /// go to `deliver`.
-    pub fn drain(
-        &self,
-        timeout: Duration,
-        drive: bool,
-        deliver: &mut dyn FnMut(u64, u32, &[u8]),
-    ) -> u64 {
+    pub fn drain(&self, timeout: Duration, drive: bool, deliver: &mut Deliver<'_>) -> u64 {
         self.shut();
         let t0 = Instant::now();
         while self.pending() > 0 && t0.elapsed() < timeout && !self.is_closed() {

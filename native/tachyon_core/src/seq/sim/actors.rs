@@ -50,6 +50,12 @@ pub enum Event {
         inc: u32,
         undelivered: Option<u64>,
     },
+    /// A member's state machine reached `hash` after every message below
+    /// `next` ([`super::machine`]).
+    State {
+        next: u64,
+        hash: u64,
+    },
     /// Something retention did (`trim`, `install`, `member_skip`,
     /// `trimmed_open`), counted in the report.
     Retention(&'static str),

@@ -73,7 +73,7 @@ pub fn decode(d: &[u8]) -> Option<(u32, u64)> {
     ))
 }
 
-fn hash(d: &[u8]) -> u64 {
+pub fn hash(d: &[u8]) -> u64 {
     let mut h: u64 = 0xcbf2_9ce4_8422_2325;
     for b in d {
         h ^= *b as u64;
@@ -131,6 +131,8 @@ pub struct Checker {
     /// A group of two preferring availability: forks are allowed if the
     /// members that meet them report them.
     pub forks_allowed: bool,
+    /// The state machines' states: position -> state (and whose).
+    states: HashMap<u64, (u64, ViewId)>,
 }
 
 impl Checker {
@@ -288,6 +290,25 @@ impl Checker {
         }
     }
 
+    /// View `v`'s state machine reached `hash` after everything below
+    /// `next`: every state machine at `next` must be in the same state.
+    pub fn state(&mut self, at: Nanos, v: ViewId, next: u64, hash: u64) {
+        self.checks += 1;
+        match self.states.get(&next) {
+            Some(&(h, w)) if h != hash && !self.forks_allowed => {
+                let d = format!(
+                    "member {} (incarnation {}) at {next} in another state than member {} (incarnation {})",
+                    v.0, v.1, w.0, w.1
+                );
+                self.fail("state", at, d);
+            }
+            Some(_) => {}
+            None => {
+                self.states.insert(next, (hash, v));
+            }
+        }
+    }
+
     /// View `v` was told that `[from, first)` was gone (retention): it
     /// goes on from `first`; each sender's next message there may be any.
     pub fn skipped(&mut self, v: ViewId, from: u64, first: u64) {
@@ -437,7 +458,8 @@ impl Checker {
             for ((m, inc), v) in self.views.iter().filter(|(_, v)| v.open) {
                 let covers = match v.start {
                     Start::From(n) => first >= n,
-                    Start::Live => t > v.joined_at,
+                    // (A view from a snapshot is a view from its position.)
+                    Start::Live | Start::Snapshot => t > v.joined_at,
                 } && !v.skipped.iter().any(|&(a, b)| first < b && seq >= a);
                 if covers && !v.got.contains(&(s, c)) {
                     let d = format!(

@@ -133,9 +133,10 @@ impl<'a> Sim<'a> {
                 s.late_members[m - members]
             } else {
                 let at = rng.range(100 * MILLI, cfg.fault_time.max(200 * MILLI));
-                let start = match rng.range(0, 3) {
+                let start = match rng.range(0, 4) {
                     0 => Start::From(1),
                     1 => Start::From(rng.range(2, 2_000)),
+                    2 => Start::Snapshot,
                     _ => Start::Live,
                 };
                 (at, start)
@@ -447,6 +448,7 @@ impl<'a> Sim<'a> {
                 Event::MemberGone { inc, undelivered } => self.check.gone((m, inc), undelivered),
                 Event::Leader { term } => self.took_over(i, term),
                 Event::Retention(k) => *self.retention.entry(k).or_default() += 1,
+                Event::State { next, hash } => self.check.state(self.now, (m, inc), next, hash),
                 Event::Trace(s) => self.trace(|| s),
             }
         }

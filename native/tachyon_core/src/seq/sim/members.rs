@@ -9,6 +9,7 @@ use std::net::SocketAddr;
 
 use super::actors::{Actor, Disk, Event};
 use super::check::payload;
+use super::machine::Machine;
 use crate::seq::core::member::{self, Join, Mark, MemberConfig, MemberEvent, Rx, Tx};
 use crate::seq::core::{MemLog, Nanos, Outbox, Rng, MICRO, MILLI};
 use crate::seq::BusMode;
@@ -20,6 +21,8 @@ pub enum Start {
     Live,
     /// From sequence number `n` (a rewind).
     From(u64),
+    /// From the latest snapshot of a state machine (`from: :snapshot`).
+    Snapshot,
 }
 
 /// The workload of one member.
@@ -64,6 +67,7 @@ pub struct SimMember {
     /// The incarnation number (0: the first).
     inc: u32,
     publisher: Publisher,
+    machine: Machine,
     rng: Rng,
 }
 
@@ -103,6 +107,7 @@ impl SimMember {
                 rng: Rng::new(rng.next_u64()),
             },
             base: cfg,
+            machine: Machine::new(seed),
             rng,
         }
     }
@@ -112,9 +117,10 @@ impl SimMember {
         let mut cfg = self.base.clone();
         cfg.incarnation = self.rng.next_u64() | 1;
         cfg.from = match self.start {
-            Start::Live => None,
+            Start::Live | Start::Snapshot => None,
             Start::From(n) => Some(n),
         };
+        cfg.from_snapshot = self.start == Start::Snapshot;
         self.base.incarnation = cfg.incarnation;
         ev.push(Event::Trace(format!(
             "member {} opens (incarnation {}, {:?})",
@@ -126,9 +132,10 @@ impl SimMember {
     fn config(&self) -> MemberConfig {
         let mut cfg = self.base.clone();
         cfg.from = match self.start {
-            Start::Live => None,
+            Start::Live | Start::Snapshot => None,
             Start::From(n) => Some(n),
         };
+        cfg.from_snapshot = self.start == Start::Snapshot;
         cfg
     }
 
@@ -139,10 +146,10 @@ impl SimMember {
 
     /// How the next incarnation starts: live or from the beginning.
     fn next_start(&mut self) -> Start {
-        if self.rng.chance(0.5) {
-            Start::Live
-        } else {
-            Start::From(1)
+        match self.rng.range(0, 4) {
+            0 | 1 => Start::Live,
+            2 => Start::From(1),
+            _ => Start::Snapshot,
         }
     }
 
@@ -175,14 +182,16 @@ impl Publisher {
     }
 }
 
-fn member_events(id: u32, rx: &mut Rx, ev: &mut Vec<Event>) {
+fn member_events(id: u32, rx: &mut Rx, machine: &mut Machine, ev: &mut Vec<Event>) {
     for e in rx.take_events() {
         if let MemberEvent::Fork { resume, .. } = e {
             ev.push(Event::MovedBack { resume });
+            machine.lost();
         }
         if let MemberEvent::Trimmed { from, first } = e {
             ev.push(Event::Skipped { from, first });
             ev.push(Event::Retention("member_skip"));
+            machine.lost();
         }
         if !matches!(e, MemberEvent::Term { .. }) {
             ev.push(Event::Trace(format!("member {id}: {e:?}")));
@@ -206,16 +215,20 @@ impl Actor for SimMember {
                     *mark = Some(rx.mark());
                     member::looked(tx.counters(), now);
                 }
-                let mut f = |seq: u64, member_id: u32, data: &[u8]| {
-                    ev.push(Event::Delivered {
-                        seq,
-                        member_id,
-                        data: data.to_vec(),
-                    })
+                let machine = &mut self.machine;
+                let mut f = |seq: u64, member_id: u32, snap: u8, data: &[u8]| {
+                    if snap == 0 {
+                        ev.push(Event::Delivered {
+                            seq,
+                            member_id,
+                            data: data.to_vec(),
+                        });
+                    }
+                    machine.delivered(seq, member_id, snap, data, ev);
                 };
                 rx.on_datagram(now, d, Some(from), &mut f);
                 // Events in their place among the deliveries.
-                member_events(self.id, rx, ev);
+                member_events(self.id, rx, &mut self.machine, ev);
             }
             MState::Down { .. } => {}
         }
@@ -232,7 +245,7 @@ impl Actor for SimMember {
                     ev.push(Event::Trace(format!("member {}: {e:?}", self.id)));
                 }
             }
-            member_events(self.id, rx, ev);
+            member_events(self.id, rx, &mut self.machine, ev);
         }
     }
 
@@ -255,9 +268,18 @@ impl Actor for SimMember {
                             w.commit,
                             w.last
                         )));
+                        // From a snapshot: a view from its position (or
+                        // from 1 if there was none).
+                        let snapshot =
+                            (self.start == Start::Snapshot && w.snap.0 > 0).then_some(w.snap.2);
+                        let start = match self.start {
+                            Start::Snapshot => Start::From(snapshot.unwrap_or(1)),
+                            s => s,
+                        };
+                        self.machine.joined(rx.next_seq(), snapshot, now);
                         ev.push(Event::Joined {
                             inc: self.inc,
-                            start: self.start,
+                            start,
                         });
                         self.state = MState::Joined {
                             tx: Box::new(tx),
@@ -328,6 +350,9 @@ impl Actor for SimMember {
         }
         let p = &mut self.publisher;
         p.publish(now, tx, out, ev);
+        if closing.is_none() && now < p.work.until {
+            self.machine.maybe_snapshot(now, tx, out, ev);
+        }
         if now < p.work.until {
             due = due.min(p.next_publish.max(now + MICRO));
         }

@@ -32,6 +32,7 @@ mod engine;
 mod faults;
 pub mod group;
 pub mod logcheck;
+mod machine;
 pub mod members;
 pub mod net;
 pub mod scenarios;

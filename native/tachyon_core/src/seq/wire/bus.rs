@@ -60,6 +60,12 @@ pub struct WelcomeBody {
     /// The first entry the primary's log holds (retention removed those
     /// below): a member cannot start before it.
     pub first: u64,
+    /// The latest committed snapshot (`core::node::snapshots`): where a
+    /// member starting from it reads from, the epoch of the entry before
+    /// that, and its position (all 0: none).
+    pub snap_from: u64,
+    pub snap_epoch: u32,
+    pub snap_as_of: u64,
 }
 
 /// A welcome datagram.
@@ -72,6 +78,10 @@ pub fn welcome(out: &mut Vec<u8>, h: &BusHeader, flags: u8, w: &WelcomeBody) {
     out.extend_from_slice(&0u16.to_le_bytes());
     out.extend_from_slice(&w.incarnation.to_le_bytes());
     out.extend_from_slice(&w.first.to_le_bytes());
+    out.extend_from_slice(&w.snap_from.to_le_bytes());
+    out.extend_from_slice(&w.snap_as_of.to_le_bytes());
+    out.extend_from_slice(&w.snap_epoch.to_le_bytes());
+    out.extend_from_slice(&0u32.to_le_bytes());
 }
 
 /// To one requester: entries below `first` are gone (retention); the
@@ -186,6 +196,9 @@ impl<'a> Bus<'a> {
             max_datagram: u16_at(self.body, 20),
             incarnation: u64_at(self.body, 24),
             first: u64_at(self.body, 32),
+            snap_from: u64_at(self.body, 40),
+            snap_as_of: u64_at(self.body, 48),
+            snap_epoch: u32_at(self.body, 56),
         })
     }
 

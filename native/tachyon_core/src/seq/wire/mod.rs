@@ -47,7 +47,7 @@ pub const MSG_HEADER: usize = 20;
 /// A published message's header inside a command datagram.
 pub const CMD_MSG_HEADER: usize = 12;
 /// The body of a welcome.
-pub const WELCOME_BODY: usize = 40;
+pub const WELCOME_BODY: usize = 64;
 /// The body of a hello.
 pub const HELLO_BODY: usize = 21;
 
@@ -59,6 +59,12 @@ pub const CONT: u8 = 0x02;
 /// log and this one were delivered on a side a fork dropped; this one is
 /// the member's next (never in the log).
 pub const SKIP: u8 = 0x04;
+/// A message of a member's state machine snapshot (`core::node::snapshots`:
+/// its data begins with the snapshot's position, u64). Delivered only to
+/// members that ask for snapshots.
+pub const SNAP: u8 = 0x08;
+/// With SNAP: the snapshot's last message.
+pub const SNAP_END: u8 = 0x10;
 /// A control entry (the session record): never delivered.
 pub const CONTROL: u8 = 0x80;
 /// With CONTROL: an epoch record (`member_seq` is the epoch, or term), the

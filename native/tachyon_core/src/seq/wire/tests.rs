@@ -53,6 +53,9 @@ fn bus_round_trip_and_truncations_refused() {
         max_datagram: 1472,
         incarnation: 0,
         first: 0,
+        snap_from: 0,
+        snap_epoch: 0,
+        snap_as_of: 0,
     };
     full(&mut b, &h, 77);
     assert_eq!(Bus::parse(&b).unwrap().refused(), Some(77));

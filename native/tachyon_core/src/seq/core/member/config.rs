@@ -20,6 +20,16 @@ pub struct MemberConfig {
     pub member_id: u32,
     /// `None`: from the next message on; `Some(n)`: from sequence number n.
     pub from: Option<u64>,
+    /// Start from the latest snapshot of a state machine on the bus: its
+    /// position (the snapshot's messages follow, then the rest), or from
+    /// sequence number 1 if there is none (`from` is then ignored).
+    pub from_snapshot: bool,
+    /// Deliver state machine snapshot messages (flagged); without it a
+    /// member never sees them.
+    pub snapshots: bool,
+    /// Read from `from`, deliver from here (set from the welcome when
+    /// starting from a snapshot).
+    pub deliver_from: Option<u64>,
     /// Largest datagram (as the sequencer's, or smaller).
     pub max_datagram: usize,
     /// Largest message (larger ones are refused by publish; fragments of
@@ -72,6 +82,9 @@ impl MemberConfig {
             bind: SocketAddr::new(any, 0),
             member_id,
             from: None,
+            from_snapshot: false,
+            snapshots: false,
+            deliver_from: None,
             max_datagram: 1472,
             max_message_size: 1 << 20,
             resend_after: Duration::from_millis(20),

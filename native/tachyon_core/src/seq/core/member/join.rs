@@ -28,6 +28,9 @@ pub struct Welcome {
     /// The first entry the primary's log holds (retention removed those
     /// below).
     pub first: u64,
+    /// The latest committed snapshot: where to read from, the epoch of
+    /// the entry before that, its position (all 0: none).
+    pub snap: (u64, u32, u64),
     pub max_datagram: usize,
     pub from: SocketAddr,
     /// The member id is bound to another member.
@@ -57,7 +60,13 @@ impl Join {
             flags: if unicast { UNICAST } else { 0 },
             incarnation: cfg.incarnation,
             epoch: u32::MAX,
-            next: cfg.from.unwrap_or(u64::MAX),
+            // From a snapshot: the welcome names it (and the epoch of the
+            // log's beginning, if there is none).
+            next: if cfg.from_snapshot {
+                1
+            } else {
+                cfg.from.unwrap_or(u64::MAX)
+            },
         };
         wire::hello(&mut hello, cfg.member_id, 0, &h);
         Join {
@@ -93,6 +102,7 @@ impl Join {
                 last: w.last,
                 epoch: w.epoch,
                 first: w.first,
+                snap: (w.snap_from, w.snap_epoch, w.snap_as_of),
                 max_datagram: w.max_datagram as usize,
                 from,
                 taken: b.flags & TAKEN != 0,

@@ -66,6 +66,11 @@ pub enum MemberEvent {
     Trimmed { from: u64, first: u64 },
 }
 
+/// Where a member's messages go: `(seq, member_id, kind, data)`, `kind`
+/// 0 or, for a message of a state machine's snapshot (delivered only to
+/// members that ask), its SNAP flags (`SNAP`, `SNAP | SNAP_END`).
+pub type Deliver<'a> = dyn FnMut(u64, u32, u8, &[u8]) + 'a;
+
 /// The largest fragment of a member with these options.
 pub fn fragment_size(cfg: &MemberConfig) -> Result<usize, SeqError> {
     let frag = cfg
@@ -91,14 +96,30 @@ pub fn from_welcome(
     if w.taken {
         return Err(SeqError::Taken);
     }
+    let mut cfg = std::borrow::Cow::Borrowed(cfg);
+    let mut w = std::borrow::Cow::Borrowed(w);
+    if cfg.from_snapshot {
+        // The snapshot's position (its messages come after it), read from
+        // where the messages it does not hold begin; or the log's
+        // beginning (the hello asked about it).
+        let c = cfg.to_mut();
+        c.snapshots = true;
+        c.from = Some(1);
+        let (from, epoch, as_of) = w.snap;
+        if from > 0 {
+            c.from = Some(from);
+            c.deliver_from = Some(as_of);
+            w.to_mut().epoch = epoch;
+        }
+    }
     if let Some(f) = cfg.from {
         if f.max(1) < w.first {
             return Err(SeqError::Trimmed(w.first));
         }
     }
-    let frag = fragment_size(cfg)?;
-    let tx = Tx::new(cfg, frag, w);
-    let rx = Rx::new(cfg, w, unicast, now);
+    let frag = fragment_size(&cfg)?;
+    let tx = Tx::new(&cfg, frag, &w);
+    let rx = Rx::new(&cfg, &w, unicast, now);
     Ok((tx, rx))
 }
 

@@ -32,12 +32,13 @@ use crossbeam_utils::CachePadded;
 use super::config::{MemberConfig, RxCounters};
 use super::fork::{Epochs, Matching};
 use super::join::Welcome;
-use super::{Handover, Mark, MemberEvent};
+use super::{Deliver, Handover, Mark, MemberEvent};
 use crate::seq::core::fill::Fill;
 use crate::seq::core::node::{Membership, MAX_NODES};
 use crate::seq::core::{nanos, Nanos, Rng, Sink, MILLI};
 use crate::seq::wire::{
-    self, Bus, BusKind, HelloBody, Msg, CONT, CONTROL, KEEPALIVE, MORE, TAKEN, UNICAST,
+    self, Bus, BusKind, HelloBody, Msg, CONT, CONTROL, KEEPALIVE, MORE, SNAP, SNAP_END, TAKEN,
+    UNICAST,
 };
 
 /// Entries in order, not yet delivered (waiting for the commit position),
@@ -108,13 +109,15 @@ struct Stream {
     /// This member's highest `member_seq` delivered (committed).
     own: u64,
     partial: HashMap<u32, Vec<u8>>,
+    /// Deliver snapshot messages (SNAP), flagged; others never see them.
+    snapshots: bool,
     c: Arc<CachePadded<RxCounters>>,
 }
 
 impl Stream {
     /// Takes entry `seq` (the next one): delivers it, or a reassembled
     /// message whose last fragment it is.
-    fn apply(&mut self, seq: u64, m: &Msg<'_>, deliver: &mut dyn FnMut(u64, u32, &[u8])) {
+    fn apply(&mut self, seq: u64, m: &Msg<'_>, deliver: &mut Deliver<'_>) {
         self.next = seq + 1;
         self.delivered_any = true;
         // Every entry carries its term: the epochs passed are known even
@@ -129,10 +132,15 @@ impl Stream {
         if m.flags & CONTROL != 0 || m.member_id == 0 {
             return;
         }
+        let snap = m.flags & (SNAP | SNAP_END);
+        if snap != 0 && !self.snapshots {
+            // A state machine's snapshot: only for members that ask.
+            return;
+        }
         if m.flags & (MORE | CONT) == 0 {
             if seq >= self.deliver_from {
                 self.c.delivered.bump(1);
-                deliver(seq, m.member_id, m.data);
+                deliver(seq, m.member_id, snap, m.data);
             }
             return;
         }
@@ -154,7 +162,7 @@ impl Stream {
             self.partial.insert(m.member_id, v);
         } else if seq >= self.deliver_from {
             self.c.delivered.bump(1);
-            deliver(seq, m.member_id, &v);
+            deliver(seq, m.member_id, snap, &v);
         }
     }
 }
@@ -226,6 +234,9 @@ impl Rx {
             }
         }
         let next = start.min(w.commit);
+        // From a snapshot: read from where the messages it does not hold
+        // begin, deliver from its position.
+        let deliver_from = cfg.deliver_from.map_or(start, |d| d.max(start));
         let c = Arc::new(CachePadded::new(RxCounters::default()));
         c.hellos.bump(1);
         c.welcomes.bump(1);
@@ -249,11 +260,12 @@ impl Rx {
                 member_id: cfg.member_id,
                 max_message_size: cfg.max_message_size,
                 next,
-                deliver_from: start,
+                deliver_from,
                 epochs: Epochs::new(w.epoch, next),
                 delivered_any: false,
                 own: w.last,
                 partial: HashMap::new(),
+                snapshots: cfg.snapshots,
                 c: c.clone(),
             },
             commit: w.commit,
@@ -360,7 +372,7 @@ impl Rx {
         now: Nanos,
         d: &[u8],
         from: Option<SocketAddr>,
-        deliver: &mut dyn FnMut(u64, u32, &[u8]),
+        deliver: &mut Deliver<'_>,
     ) {
         if self.loss > 0.0 && self.rng.chance(self.loss) {
             self.c.injected_losses.bump(1);
@@ -460,7 +472,7 @@ impl Rx {
         self.events.push(MemberEvent::Term { term });
     }
 
-    fn data(&mut self, b: &Bus<'_>, deliver: &mut dyn FnMut(u64, u32, &[u8])) {
+    fn data(&mut self, b: &Bus<'_>, deliver: &mut Deliver<'_>) {
         self.known = self.known.max(b.end());
         for (seq, m) in b.messages() {
             if let Some(c) = m.config() {
@@ -525,7 +537,7 @@ impl Rx {
     }
 
     /// Delivers what is held, in order, below the commit position.
-    fn deliver(&mut self, deliver: &mut dyn FnMut(u64, u32, &[u8])) {
+    fn deliver(&mut self, deliver: &mut Deliver<'_>) {
         if !self.welcomed {
             return;
         }
@@ -609,6 +621,7 @@ impl Rx {
                 last: w.last,
                 epoch: w.epoch,
                 first: w.first,
+                snap: (w.snap_from, w.snap_epoch, w.snap_as_of),
                 max_datagram: w.max_datagram as usize,
                 from: self.leader,
                 taken: false,

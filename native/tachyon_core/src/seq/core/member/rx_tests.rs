@@ -29,6 +29,7 @@ fn rx_of(alternates: &[SocketAddr]) -> Rx {
         last: 0,
         epoch: 1,
         first: 0,
+        snap: (0, 0, 0),
         max_datagram: 1472,
         from: primary(),
         taken: false,
@@ -76,7 +77,7 @@ fn unanswered_hellos_back_off_and_a_datagram_resets_them() {
     // The primary is heard: back to every 20 ms of silence.
     let mut d = Vec::new();
     wire::bus_header(&mut d, BusKind::Heartbeat, &header(), 0);
-    rx.on_datagram(400 * MS, &d, Some(primary()), &mut |_, _, _| {});
+    rx.on_datagram(400 * MS, &d, Some(primary()), &mut |_, _, _, _| {});
     assert_eq!(hellos(&mut rx, 400 * MS, 500 * MS), vec![420, 460]);
 }
 
@@ -91,9 +92,12 @@ fn a_welcome_of_the_term_followed_is_not_handed_over() {
         max_datagram: 1472,
         incarnation: 0,
         first: 0,
+        snap_from: 0,
+        snap_epoch: 0,
+        snap_as_of: 0,
     };
     wire::welcome(&mut d, &header(), 0, &body);
-    rx.on_datagram(MS, &d, Some(primary()), &mut |_, _, _| {});
+    rx.on_datagram(MS, &d, Some(primary()), &mut |_, _, _, _| {});
     assert_eq!(rx.counters().welcomes.get(), 2);
     // Only a new term's welcome reconciles the publishing side (and
     // resends its commands).
@@ -138,6 +142,9 @@ fn welcome_of(term: u32, next: u64, last: u64, epoch: u32, epoch_end: u64) -> Ve
         max_datagram: 1472,
         incarnation: 0,
         first: 0,
+        snap_from: 0,
+        snap_epoch: 0,
+        snap_as_of: 0,
     };
     let mut d = Vec::new();
     wire::welcome(&mut d, &h, 0, &body);
@@ -163,7 +170,7 @@ fn after_a_fork_the_member_moves_back_and_delivers_the_new_order_from_there() {
             (1, 2, 0, b"mine too"),
         ],
     );
-    rx.on_datagram(MS, &d, Some(primary()), &mut |s, id, m| {
+    rx.on_datagram(MS, &d, Some(primary()), &mut |s, id, _, m| {
         got.push((s, id, m.to_vec()))
     });
     assert_eq!(got.len(), 4);
@@ -171,7 +178,7 @@ fn after_a_fork_the_member_moves_back_and_delivers_the_new_order_from_there() {
     // Term 3 from the other node, whose log ends epoch 1 at 3 (it has the
     // record and "a" only) and holds none of member 1's commands.
     let w = welcome_of(3, 5, 0, 1, 3);
-    rx.on_datagram(2 * MS, &w, Some(other()), &mut |_, _, _| unreachable!());
+    rx.on_datagram(2 * MS, &w, Some(other()), &mut |_, _, _, _| unreachable!());
     let ev = rx.take_events();
     assert!(
         ev.contains(&MemberEvent::Fork {
@@ -203,7 +210,7 @@ fn after_a_fork_the_member_moves_back_and_delivers_the_new_order_from_there() {
     assert_eq!(replay.range().0, 3);
     let d = data(3, 3, 5, &[(0, 3, CONTROL | EPOCH, b""), (2, 3, 0, b"c")]);
     got.clear();
-    rx.on_datagram(3 * MS, &d, Some(other()), &mut |s, id, m| {
+    rx.on_datagram(3 * MS, &d, Some(other()), &mut |s, id, _, m| {
         got.push((s, id, m.to_vec()))
     });
     assert_eq!(got, vec![(4, 2, b"c".to_vec())]);
@@ -215,11 +222,13 @@ fn a_message_delivered_in_part_is_not_acknowledged_to_the_publishing_side() {
     use crate::seq::wire::{CONT, MORE};
     let mut rx = rx();
     let d = data(1, 1, 3, &[(1, 1, MORE, b"he"), (1, 2, CONT | MORE, b"ll")]);
-    rx.on_datagram(MS, &d, Some(primary()), &mut |_, _, _| unreachable!());
+    rx.on_datagram(MS, &d, Some(primary()), &mut |_, _, _, _| unreachable!());
     assert_eq!((rx.next_seq(), rx.own_seen()), (3, 0));
     let d = data(1, 3, 4, &[(1, 3, CONT, b"o")]);
     let mut got = Vec::new();
-    rx.on_datagram(MS, &d, Some(primary()), &mut |_, _, m| got.push(m.to_vec()));
+    rx.on_datagram(MS, &d, Some(primary()), &mut |_, _, _, m| {
+        got.push(m.to_vec())
+    });
     assert_eq!(got, vec![b"hello".to_vec()]);
     assert_eq!(rx.own_seen(), 3);
 }

@@ -197,6 +197,23 @@ impl Tx {
         I: IntoIterator<Item = &'a [u8]>,
         I::IntoIter: Clone,
     {
+        self.publish_flagged(now, msgs, 0, sink)
+    }
+
+    /// [`Tx::publish_many`], every fragment of every message with `kind`
+    /// (`SNAP`, `SNAP | SNAP_END`: a state machine's snapshot).
+    pub fn publish_flagged<'a, I>(
+        &mut self,
+        now: Nanos,
+        msgs: I,
+        kind: u8,
+        sink: &mut dyn Sink,
+    ) -> Result<u64, PublishError>
+    where
+        I: IntoIterator<Item = &'a [u8]>,
+        I::IntoIter: Clone,
+    {
+        let kind = kind & (wire::SNAP | wire::SNAP_END);
         let it = msgs.into_iter();
         if it.clone().any(|m| m.len() > self.max_message_size) {
             return Err(PublishError::TooLarge);
@@ -230,12 +247,12 @@ impl Tx {
         for m in it {
             published += 1;
             if m.is_empty() {
-                self.add_cmd(&mut b, now, 0, &[], sink);
+                self.add_cmd(&mut b, now, kind, &[], sink);
             }
             let mut chunks = m.chunks(self.frag).peekable();
             let mut start = true;
             while let Some(c) = chunks.next() {
-                let mut flags = if start { 0 } else { CONT };
+                let mut flags = kind | if start { 0 } else { CONT };
                 if chunks.peek().is_some() {
                     flags |= MORE;
                 }

@@ -24,6 +24,7 @@ fn welcome(last: u64) -> Welcome {
         last,
         epoch: 1,
         first: 0,
+        snap: (0, 0, 0),
         max_datagram: 1472,
         from: primary(),
         taken: false,

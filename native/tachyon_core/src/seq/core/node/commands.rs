@@ -246,6 +246,7 @@ impl<L: Log> Node<L> {
             Some(h) => self.ls.epoch_end(h.epoch),
             None => (0, 0),
         };
+        let snap = self.ls.snaps.latest(self.commit);
         let w = WelcomeBody {
             last: self.ls.last_of(id),
             epoch_end,
@@ -253,6 +254,9 @@ impl<L: Log> Node<L> {
             max_datagram: self.cfg.max_datagram.min(u16::MAX as usize) as u16,
             incarnation,
             first: self.ls.first,
+            snap_from: snap.map_or(0, |s| s.read_from),
+            snap_epoch: snap.map_or(0, |s| self.ls.term_at(s.read_from.saturating_sub(1))),
+            snap_as_of: snap.map_or(0, |s| s.as_of),
         };
         let hd = self.bus_header(self.ls.next);
         wire::welcome(&mut self.scratch, &hd, flags, &w);

@@ -13,6 +13,7 @@
 use std::collections::{HashMap, VecDeque};
 
 use super::membership::Membership;
+use super::snapshots::Snaps;
 use crate::seq::core::{Log, LogError};
 use crate::seq::wire::{Msg, CONTROL};
 
@@ -40,6 +41,8 @@ pub struct LogState {
     /// checkpoint, [`super::checkpoint`], and removed).
     pub first: u64,
     pub next: u64,
+    /// Where the members' snapshots are.
+    pub snaps: Snaps,
 }
 
 impl LogState {
@@ -99,6 +102,7 @@ impl LogState {
             undo_lost: false,
             first: c.first,
             next: c.first,
+            snaps: Snaps::default(),
         }
     }
 
@@ -160,6 +164,7 @@ impl LogState {
         if let Some(c) = m.config().and_then(Membership::decode) {
             self.configs.push((i, c));
         }
+        self.snaps.applied(i, m);
         if m.member_id != 0 {
             let prev = self.last.insert(m.member_id, m.member_seq).unwrap_or(0);
             if !self.undo_lost {
@@ -217,6 +222,7 @@ impl LogState {
         while self.configs.last().is_some_and(|c| c.0 >= from) {
             self.configs.pop();
         }
+        self.snaps.truncate(from);
         if from == 0 {
             self.epochs.clear();
             self.session = 0;

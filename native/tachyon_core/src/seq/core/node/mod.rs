@@ -46,6 +46,7 @@ pub mod logstate;
 pub mod membership;
 pub mod quorum;
 mod retention;
+pub mod snapshots;
 
 use std::collections::HashMap;
 use std::net::SocketAddr;

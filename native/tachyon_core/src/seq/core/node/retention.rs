@@ -7,7 +7,9 @@
 //! committed entries only; on a primary, what every follower heard lately
 //! holds (a follower a little behind is filled from the log, not sent a
 //! checkpoint), and what members that said hello within their lease
-//! (`binding_lease`) still have to read (their hellos say where they are);
+//! (`binding_lease`) still have to read (their hellos say where they are),
+//! and the log from the latest committed snapshot's position on
+//! ([`super::snapshots`]);
 //! followers take the primary's floor (RETAIN). The log's own policy
 //! (bytes, age: [`Log::retention_point`]) then says where to cut, at the
 //! floor at most. The checkpoint is made on the node's thread (the
@@ -64,6 +66,11 @@ impl<L: Log> Node<L> {
     /// The lowest entry still needed (see the module's doc).
     fn retention_floor(&self, now: Nanos) -> u64 {
         let mut floor = self.commit.min(self.ls.floor());
+        if let Some(s) = self.ls.snaps.latest(self.commit) {
+            // A member starts from the latest snapshot and the log from
+            // its position.
+            floor = floor.min(s.read_from);
+        }
         if self.role == Role::Leader {
             let lease = self.cfg.binding_lease;
             for i in self.other_nodes() {
