@@ -131,7 +131,9 @@ defmodule Tachyon.TrustTest do
       assert Enum.any?(lines_of(seen, f), &new_disk?/1)
 
       refute Enum.any?(lines_of(seen, f), &event?(&1, :voted)), "a vote before it caught up"
-      assert caught.fields.epoch == p.epoch
+      # (With the primary of then: under load a node can be starved into
+      # an election meanwhile.)
+      assert caught.fields.epoch >= p.epoch
       Traffic.await_more(ms, 200, 30_000)
 
       # The primary dies (the one of now: a loaded machine can starve a
