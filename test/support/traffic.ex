@@ -6,7 +6,7 @@ defmodule Tachyon.Traffic do
   # every `:every_us` microseconds (nil: never) while it delivers, and
   # recording every publish's result (with the monotonic time just before
   # the call), every delivery and every bus event. The test waits on their
-  # progress (`await/3`), then `finish/2` drains every member to the same
+  # progress (`await/4`, `await_more/4`), then `finish/2` drains every member to the same
   # point of the bus and returns what each saw; `assert_one_order/2`
   # checks it.
 
@@ -84,8 +84,8 @@ defmodule Tachyon.Traffic do
 
   @doc """
   Waits until each member of `ms` has `n` more acknowledged publishes and
-  `n` more deliveries than it has now (`deliveries: false`: publishes
-  only); returns their progress then.
+  `n` more deliveries than it has now (publishes only if `deliveries` is
+  false); returns their progress then.
   """
   def await_more(ms, n, timeout, deliveries \\ true) do
     base = Map.new(ms, &{&1.id, progress(&1)})
@@ -100,9 +100,6 @@ defmodule Tachyon.Traffic do
       "#{n} more publishes#{if deliveries, do: " and deliveries"} per member"
     )
   end
-
-  @doc "Stops `m` publishing (it goes on delivering)."
-  def quiet(m), do: send(m.pid, :quiet)
 
   @doc """
   Closes `m`'s member with `Bus.close(bus, timeout)` now (publishing
@@ -295,9 +292,6 @@ defmodule Tachyon.Traffic do
 
       :go ->
         control(%{st | every: st.rate, next_at: now_us()})
-
-      :quiet ->
-        control(%{st | every: nil})
 
       {:settle, from, timeout} ->
         control(%{st | every: nil, phase: {:settle, from, deadline(timeout)}})

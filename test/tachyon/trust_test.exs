@@ -395,6 +395,11 @@ defmodule Tachyon.TrustTest do
       assert n == 400 - delivered
       assert took >= 500 and took < 1000 + 2000, "close took #{took} ms"
 
+      IO.puts(
+        "\n  close/2, the group gone: #{delivered} of 400 delivered, {:undelivered, #{n}} " <>
+          "after #{took} ms (timeout 1000)"
+      )
+
       [r] = Traffic.finish([reader], 5000)
       assert for({_, 1, d} <- r.got, do: d) == for(i <- 1..2000, do: "a#{i}")
     end
