@@ -20,6 +20,7 @@ defmodule Tachyon.Nemesis do
     seed: nil,
     rate: 500,
     election_timeout: nil,
+    durability: nil,
     loss: true,
     tables: true,
     dir: nil,
@@ -32,6 +33,8 @@ defmodule Tachyon.Nemesis do
   is empty when every check held) or `{:error, why}` where namespaces cannot
   be made. Options: `:seconds` (60), `:seed` (random), `:rate` (messages a
   second per member, 500), `:election_timeout` (ms, the nodes' default),
+  `:durability` (`"fsync"` or `"replicated"`: the nodes' `--durability`;
+  their default),
   `:loss` (true: lossy links among the faults), `:tables` (true: replicated
   tables on the members), `:dir` (a temporary one), `:keep` (keep `:dir`;
   it is kept anyway after a violation or a failure, with the nodes' logs,
@@ -50,7 +53,11 @@ defmodule Tachyon.Nemesis do
     with :ok <- NetNS.probe(prefix) do
       loss = if o.loss, do: NetNS.loss_available?(prefix), else: {:error, "turned off"}
       kinds = if loss == :ok, do: Faults.kinds(), else: Faults.kinds() -- [:loss]
-      extra = if o.election_timeout, do: ["--election-timeout", "#{o.election_timeout}"], else: []
+
+      extra =
+        if(o.election_timeout, do: ["--election-timeout", "#{o.election_timeout}"], else: []) ++
+          if o.durability, do: ["--durability", "#{o.durability}"], else: []
+
       File.rm_rf!(dir)
       {:ok, c} = Cluster.up(prefix, 3, @members, dir, extra: extra)
 
@@ -80,7 +87,8 @@ defmodule Tachyon.Nemesis do
     sched = Faults.schedule(o.seed, o.seconds * 1000, kinds, 3, c.node_names ++ @members)
 
     o.out.(
-      "nemesis: seed #{o.seed}, #{o.seconds} s, 3 nodes and 3 members (#{o.rate} messages/s each)" <>
+      "nemesis: seed #{o.seed}, #{o.seconds} s, 3 nodes (durability: #{o.durability || "replicated"}) " <>
+        "and 3 members (#{o.rate} messages/s each)" <>
         ", #{length(sched)} faults scheduled of #{inspect(kinds)}" <>
         case loss do
           :ok -> " (loss: tc htb + cBPF random drop on the veth)"
@@ -332,6 +340,7 @@ defmodule Tachyon.Nemesis do
     %{
       seed: st.o.seed,
       seconds: st.o.seconds,
+      durability: st.o.durability || "replicated",
       faults: Map.new(Faults.kinds(), &{&1, Map.get(st.counts, &1, 0)}),
       skipped: Map.get(st.counts, :skipped, 0),
       elections: MapSet.size(st.view.epochs),
@@ -430,7 +439,10 @@ defmodule Tachyon.Nemesis do
         vs -> ["result: #{length(vs)} VIOLATIONS"] ++ Enum.map(vs, &"  - #{&1}")
       end
 
-    ["nemesis: seed #{r.seed}, #{r.seconds} s", "faults: #{faults} (skipped #{r.skipped})"] ++
+    [
+      "nemesis: seed #{r.seed}, #{r.seconds} s, durability #{r.durability}",
+      "faults: #{faults} (skipped #{r.skipped})"
+    ] ++
       [
         "elections: #{r.elections} (terms with a primary; highest epoch #{r.max_epoch})",
         "log: #{r.log_entries} entries, #{r.messages} messages",

@@ -91,10 +91,19 @@ defmodule Tachyon.Sequencer do
   goodbye, dropped: they would bind its id again), `:wrong_session`, `:oversized`,
   `:send_errors`, `:store_errors`, `:members` (unicast fan-out),
   `:backpressure`, `:not_primary`, `:taken`, `:elections`, `:terms_led`,
-  `:stepped_down`, `:truncated`, `:copied`, `:acks`, `:session`. The same
+  `:stepped_down`, `:truncated`, `:copied`, `:acks`, `:session`;
+  `:learner` (true while the node votes for nobody: see
+  `[:tachyon, :sequencer, :learner]`), `:probes` and `:learner_refusals`
+  (votes refused as a learner); `:durable` (the end of what the node's
+  acknowledgements cover: what is synced with `durability: :fsync`, the
+  log's end otherwise), `:sync_requests`, `:syncs`, `:sync_errors`;
+  `:disk_full` (appends refused for want of space), `:stale_replays`
+  (replay jobs of another term or log dropped). The same
   map is the measurement of `[:tachyon, :sequencer, :stats]` every
-  `:stats_interval_ms`; role changes, campaigns, votes and truncations are
-  events of their own (see `Tachyon.Telemetry`).
+  `:stats_interval_ms`; role changes, campaigns, votes, truncations, a
+  learner's start and catch-up, and a full disk are events of their own
+  (see `Tachyon.Telemetry`), sent as messages too to the `:events_to`
+  process if given.
   """
   alias Tachyon.{Named, Native}
   alias Tachyon.Sequencer.Options
@@ -139,7 +148,8 @@ defmodule Tachyon.Sequencer do
         :heartbeat_after_us,
         :election_timeout_ms,
         :max_datagram_size,
-        :watch_nodes
+        :watch_nodes,
+        :events_to
       ])
       |> Map.merge(%{
         max_datagram: opts.max_datagram_size,

@@ -247,6 +247,17 @@ defmodule Tachyon.SequencerTest do
     assert %{next_seq: 4, recovered_members: 1} = Sequencer.info(seq2)
   end
 
+  test ":events_to gets the node's events as messages from its start on; anything but a local pid raises" do
+    {seq, _} = start_seq("events", events_to: self())
+    # A group of one elects itself before start_link returns.
+    assert_receive {:tachyon_sequencer_event, ^seq, :role, %{role: :primary, epoch: e}}, 5000
+    assert %{role: :primary, epoch: ^e} = Sequencer.info(seq)
+
+    assert_raise ArgumentError, ~r/:events_to/, fn ->
+      Sequencer.start_link(path: tmp_dir("events-bad"), events_to: :me)
+    end
+  end
+
   test "bad options raise ArgumentError; no sequencer answers: timeout" do
     assert_raise ArgumentError, fn -> Sequencer.start_link(port: 1) end
     assert_raise ArgumentError, fn -> Bus.open(sequencer: {{127, 0, 0, 1}, 9}, member_id: 0) end

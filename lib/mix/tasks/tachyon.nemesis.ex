@@ -15,10 +15,13 @@ defmodule Mix.Tasks.Tachyon.Nemesis do
 
       mix tachyon.nemesis
       mix tachyon.nemesis --seconds 120 --seed 42 --rate 1000
+      mix tachyon.nemesis --durability fsync
 
   Options: `--seconds S` (60), `--seed N` (random; printed: the same
   seed draws the same fault schedule), `--rate N` (messages a second per
-  member, 500), `--election-timeout MS` (the nodes'), `--no-loss`,
+  member, 500), `--election-timeout MS` (the nodes'), `--durability
+  fsync|replicated` (the nodes' `durability:`, as `mix tachyon.sequencer`
+  takes it; default `replicated`), `--no-loss`,
   `--no-tables`, `--dir DIR` and `--keep` (keep the logs and results).
   Exits with status 1 on any violation.
   """
@@ -29,6 +32,7 @@ defmodule Mix.Tasks.Tachyon.Nemesis do
     seed: :integer,
     rate: :integer,
     election_timeout: :integer,
+    durability: :string,
     loss: :boolean,
     tables: :boolean,
     dir: :string,
@@ -39,6 +43,10 @@ defmodule Mix.Tasks.Tachyon.Nemesis do
   def run(args) do
     {opts, _, bad} = OptionParser.parse(args, strict: @switches)
     if bad != [], do: Mix.raise("unknown or bad options: #{inspect(bad)}")
+
+    if opts[:durability] not in [nil, "fsync", "replicated"],
+      do: Mix.raise("--durability must be fsync or replicated, got #{opts[:durability]}")
+
     Mix.Task.run("app.start")
 
     case Tachyon.Nemesis.run(opts) do

@@ -13,13 +13,28 @@ defmodule Mix.Tasks.Tachyon.Sequencer do
   `--core N`, `--max-datagram BYTES`, `--no-batching`, `--heartbeat MS`,
   `--heartbeat-after US`, `--group IP:PORT,IP:PORT,...` (every node's
   address, this one's included, the same list on every node),
-  `--election-timeout MS`, `--two-nodes safe|available`, `--no-eager`.
+  `--election-timeout MS`, `--two-nodes safe|available`, `--no-eager`,
+  `--durability replicated|fsync` (`:durability`: what a node's
+  acknowledgement promises, the same on every node of a group; `fsync`:
+  committed messages are on the disk of a majority and survive the power
+  loss of every host), `--segment-size BYTES` (of the log's segment
+  files), `--stats-interval MS` (print the stats every `MS`).
+
+      mix tachyon.sequencer --port 7000 --path DIR --durability fsync \\
+        --group 10.0.0.1:7000,10.0.0.2:7000,10.0.0.3:7000
 
   It prints `tachyon.sequencer ready IP:PORT session S next_seq N node I`
   once it listens, then `tachyon.sequencer role ROLE epoch E leader L
-  next_seq N commit C at_us T` at every change of role or epoch (`T`: the
-  host's clock, `System.os_time(:microsecond)`, comparable between OS
-  processes of one host).
+  next_seq N commit C at_us T` at every change of role or epoch, and
+  `tachyon.sequencer event KIND KEY VALUE ... at_us T` for every event of
+  the node as it happens (`learner reason new_disk`, `caught_up epoch E`,
+  `voted epoch E candidate I`, `disk_full primary true`, `disk_space`,
+  `campaign`, `role`, `truncated`: the `[:tachyon, :sequencer, KIND]`
+  telemetry events and their measurements, see `Tachyon.Telemetry`);
+  with `--stats-interval MS`, `tachyon.sequencer stats KEY VALUE ... at_us
+  T` (every counter of `Tachyon.Sequencer.stats/1`) every `MS`. `T` is
+  the host's clock, `System.os_time(:microsecond)`, comparable between OS
+  processes of one host.
   """
   use Mix.Task
 
@@ -38,7 +53,10 @@ defmodule Mix.Tasks.Tachyon.Sequencer do
     group: :string,
     election_timeout: :integer,
     two_nodes: :string,
-    eager: :boolean
+    eager: :boolean,
+    durability: :string,
+    segment_size: :integer,
+    stats_interval: :integer
   ]
 
   @impl true
@@ -49,7 +67,7 @@ defmodule Mix.Tasks.Tachyon.Sequencer do
     Application.ensure_all_started(:tachyon)
 
     seq_opts =
-      [path: path, port: opts[:port] || 0, stats_interval_ms: nil]
+      [path: path, port: opts[:port] || 0, stats_interval_ms: nil, events_to: self()]
       |> put(:ip, opts[:ip])
       |> put(:wait, opts[:wait] && String.to_atom(opts[:wait]))
       |> put(:core, opts[:core])
@@ -61,6 +79,8 @@ defmodule Mix.Tasks.Tachyon.Sequencer do
       |> put(:election_timeout_ms, opts[:election_timeout])
       |> put(:two_nodes, opts[:two_nodes] && String.to_atom(opts[:two_nodes]))
       |> put(:eager, opts[:eager])
+      |> put(:durability, opts[:durability] && durability(opts[:durability]))
+      |> put(:segment_size, opts[:segment_size])
       |> put(:bus, bus(opts[:bus], opts[:interface]))
 
     {:ok, seq} = Tachyon.Sequencer.start_link(seq_opts)
@@ -71,33 +91,63 @@ defmodule Mix.Tasks.Tachyon.Sequencer do
       "tachyon.sequencer ready #{:inet.ntoa(ip)}:#{port} session #{s || 0} next_seq #{n} node #{info.node_id}"
     )
 
-    report_roles(seq, nil)
+    now = System.monotonic_time(:millisecond)
+    watch(%{seq: seq, role: nil, stats_ms: opts[:stats_interval], stats_at: now})
   end
 
-  # One line per change of role or epoch (polled: the line is for tests and
-  # benchmarks that watch the OS process; in-VM users get telemetry).
-  defp report_roles(seq, last) do
-    now =
-      case Tachyon.Sequencer.stats(seq) do
-        {:ok, st} ->
-          now = {st.role, st.epoch}
-
-          if now != last do
-            IO.puts(
-              "tachyon.sequencer role #{st.role} epoch #{st.epoch} leader #{st.leader || -1} " <>
-                "next_seq #{st.next_seq} commit #{st.commit} at_us #{System.os_time(:microsecond)}"
-            )
-          end
-
-          now
-
-        _ ->
-          last
+  # Prints the node's events as they come, and a role line at every change
+  # of role or epoch (the stats polled every millisecond: the line is for
+  # tests and benchmarks that watch the OS process; in-VM users get
+  # telemetry), and the stats every --stats-interval.
+  defp watch(%{seq: seq} = w) do
+    w =
+      receive do
+        {:tachyon_sequencer_event, ^seq, kind, fields} ->
+          IO.puts("tachyon.sequencer event #{kind}#{pairs(fields)} at_us #{now_us()}")
+          w
+      after
+        1 -> poll(w)
       end
 
-    Process.sleep(1)
-    report_roles(seq, now)
+    watch(w)
   end
+
+  defp poll(w) do
+    case Tachyon.Sequencer.stats(w.seq) do
+      {:ok, st} ->
+        if {st.role, st.epoch} != w.role do
+          IO.puts(
+            "tachyon.sequencer role #{st.role} epoch #{st.epoch} leader #{st.leader || -1} " <>
+              "next_seq #{st.next_seq} commit #{st.commit} at_us #{now_us()}"
+          )
+        end
+
+        now = System.monotonic_time(:millisecond)
+
+        if w.stats_ms && now >= w.stats_at do
+          IO.puts("tachyon.sequencer stats#{pairs(st)} at_us #{now_us()}")
+          %{w | role: {st.role, st.epoch}, stats_at: now + w.stats_ms}
+        else
+          %{w | role: {st.role, st.epoch}}
+        end
+
+      _ ->
+        w
+    end
+  end
+
+  defp now_us, do: System.os_time(:microsecond)
+
+  # " key value key value ...", keys sorted.
+  defp pairs(map) do
+    map |> Enum.sort() |> Enum.map_join(fn {k, v} -> " #{k} #{value(v)}" end)
+  end
+
+  defp value(nil), do: "nil"
+  defp value(v), do: to_string(v)
+
+  defp durability(d) when d in ["replicated", "fsync"], do: String.to_atom(d)
+  defp durability(d), do: Mix.raise("--durability must be replicated or fsync, got #{d}")
 
   defp address(s) do
     [host, port] = String.split(s, ":")

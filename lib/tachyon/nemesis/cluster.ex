@@ -309,8 +309,9 @@ defmodule Tachyon.Nemesis.Cluster do
   The messages of a log (control entries left out): `[{seq, member_id, data}]`.
   """
   def messages(log) do
-    for {i, <<mid::little-32, _ms::little-64, flags, 0, len::little-16, d::binary-size(len)>>} <-
-          log,
+    for {i,
+         <<mid::little-32, _ms::little-64, flags, 0, len::little-16, _term::little-32,
+           d::binary-size(len)>>} <- log,
         Bitwise.band(flags, 0x80) == 0,
         do: {i, mid, d}
   end

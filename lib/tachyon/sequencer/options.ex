@@ -147,6 +147,20 @@ defmodule Tachyon.Sequencer.Options do
         over, the primary commits alone).
         """
       ],
+      events_to: [
+        type: {:custom, &U.owner/1, "a local pid or nil"},
+        default: nil,
+        doc: """
+        a process that also receives the node's events as they happen, as
+        `{:tachyon_sequencer_event, pid, kind, fields}` (`pid`: the node's
+        process; `kind` and `fields` as the telemetry event
+        `[:tachyon, :sequencer, kind]` and its measurements: `:role`,
+        `:campaign`, `:voted`, `:truncated`, `:learner`, `:caught_up`,
+        `:disk_full`, `:disk_space`), from the node's start on: for a
+        host without `:telemetry`, and for `mix tachyon.sequencer`, which
+        prints them.
+        """
+      ],
       name: [
         type: {:custom, &U.gen_name/1, "nil, an atom, {:global, term} or {:via, module, term}"},
         default: nil,

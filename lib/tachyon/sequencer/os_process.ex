@@ -5,12 +5,25 @@ defmodule Tachyon.Sequencer.OSProcess do
   # runs it) and the kill -9 tests.
 
   @doc """
-  Starts one; returns `%{port, os_pid, address: {ip, port}, session}` once
-  it listens. `opts`: `netns: name` runs it in that network namespace.
+  Starts one; returns `%{port, os_pid, address: {ip, port}, session, args}`
+  once it listens. `opts`: `netns: name` runs it in that network namespace.
   """
   def start(args, timeout \\ 30_000, opts \\ []) do
     p = spawn_elixir("Mix.Tasks.Tachyon.Sequencer.run(#{inspect(args)})", opts)
+    p = Map.put(p, :args, args)
     await_ready(p, System.monotonic_time(:millisecond) + timeout)
+  end
+
+  @doc """
+  Starts `node` (a `start/3` or `start_group/2` node, killed) again with
+  its arguments (its log, port and group), `--no-eager` (it waits an
+  election timeout for a primary before it campaigns); `{:ok, node}` with
+  the new process, its `:id` kept.
+  """
+  def restart(node, timeout \\ 30_000) do
+    args = if "--no-eager" in node.args, do: node.args, else: node.args ++ ["--no-eager"]
+
+    with {:ok, p} <- start(args, timeout), do: {:ok, Map.put(p, :id, node.id)}
   end
 
   @doc """
@@ -106,6 +119,94 @@ defmodule Tachyon.Sequencer.OSProcess do
         end
     after
       left -> {:error, :timeout}
+    end
+  end
+
+  @doc """
+  Receives the lines of `nodes`, parsed (`parse/1`), until `fun.(node,
+  line)` is true for one: `{:ok, node, line, seen}` (`seen`: the lines
+  before it, `{node, line}` in order of arrival), or `{:error, :timeout,
+  seen}` after `timeout` ms.
+  """
+  def await(nodes, fun, timeout) do
+    ports = Map.new(nodes, &{&1.port, &1})
+    await_until(ports, fun, System.monotonic_time(:millisecond) + timeout, [])
+  end
+
+  defp await_until(ports, fun, deadline, seen) do
+    left = max(0, deadline - System.monotonic_time(:millisecond))
+
+    receive do
+      {port, {:data, {:eol, text}}} when is_map_key(ports, port) ->
+        node = Map.fetch!(ports, port)
+        line = parse(text)
+
+        if fun.(node, line),
+          do: {:ok, node, line, Enum.reverse(seen)},
+          else: await_until(ports, fun, deadline, [{node, line} | seen])
+    after
+      left -> {:error, :timeout, Enum.reverse(seen)}
+    end
+  end
+
+  @doc """
+  Waits for an event line of `kind` (an atom: `:learner`, `:caught_up`,
+  `:disk_full`, ...) from any of `nodes` whose fields satisfy `fun`:
+  `{:ok, node, line}` (see `parse/1`) or `{:error, :timeout}`. Other lines
+  of `nodes` received meanwhile are dropped.
+  """
+  def await_event(nodes, kind, timeout, fun \\ fn _ -> true end) do
+    match = fn _node, l -> l.line == :event and l.kind == kind and fun.(l.fields) end
+
+    case await(nodes, match, timeout) do
+      {:ok, node, line, _} -> {:ok, node, line}
+      {:error, :timeout, _} -> {:error, :timeout}
+    end
+  end
+
+  @doc """
+  A line of `mix tachyon.sequencer`: `%{line: :role, role: "primary",
+  epoch: e, leader: l, next_seq: n, commit: c, at_us: t}`, `%{line:
+  :event, kind: atom, fields: map, at_us: t}`, `%{line: :stats, stats:
+  map, at_us: t}` or `%{line: :other, text: text}` (field values: an
+  integer, `true`, `false`, `nil` or a string).
+  """
+  def parse("tachyon.sequencer role " <> rest) do
+    [role | pairs] = String.split(rest, " ")
+    fields = pairs(pairs, %{})
+
+    Map.merge(fields, %{
+      line: :role,
+      role: role,
+      leader: if(fields.leader != -1, do: fields.leader)
+    })
+  end
+
+  def parse("tachyon.sequencer event " <> rest) do
+    [kind | pairs] = String.split(rest, " ")
+    {at, fields} = Map.pop(pairs(pairs, %{}), :at_us)
+    %{line: :event, kind: String.to_atom(kind), fields: fields, at_us: at}
+  end
+
+  def parse("tachyon.sequencer stats " <> rest) do
+    {at, stats} = Map.pop(pairs(String.split(rest, " "), %{}), :at_us)
+    %{line: :stats, stats: stats, at_us: at}
+  end
+
+  def parse(text), do: %{line: :other, text: text}
+
+  # (The keys are the node's own field names: a small fixed set of atoms.)
+  defp pairs([k, v | rest], acc), do: pairs(rest, Map.put(acc, String.to_atom(k), value(v)))
+  defp pairs(_, acc), do: acc
+
+  defp value("true"), do: true
+  defp value("false"), do: false
+  defp value("nil"), do: nil
+
+  defp value(v) do
+    case Integer.parse(v) do
+      {i, ""} -> i
+      _ -> v
     end
   end
 

@@ -25,7 +25,14 @@ defmodule Tachyon.Sequencer.Server do
           Map.merge(%{session: nil, recovered_members: 0}, info)
           |> Map.merge(%{role: :follower, leader: nil, group: opts.group, path: nif.path})
 
-        data = %{info: info, watch_nodes: opts.watch_nodes, watch: %{}, waiters: %{}}
+        data = %{
+          info: info,
+          watch_nodes: opts.watch_nodes,
+          watch: %{},
+          waiters: %{},
+          events_to: opts.events_to
+        }
+
         {:ok, %{ref: ref, info: info}, data}
 
       {:error, _} = error ->
@@ -87,7 +94,9 @@ defmodule Tachyon.Sequencer.Server do
     end
   end
 
-  # `[:tachyon, :sequencer, :role | :campaign | :voted | :truncated]`.
+  # `[:tachyon, :sequencer, kind]` for every report (`:role`, `:campaign`,
+  # `:voted`, `:truncated`, `:learner`, `:caught_up`, `:disk_full`,
+  # `:disk_space`), and the same to `:events_to` if set.
   @impl true
   def report(kind, fields, state) do
     state =
@@ -105,6 +114,7 @@ defmodule Tachyon.Sequencer.Server do
       end
 
     Telemetry.execute([:tachyon, :sequencer, kind], fields, meta(state))
+    if to = state.data.events_to, do: send(to, {:tachyon_sequencer_event, self(), kind, fields})
     state
   end
 
