@@ -13,13 +13,16 @@ defmodule Mix.Tasks.Tachyon.Sequencer do
   `--core N`, `--max-datagram BYTES`, `--no-batching`, `--heartbeat MS`,
   `--heartbeat-after US`, `--group IP:PORT,IP:PORT,...` (every node's
   address, this one's included, the same list on every node),
-  `--election-timeout MS`, `--two-nodes safe|available`, `--no-eager`.
+  `--election-timeout MS`, `--two-nodes safe|available`, `--no-eager`,
+  `--durability replicated|fsync`.
 
   It prints `tachyon.sequencer ready IP:PORT session S next_seq N node I`
   once it listens, then `tachyon.sequencer role ROLE epoch E leader L
   next_seq N commit C at_us T` at every change of role or epoch (`T`: the
   host's clock, `System.os_time(:microsecond)`, comparable between OS
-  processes of one host).
+  processes of one host). A line `stats` on its standard input (from
+  `Tachyon.Sequencer.OSProcess.stats/2`) prints `tachyon.sequencer stats
+  KEY=VALUE ...`: the node's `Tachyon.Sequencer.stats/1`, its numbers.
   """
   use Mix.Task
 
@@ -38,7 +41,8 @@ defmodule Mix.Tasks.Tachyon.Sequencer do
     group: :string,
     election_timeout: :integer,
     two_nodes: :string,
-    eager: :boolean
+    eager: :boolean,
+    durability: :string
   ]
 
   @impl true
@@ -61,6 +65,7 @@ defmodule Mix.Tasks.Tachyon.Sequencer do
       |> put(:election_timeout_ms, opts[:election_timeout])
       |> put(:two_nodes, opts[:two_nodes] && String.to_atom(opts[:two_nodes]))
       |> put(:eager, opts[:eager])
+      |> put(:durability, opts[:durability] && durability(opts[:durability]))
       |> put(:bus, bus(opts[:bus], opts[:interface]))
 
     {:ok, seq} = Tachyon.Sequencer.start_link(seq_opts)
@@ -71,6 +76,7 @@ defmodule Mix.Tasks.Tachyon.Sequencer do
       "tachyon.sequencer ready #{:inet.ntoa(ip)}:#{port} session #{s || 0} next_seq #{n} node #{info.node_id}"
     )
 
+    Process.register(self(), Tachyon.Sequencer.OSProcess.stdin_name())
     report_roles(seq, nil)
   end
 
@@ -95,9 +101,23 @@ defmodule Mix.Tasks.Tachyon.Sequencer do
           last
       end
 
-    Process.sleep(1)
+    receive do
+      {:stdin, "stats"} -> print_stats(seq)
+    after
+      1 -> :ok
+    end
+
     report_roles(seq, now)
   end
+
+  defp print_stats(seq) do
+    {:ok, st} = Tachyon.Sequencer.stats(seq)
+    pairs = for {k, v} <- Enum.sort(st), is_integer(v), do: "#{k}=#{v}"
+    IO.puts("tachyon.sequencer stats " <> Enum.join(pairs, " "))
+  end
+
+  defp durability(d) when d in ["replicated", "fsync"], do: String.to_atom(d)
+  defp durability(d), do: Mix.raise("--durability must be replicated or fsync, got #{d}")
 
   defp address(s) do
     [host, port] = String.split(s, ":")

@@ -59,6 +59,8 @@ struct Shared {
     sync_ask: Mutex<Option<(u64, u64)>>,
     sync_done: Mutex<Option<(u64, u64)>>,
     sync_errors: Counter,
+    /// Nanoseconds the syncer spent in syncs that succeeded.
+    sync_ns: Counter,
     /// The syncer's wake-up line, and the node thread's.
     syncer_wake: OnceLock<Arc<crate::wait::Wake>>,
     node_wake: OnceLock<Arc<crate::wait::Wake>>,
@@ -135,6 +137,7 @@ impl Sequencer {
             sync_ask: Mutex::new(None),
             sync_done: Mutex::new(None),
             sync_errors: Counter::default(),
+            sync_ns: Counter::default(),
             syncer_wake: OnceLock::new(),
             node_wake: OnceLock::new(),
         });
