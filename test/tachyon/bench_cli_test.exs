@@ -189,8 +189,8 @@ defmodule Tachyon.BenchCLITest do
                tachyon.sequencer.group3.roundtrip tachyon.sequencer.other beam.dist.roundtrip)
 
       assert Durability.with_twins(all, ["roundtrip"]) ==
-               ~w(machine.hiccup raw.relay.roundtrip raw.fdatasync raw.fdatasync.throughput
-                  raw.fdatasync.throughput.batched tachyon.sequencer.roundtrip
+               ~w(machine.hiccup raw.relay.roundtrip tachyon.sequencer.roundtrip raw.fdatasync
+                  raw.fdatasync.throughput raw.fdatasync.throughput.batched
                   tachyon.sequencer.roundtrip.fsync tachyon.sequencer.group3.roundtrip
                   tachyon.sequencer.group3.roundtrip.fsync tachyon.sequencer.other
                   beam.dist.roundtrip)

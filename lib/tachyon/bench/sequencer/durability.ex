@@ -46,17 +46,18 @@ defmodule Tachyon.Bench.Sequencer.Durability do
 
   @doc """
   `cases` with each sequencer case of a kind in `kinds` followed by its
-  `.fsync` twin, and the floors before the first sequencer case.
+  `.fsync` twin, and the floors right before the first twin: as close in
+  time to the fsync cases as they can be (on a shared machine the disk's
+  latency changes from one minute to the next, see docs/BENCHMARKS.md).
   """
   def with_twins(cases, kinds) do
-    {before, rest} = Enum.split_while(cases, &(not String.starts_with?(&1, "tachyon.sequencer.")))
-
     twins =
-      Enum.flat_map(rest, fn name ->
+      Enum.flat_map(cases, fn name ->
         if kind(name) in kinds, do: [name, name <> ".fsync"], else: [name]
       end)
 
-    before ++ @floors ++ twins
+    {before, rest} = Enum.split_while(twins, &(not String.ends_with?(&1, ".fsync")))
+    before ++ @floors ++ rest
   end
 
   defp kind("tachyon.sequencer." <> rest), do: String.replace(rest, ~r/^group\d+\./, "")
@@ -111,13 +112,27 @@ defmodule Tachyon.Bench.Sequencer.Durability do
 
     extra = Map.get(c, :json_extra, %{})
 
-    %{
-      c
-      | note: c.note <> "; " <> text
-    }
-    |> Map.put(:json_extra, Map.put(extra, "nodes", stats))
+    %{c | note: c.note <> "; " <> text <> load_note()}
+    |> Map.put(:json_extra, Map.merge(extra, %{"nodes" => stats, "loadavg_1m" => load()}))
     |> Map.put(:sync, hd(stats))
   end
+
+  @doc """
+  The machine's load average over the last minute (`/proc/loadavg`), or
+  nil where there is none: with both cores busy, every wait for the disk
+  also waits for a core (on the 2-core VM, a scheduler tick: 4 ms).
+  """
+  def load do
+    with {:ok, text} <- File.read("/proc/loadavg"),
+         [one | _] <- String.split(text, " "),
+         {l, _} <- Float.parse(one) do
+      l
+    else
+      _ -> nil
+    end
+  end
+
+  defp load_note, do: if(l = load(), do: "; load average #{l}", else: "")
 
   defp sync_figures(st, role) do
     syncs = st[:syncs] || 0
@@ -144,7 +159,8 @@ defmodule Tachyon.Bench.Sequencer.Durability do
     Bench.from_hist(name, floor!(name, opts), entry, %{
       note:
         "a Rust loop on a file in #{Path.dirname(dir)}: pwrite of #{entry} bytes (a bus entry " <>
-          "of #{cfg.size} bytes), then fdatasync, each timed"
+          "of #{cfg.size} bytes), then fdatasync, each timed" <> load_note(),
+      json_extra: %{"loadavg_1m" => load()}
     })
   end
 
@@ -164,8 +180,14 @@ defmodule Tachyon.Bench.Sequencer.Durability do
         "#{per} entries of #{entry} bytes per pwrite and fdatasync (the sequencer's receive " <>
           "batch of #{batch()} datagrams#{if per > batch(), do: " of 64 messages", else: ""}); " <>
           "#{Report.delimit(round(rate))} records/s, #{Report.delimit(t.syncs)} syncs of " <>
-          "#{Report.short_ns(t.elapsed_ns / max(t.syncs, 1))}; the latency columns are elapsed/records",
-      json_extra: %{"msgs_per_sec" => rate, "syncs" => t.syncs, "per_sync" => per}
+          "#{Report.short_ns(t.elapsed_ns / max(t.syncs, 1))}; the latency columns are elapsed/records" <>
+          load_note(),
+      json_extra: %{
+        "msgs_per_sec" => rate,
+        "syncs" => t.syncs,
+        "per_sync" => per,
+        "loadavg_1m" => load()
+      }
     })
   end
 
