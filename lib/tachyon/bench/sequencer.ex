@@ -399,7 +399,9 @@ defmodule Tachyon.Bench.Sequencer do
   end
 
   # An fsync case: the nodes' syncs, in its note and JSON.
-  defp sync_stats(c, %{durability: :fsync}, nodes), do: Durability.with_sync_stats(c, nodes)
+  defp sync_stats(c, %{durability: :fsync} = cfg, nodes),
+    do: Durability.with_sync_stats(c, nodes, cfg.warmup)
+
   defp sync_stats(c, _cfg, _nodes), do: c
 
   defp roundtrip(name, dir, cfg, loss) do

@@ -233,7 +233,9 @@ defmodule Tachyon.Bench.Summary do
   defp header(doc, ref) do
     m = doc["machine"] || %{}
     command = if doc["command"], do: "`#{doc["command"]}`", else: "(not recorded in the JSON)"
-    warmup = if doc["warmup"], do: " after #{Report.delimit(doc["warmup"])} warm-up", else: ""
+    # (A case may say its own warm-up: the fsync round trips run fewer.)
+    w = ref["warmup"] || doc["warmup"]
+    warmup = if w, do: " after #{Report.delimit(w)} warm-up", else: ""
 
     size =
       if is_number(ref["size"]) and ref["size"] > 0, do: ", #{ref["size"]} bytes each", else: ""

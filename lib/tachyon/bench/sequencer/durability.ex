@@ -89,9 +89,9 @@ defmodule Tachyon.Bench.Sequencer.Durability do
 
   @doc """
   Adds the nodes' sync figures to case `c` of an fsync run (`nodes`: the
-  OS processes, primary first): in its note and its JSON.
+  OS processes, primary first), and its `warmup`: in its note and its JSON.
   """
-  def with_sync_stats(c, nodes) do
+  def with_sync_stats(c, nodes, warmup) do
     stats =
       for {p, role} <- nodes do
         case OSProcess.stats(p) do
@@ -113,7 +113,10 @@ defmodule Tachyon.Bench.Sequencer.Durability do
     extra = Map.get(c, :json_extra, %{})
 
     %{c | note: c.note <> "; " <> text <> load_note()}
-    |> Map.put(:json_extra, Map.merge(extra, %{"nodes" => stats, "loadavg_1m" => load()}))
+    |> Map.put(
+      :json_extra,
+      Map.merge(extra, %{"nodes" => stats, "loadavg_1m" => load(), "warmup" => warmup})
+    )
     |> Map.put(:sync, hd(stats))
   end
 
@@ -160,7 +163,7 @@ defmodule Tachyon.Bench.Sequencer.Durability do
       note:
         "a Rust loop on a file in #{Path.dirname(dir)}: pwrite of #{entry} bytes (a bus entry " <>
           "of #{cfg.size} bytes), then fdatasync, each timed" <> load_note(),
-      json_extra: %{"loadavg_1m" => load()}
+      json_extra: %{"loadavg_1m" => load(), "warmup" => div(n, 10)}
     })
   end
 
