@@ -69,6 +69,7 @@ defmodule Tachyon.Native do
   def echo_stats(_echo), do: err()
   def udp_ping(_opts), do: err()
   def bench_relay_throughput(_opts), do: err()
+  def bench_fsync_floor(_opts), do: err()
   def bench_bus_datagram_size(_size, _per), do: err()
   def udp_open(_opts, _owner), do: err()
   def udp_send(_socket, _ip, _port, _data), do: err()

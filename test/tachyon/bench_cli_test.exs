@@ -181,6 +181,141 @@ defmodule Tachyon.BenchCLITest do
     assert md =~ "store-20261126T101358.svg"
   end
 
+  describe "sequencer --durability fsync" do
+    alias Tachyon.Bench.Sequencer.{Durability, Goals}
+
+    test "each case of a kind is followed by its .fsync twin, the floors before them" do
+      all = ~w(machine.hiccup raw.relay.roundtrip tachyon.sequencer.roundtrip
+               tachyon.sequencer.group3.roundtrip tachyon.sequencer.other beam.dist.roundtrip)
+
+      assert Durability.with_twins(all, ["roundtrip"]) ==
+               ~w(machine.hiccup raw.relay.roundtrip tachyon.sequencer.roundtrip raw.fdatasync
+                  raw.fdatasync.throughput raw.fdatasync.throughput.batched
+                  tachyon.sequencer.roundtrip.fsync tachyon.sequencer.group3.roundtrip
+                  tachyon.sequencer.group3.roundtrip.fsync tachyon.sequencer.other
+                  beam.dist.roundtrip)
+
+      assert Durability.split("tachyon.sequencer.group3.roundtrip.fsync") ==
+               {"tachyon.sequencer.group3.roundtrip", :fsync}
+
+      assert Durability.split("tachyon.sequencer.roundtrip") ==
+               {"tachyon.sequencer.roundtrip", :replicated}
+
+      cfg = %{n: 100_000, warmup: 20_000, fsync_n: 500}
+      assert Durability.cfg_for(cfg, :fsync, "roundtrip.native") == %{cfg | n: 500, warmup: 50}
+      assert Durability.cfg_for(cfg, :fsync, "throughput") == cfg
+      assert Durability.cfg_for(cfg, :replicated, "roundtrip") == cfg
+    end
+
+    test "its cases pass the check before the run; an unknown mode stops the part at once" do
+      assert {:run, "sequencer", _, nil} =
+               BenchTask.plan(
+                 ~w(sequencer --durability fsync --cases tachyon.sequencer.roundtrip.fsync)
+               )
+
+      assert_raise Mix.Error, ~r/unknown durability "fsynk"; did you mean fsync\?/, fn ->
+        Tachyon.Bench.Sequencer.run(~w(--durability fsynk --quick))
+      end
+    end
+
+    test "goals: p50 at most the floor's plus :replicated's, throughput at least half" do
+      lat = fn name, p50 -> %{name: name, p50_ns: p50} end
+      rate = fn name, r -> %{name: name, rate: r} end
+
+      cases = [
+        lat.("raw.fdatasync", 60_000),
+        lat.("tachyon.sequencer.roundtrip", 8_000),
+        lat.("tachyon.sequencer.roundtrip.fsync", 67_000),
+        lat.("tachyon.sequencer.group3.roundtrip", 20_000),
+        lat.("tachyon.sequencer.group3.roundtrip.fsync", 90_000),
+        rate.("tachyon.sequencer.throughput", 100_000.0),
+        rate.("tachyon.sequencer.throughput.fsync", 49_000.0)
+      ]
+
+      goals = Durability.goals(cases, 3)
+      assert [one, group, tput] = goals
+      assert one.met and one.measured == "0.99x" and one.what =~ "one node"
+      refute group.met
+      assert group.what =~ "group of 3" and group.measured == "1.13x"
+      refute tput.met
+      assert tput.measured == "0.49x" and tput.goal == "at least 0.5x"
+      # In the part's goals, after the others.
+      assert Enum.take(Goals.goals(cases, 3), -3) == goals
+      # Without the fsync cases: none.
+      assert Durability.goals(Enum.take(cases, 2), nil) == []
+    end
+
+    test "the side-by-side table: each fsync case against :replicated, the floor and the syncs" do
+      c = fn name, p50, extra -> Map.merge(%{name: name, p50_ns: p50}, extra) end
+
+      cases = [
+        c.("raw.fdatasync", 60_000, %{}),
+        c.("tachyon.sequencer.roundtrip", 8_000, %{}),
+        c.("tachyon.sequencer.roundtrip.fsync", 80_000, %{
+          sync: %{"syncs" => 5_500, "entries_per_sync" => 1.0, "sync_avg_us" => 70.5}
+        })
+      ]
+
+      out = capture_io(fn -> Durability.print_compare(cases) end)
+      assert out =~ "durability: :fsync against :replicated and the disk"
+
+      assert out =~
+               ~r/roundtrip\s+p50\s+8.00us\s+80.00us\s+10.00x\s+60.00us\s+68.00us\s+1.18x\s+5,500\s+1.0\s+70.5/
+
+      assert capture_io(fn -> Durability.print_compare(Enum.take(cases, 2)) end) == ""
+    end
+
+    test "--summary: the fsync tables, and the part's goals after its last table either way" do
+      dir = tmp_dir("bench-summary-fsync")
+
+      c = fn name, p50, extra ->
+        Map.merge(
+          %{"name" => name, "messages" => 5_000, "size" => 256, "p50_ns" => p50}
+          |> Map.merge(%{"p99_ns" => p50, "p999_ns" => p50, "max_ns" => p50}),
+          extra
+        )
+      end
+
+      doc = %{
+        "bench" => "sequencer",
+        "command" => "mix tachyon.bench sequencer --durability fsync",
+        "machine" => %{},
+        "cases" => [
+          c.("tachyon.sequencer.roundtrip", 8_000, %{}),
+          c.("tachyon.sequencer.roundtrip.fsync", 80_000, %{"warmup" => 500}),
+          c.("raw.fdatasync", 60_000, %{}),
+          c.("tachyon.sequencer.throughput", 10_000, %{"msgs_per_sec" => 100_000}),
+          c.("tachyon.sequencer.throughput.fsync", 20_000, %{"msgs_per_sec" => 50_000})
+        ],
+        "goals" => [
+          %{"goal" => "fsync goal", "measured" => "0.99x", "checked" => false, "met" => true}
+        ]
+      }
+
+      File.write!(Path.join(dir, "sequencer.json"), JSON.encode(doc))
+      md = Summary.markdown(dir)
+      assert md =~ "### Sequencer and Bus with `durability: :fsync`: round trip"
+      # Its first row's own warm-up, not the part's.
+      assert md =~ "first row: 5,000 measured, 256 bytes each after 500 warm-up"
+      assert md =~ ~r/\| Tachyon \| `tachyon.sequencer.roundtrip` \|.*\| 0.10x \|/
+      assert md =~ ~r/\| floor \| `raw.fdatasync` \|.*\| 0.75x \|/
+      assert md =~ ~r/\| Tachyon \| `tachyon.sequencer.throughput` \|.*\| 100,000 \| 2.00x \|/
+      # The goals once, after the last table there is.
+      [_, after_last] =
+        String.split(md, "### Sequencer and Bus with `durability: :fsync`: throughput")
+
+      assert after_last =~ "- fsync goal"
+      assert length(String.split(md, "- fsync goal")) == 2
+
+      # A run without them: no fsync tables, the goals still printed.
+      doc = %{doc | "cases" => Enum.take(doc["cases"], 1)}
+      File.write!(Path.join(dir, "sequencer.json"), JSON.encode(doc))
+      md = Summary.markdown(dir)
+      refute md =~ "with `durability: :fsync`"
+      assert md =~ "- fsync goal"
+    end
+  end
+
   test "--summary of a directory with no run is an error" do
     dir = tmp_dir("bench-summary-empty")
     assert_raise Mix.Error, ~r/no JSON file of a run/, fn -> Summary.markdown(dir) end

@@ -211,6 +211,31 @@ defmodule Tachyon.SequencerTest do
     OSProcess.kill(p2)
   end
 
+  test "mix tachyon.sequencer --durability fsync: its stats, asked on its stdin, count the syncs and their time" do
+    dir = tmp_dir("os-fsync")
+
+    {:ok, p} =
+      OSProcess.start(["--path", dir, "--port", "0", "--wait", "park", "--durability", "fsync"])
+
+    {:ok, bus} = Bus.open(sequencer: p.address, member_id: 5)
+    for i <- 1..20, do: publish!(bus, "5:#{i}")
+    # Delivered only once on the node's disk: every one was synced.
+    assert length(collect(bus, 20)) == 20
+    assert {:ok, st} = OSProcess.stats(p)
+    assert st.messages == 20
+    assert st.syncs >= 1 and st.syncs <= st.sync_requests
+    assert st.durable >= 22 and st.durable <= st.next_seq
+    assert st.sync_time_us >= 0 and st.sync_errors == 0
+    # Asked again: the same counters, still answering.
+    assert {:ok, %{messages: 20}} = OSProcess.stats(p)
+    Bus.close(bus)
+    OSProcess.kill(p)
+    # An unknown mode stops the task with a message (in this VM: Mix.raise).
+    assert_raise Mix.Error, ~r/--durability must be replicated or fsync, got disk/, fn ->
+      Mix.Tasks.Tachyon.Sequencer.run(["--path", dir, "--durability", "disk"])
+    end
+  end
+
   test "garbage on both ports is counted and dropped; a dead owner closes its member; stop frees the port and the thread" do
     before = threads_named("tachyon-seq")
     {seq, dir} = start_seq("garbage")

@@ -34,7 +34,8 @@ defmodule Mix.Tasks.Tachyon.Sequencer do
   with `--stats-interval MS`, `tachyon.sequencer stats KEY VALUE ... at_us
   T` (every counter of `Tachyon.Sequencer.stats/1`) every `MS`. `T` is
   the host's clock, `System.os_time(:microsecond)`, comparable between OS
-  processes of one host.
+  processes of one host. A line `stats` on its standard input (from
+  `Tachyon.Sequencer.OSProcess.stats/2`) prints a stats line at once.
   """
   use Mix.Task
 
@@ -91,6 +92,7 @@ defmodule Mix.Tasks.Tachyon.Sequencer do
       "tachyon.sequencer ready #{:inet.ntoa(ip)}:#{port} session #{s || 0} next_seq #{n} node #{info.node_id}"
     )
 
+    Process.register(self(), Tachyon.Sequencer.OSProcess.stdin_name())
     now = System.monotonic_time(:millisecond)
     watch(%{seq: seq, role: nil, stats_ms: opts[:stats_interval], stats_at: now})
   end
@@ -104,6 +106,10 @@ defmodule Mix.Tasks.Tachyon.Sequencer do
       receive do
         {:tachyon_sequencer_event, ^seq, kind, fields} ->
           IO.puts("tachyon.sequencer event #{kind}#{pairs(fields)} at_us #{now_us()}")
+          w
+
+        {:stdin, "stats"} ->
+          print_stats(w.seq)
           w
       after
         1 -> poll(w)
@@ -125,7 +131,7 @@ defmodule Mix.Tasks.Tachyon.Sequencer do
         now = System.monotonic_time(:millisecond)
 
         if w.stats_ms && now >= w.stats_at do
-          IO.puts("tachyon.sequencer stats#{pairs(st)} at_us #{now_us()}")
+          print_stats(st)
           %{w | role: {st.role, st.epoch}, stats_at: now + w.stats_ms}
         else
           %{w | role: {st.role, st.epoch}}
@@ -134,6 +140,12 @@ defmodule Mix.Tasks.Tachyon.Sequencer do
       _ ->
         w
     end
+  end
+
+  defp print_stats(%{} = st), do: IO.puts("tachyon.sequencer stats#{pairs(st)} at_us #{now_us()}")
+
+  defp print_stats(seq) do
+    with {:ok, st} <- Tachyon.Sequencer.stats(seq), do: print_stats(st)
   end
 
   defp now_us, do: System.os_time(:microsecond)

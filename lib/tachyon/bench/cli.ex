@@ -86,8 +86,9 @@ defmodule Tachyon.Bench.CLI do
       rest != [] ->
         {:error, "unexpected arguments: #{Enum.join(rest, " ")} (the part goes first)"}
 
-      # (--group adds cases of its own: those are checked when the part starts.)
-      spec && spec.cases && opts[:cases] && !opts[:group] ->
+      # (--group and --durability add cases of their own: those are checked
+      # when the part starts.)
+      spec && spec.cases && opts[:cases] && !opts[:group] && !opts[:durability] ->
         case Enum.reject(String.split(opts[:cases], ","), &(&1 in spec.cases)) do
           [] -> :ok
           [bad | _] -> {:error, "unknown case #{inspect(bad)}" <> did_you_mean(bad, spec.cases)}

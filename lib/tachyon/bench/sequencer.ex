@@ -33,6 +33,11 @@ defmodule Tachyon.Bench.Sequencer do
   #                                     delivery), right after its single-node case; the table
   #                                     "group of N against one node" gives the ratios
   #
+  #   X.fsync, raw.fdatasync*           with --durability fsync: each case X of @kinds
+  #                                     again with durability: :fsync, right after X,
+  #                                     and the floors of the disk
+  #                                     (Tachyon.Bench.Sequencer.Durability)
+  #
   # Options: spec/0. --failover runs Tachyon.Bench.Failover instead
   # (takeover times over kill -9s and SIGSTOPs of the primary of a group,
   # two-node takeovers, and the replicated table's put).
@@ -40,11 +45,18 @@ defmodule Tachyon.Bench.Sequencer do
   alias Tachyon.{Bench, Bus}
   alias Tachyon.Bench.Echo.Peers
   alias Tachyon.Bench.Report
-  alias Tachyon.Bench.Sequencer.Floors
+  alias Tachyon.Bench.Sequencer.{Durability, Floors, Goals}
   alias Tachyon.Sequencer.OSProcess
 
-  @defaults [messages: 100_000, warmup: 20_000, size: 256, hiccup_ms: 1000]
-  @quick [messages: 5_000, warmup: 1_000, hiccup_ms: 200]
+  @defaults [
+    messages: 100_000,
+    warmup: 20_000,
+    size: 256,
+    hiccup_ms: 1000,
+    durability: "replicated",
+    fsync_messages: 5_000
+  ]
+  @quick [messages: 5_000, warmup: 1_000, hiccup_ms: 200, fsync_messages: 500]
   @all ~w(machine.hiccup tachyon.echo raw.relay.roundtrip tachyon.sequencer.roundtrip.native tachyon.sequencer.roundtrip tachyon.sequencer.roundtrip.loss beam.dist.roundtrip raw.relay.throughput raw.relay.throughput.batched tachyon.sequencer.throughput tachyon.sequencer.throughput.batched tachyon.sequencer.throughput.native tachyon.sequencer.throughput.batched.native)
   # The cases that also run against a group (--group N), in this order.
   @kinds ~w(roundtrip.native roundtrip roundtrip.loss throughput throughput.batched throughput.native throughput.batched.native)
@@ -67,6 +79,13 @@ defmodule Tachyon.Bench.Sequencer do
         {:heartbeat_after, :integer, "US", "the sequencer's --heartbeat-after, microseconds"},
         {:group, :integer, "N",
          "also run each case against a group of N nodes (3 to 7), each an OS process"},
+        {:durability, :string, "MODE",
+         "fsync: also run each round-trip and throughput case with durability: :fsync, " <>
+           "right after the usual :replicated one (named X.fsync), beside raw.fdatasync " <>
+           "floors of the disk the sequencer logs to (--dir); replicated: the usual cases only"},
+        {:fsync_messages, :integer, "N",
+         "with --durability fsync: round trips of each :fsync round-trip case and of " <>
+           "raw.fdatasync (a tenth more first, as warm-up)"},
         {:failover, :boolean, nil,
          "measure failover instead: takeovers after kill -9 and SIGSTOP of the primary of " <>
            "a group, two-node takeovers, and Tachyon.Table.Replicated's put"},
@@ -90,7 +109,14 @@ defmodule Tachyon.Bench.Sequencer do
     if group && !opts[:failover] && group not in 3..7,
       do: Mix.raise("--group N: a majority group of 3 to 7 nodes, got #{group}")
 
-    all = all_cases(group)
+    durability =
+      case opts[:durability] do
+        d when d in [nil, "replicated"] -> :replicated
+        "fsync" -> :fsync
+        d -> Bench.CLI.unknown!("durability", d, ["replicated", "fsync"])
+      end
+
+    all = all_cases(group, durability)
     wanted = Bench.cases!(opts, all)
 
     wait =
@@ -103,6 +129,8 @@ defmodule Tachyon.Bench.Sequencer do
       wait: wait,
       ping_core: nil,
       topo: :single,
+      durability: :replicated,
+      fsync_n: opts[:fsync_messages],
       seq_args:
         if(opts[:heartbeat_after],
           do: ["--heartbeat-after", "#{opts[:heartbeat_after]}"],
@@ -121,9 +149,10 @@ defmodule Tachyon.Bench.Sequencer do
   # Without --group: the cases of today. With --group N: each case of
   # @kinds followed by its group-of-N twin (beam.dist.roundtrip only when
   # asked for by --cases).
-  defp all_cases(nil), do: @all
+  defp all_cases(group, :fsync), do: Durability.with_twins(all_cases(group, nil), @kinds)
+  defp all_cases(nil, _), do: @all
 
-  defp all_cases(n) do
+  defp all_cases(n, _) do
     paired =
       Enum.flat_map(@kinds, &["tachyon.sequencer.#{&1}", "tachyon.sequencer.group#{n}.#{&1}"])
 
@@ -144,7 +173,12 @@ defmodule Tachyon.Bench.Sequencer do
 
     IO.puts(
       "Sequencer bench: #{Report.delimit(cfg.n)} messages of #{cfg.size} bytes after #{Report.delimit(cfg.warmup)} warm-up; " <>
-        "#{where}, wait #{cfg.wait}"
+        "#{where}, wait #{cfg.wait}" <>
+        if(opts[:durability] == "fsync",
+          do:
+            "; each case again with durability: :fsync (round trips: #{Report.delimit(cfg.fsync_n)})",
+          else: ""
+        )
     )
 
     cases =
@@ -157,7 +191,9 @@ defmodule Tachyon.Bench.Sequencer do
     for {name, r} <- rates, do: IO.puts("#{name}: #{Report.delimit(round(r))} msg/s")
     Floors.print_ratios(cases)
     if opts[:group], do: compare_group(cases, opts[:group], cfg.wait)
-    goals = Bench.print_goals(goals(cases, opts[:group]), opts, spec())
+    Durability.print_compare(cases)
+
+    goals = Bench.print_goals(Goals.goals(cases, opts[:group]), opts, spec())
 
     Report.write_json(
       opts[:json],
@@ -167,7 +203,8 @@ defmodule Tachyon.Bench.Sequencer do
         "goals" => goals,
         "warmup" => cfg.warmup,
         "wait" => "#{cfg.wait}",
-        "group" => opts[:group] || 1
+        "group" => opts[:group] || 1,
+        "durability" => opts[:durability] || "replicated"
       }
     )
 
@@ -186,15 +223,19 @@ defmodule Tachyon.Bench.Sequencer do
 
   defp run_case("beam.dist.roundtrip" = name, dir, cfg), do: dist_case(name, dir, cfg)
   defp run_case("raw.relay." <> _ = name, _dir, cfg), do: Floors.run_case(name, cfg)
+  defp run_case("raw.fdatasync" <> _ = name, dir, cfg), do: Durability.run_case(name, dir, cfg)
 
-  defp run_case("tachyon.sequencer." <> rest = name, dir, cfg) do
+  defp run_case("tachyon.sequencer." <> _ = name, dir, cfg) do
+    {"tachyon.sequencer." <> rest, durability} = Durability.split(name)
+
     {topo, kind} =
       case Regex.run(~r/^group(\d+)\.(.+)$/, rest) do
         [_, n, kind] -> {{:group, String.to_integer(n)}, kind}
         nil -> {:single, rest}
       end
 
-    run_kind(kind, name, dir, %{cfg | topo: topo})
+    cfg = Durability.cfg_for(%{cfg | topo: topo, durability: durability}, durability, kind)
+    run_kind(kind, name, dir, cfg)
   end
 
   defp run_kind("roundtrip", name, dir, cfg), do: roundtrip(name, dir, cfg, 0.0)
@@ -325,11 +366,13 @@ defmodule Tachyon.Bench.Sequencer do
   defp with_sequencer(dir, %{topo: :single} = cfg, extra, fun) do
     {:ok, p} =
       OSProcess.start(
-        ["--path", dir, "--port", "0", "--wait", "#{cfg.wait}"] ++ cfg.seq_args ++ extra
+        ["--path", dir, "--port", "0", "--wait", "#{cfg.wait}"] ++
+          cfg.seq_args ++ Durability.seq_args(cfg.durability) ++ extra
       )
 
     try do
       fun.(%{bus: p.address, primary: p.address, note: ""})
+      |> sync_stats(cfg, [{p, "primary"}])
     after
       OSProcess.kill(p)
     end
@@ -338,7 +381,9 @@ defmodule Tachyon.Bench.Sequencer do
   defp with_sequencer(dir, %{topo: {:group, n}} = cfg, extra, fun) do
     dirs = for i <- 1..n, do: Path.join(dir, "node#{i}")
     # (start_group's own "--wait backoff" comes first: the last one counts.)
-    args = ["--wait", "#{cfg.wait}"] ++ cfg.seq_args ++ extra
+    args =
+      ["--wait", "#{cfg.wait}"] ++ cfg.seq_args ++ Durability.seq_args(cfg.durability) ++ extra
+
     {primary, others, group} = OSProcess.start_group(dirs, args)
 
     try do
@@ -347,10 +392,17 @@ defmodule Tachyon.Bench.Sequencer do
         primary: primary.address,
         note: "; group of #{n} OS processes, primary node #{primary.id}"
       })
+      |> sync_stats(cfg, [{primary, "primary"} | Enum.map(others, &{&1, "follower"})])
     after
       Enum.each([primary | others], &OSProcess.kill/1)
     end
   end
+
+  # An fsync case: the nodes' syncs, in its note and JSON.
+  defp sync_stats(c, %{durability: :fsync} = cfg, nodes),
+    do: Durability.with_sync_stats(c, nodes, cfg.warmup)
+
+  defp sync_stats(c, _cfg, _nodes), do: c
 
   defp roundtrip(name, dir, cfg, loss) do
     with_sequencer(dir, cfg, [], fn seq ->
@@ -476,62 +528,6 @@ defmodule Tachyon.Bench.Sequencer do
   defp flat_report(ns, n) do
     ks = [:avg, :min, :max, :p50, :p90, :p99, :p999, :p9999, :p99999]
     Map.merge(Map.new(ks, &{&1, ns}), %{count: n, stdev: 0, tails: []})
-  end
-
-  # {what, case a, case b, :le | :ge, bound, a's key, b's key}: a / b.
-  @goals [
-    {"bus round trip from a Rust member / Tachyon.Echo's round trip (p50)",
-     "tachyon.sequencer.roundtrip.native", "tachyon.echo", :le, 1.3, :p50_ns, :p50_ns},
-    {"GenServer sequencer over distribution / Tachyon bus, round trip (p50)",
-     "beam.dist.roundtrip", "tachyon.sequencer.roundtrip", :ge, 3.0, :p50_ns, :p50_ns},
-    {"bus round trip from Elixir / Tachyon.Echo's round trip (p50)",
-     "tachyon.sequencer.roundtrip", "tachyon.echo", :le, 1.5, :p50_ns, :p50_ns},
-    {"bus round trip with 1% loss, p99.9 / without loss, p50", "tachyon.sequencer.roundtrip.loss",
-     "tachyon.sequencer.roundtrip", :le, 4.0, :p999_ns, :p50_ns}
-  ]
-
-  @rates [
-    {"messages per second, one per datagram, Elixir member", "tachyon.sequencer.throughput",
-     200_000},
-    {"messages per second, batched, Elixir member", "tachyon.sequencer.throughput.batched",
-     2_000_000},
-    {"messages per second, one per datagram, Rust member", "tachyon.sequencer.throughput.native",
-     200_000},
-    {"messages per second, batched, Rust member", "tachyon.sequencer.throughput.batched.native",
-     2_000_000}
-  ]
-
-  defp goals(cases, group) do
-    by = Bench.by_name(cases)
-
-    group_goals =
-      if group,
-        do: [
-          {"bus round trip through a group of #{group} / through one node (p50)",
-           "tachyon.sequencer.group#{group}.roundtrip", "tachyon.sequencer.roundtrip", :le, 1.5,
-           :p50_ns, :p50_ns}
-        ],
-        else: []
-
-    ratios =
-      for {what, a, b, cmp, bound, ka, kb} <- @goals ++ group_goals, by[a] && by[b] do
-        ratio = Map.fetch!(by[a], ka) / Map.fetch!(by[b], kb)
-        met = if cmp == :le, do: ratio <= bound, else: ratio >= bound
-        goal = Bench.bound_text(cmp, bound)
-        Bench.goal(what, Bench.x(ratio), goal, met)
-      end
-
-    rates =
-      for {what, name, floor} <- @rates, c = by[name] do
-        Bench.goal(
-          what,
-          Report.delimit(round(c.rate)),
-          "at least #{Report.delimit(floor)}",
-          c.rate >= floor
-        )
-      end
-
-    ratios ++ rates ++ Floors.goals(cases)
   end
 
   # Each case of @kinds that ran both ways, side by side: p50, p99 and

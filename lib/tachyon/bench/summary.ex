@@ -109,6 +109,49 @@ defmodule Tachyon.Bench.Summary do
         "the same datagrams through a Rust relay: no sequencing, no log"},
        {"floor", "raw.relay.throughput.batched", "the same, batched"}
      ]},
+    {"Sequencer and Bus with `durability: :fsync`: round trip", "sequencer", :latency,
+     [
+       {"Tachyon", "tachyon.sequencer.roundtrip.fsync",
+        "the round trip from an Elixir process with `durability: :fsync`: delivered once on the disk"},
+       {"Tachyon", "tachyon.sequencer.roundtrip.native.fsync",
+        "the same from a Rust member loop"},
+       {"Tachyon", "tachyon.sequencer.group3.roundtrip.fsync",
+        "through a group of three nodes: on the disks of two"},
+       {"Tachyon", "tachyon.sequencer.group3.roundtrip.native.fsync",
+        "the same from a Rust member loop"},
+       {"Tachyon", "tachyon.sequencer.roundtrip",
+        "one node, `durability: :replicated` (the default): in its page cache"},
+       {"Tachyon", "tachyon.sequencer.group3.roundtrip",
+        "a group of three, `:replicated`: in the page cache of two"},
+       {"floor", "raw.fdatasync",
+        "a Rust loop on the same disk: one bus entry written (`pwrite`), then `fdatasync`"}
+     ]},
+    {"Sequencer and Bus with `durability: :fsync`: throughput", "sequencer", :rate,
+     [
+       {"Tachyon", "tachyon.sequencer.throughput.fsync",
+        "an Elixir member publishes and receives, one message per datagram, `durability: :fsync`"},
+       {"Tachyon", "tachyon.sequencer.throughput.batched.fsync",
+        "the same, 64 messages per command"},
+       {"Tachyon", "tachyon.sequencer.throughput.native.fsync",
+        "a Rust member, one message per datagram"},
+       {"Tachyon", "tachyon.sequencer.throughput.batched.native.fsync",
+        "a Rust member, 64 messages per command"},
+       {"Tachyon", "tachyon.sequencer.group3.throughput.fsync",
+        "through a group of three, one message per datagram"},
+       {"Tachyon", "tachyon.sequencer.group3.throughput.batched.fsync",
+        "through a group of three, 64 messages per command"},
+       {"Tachyon", "tachyon.sequencer.throughput",
+        "one node, `durability: :replicated`, one message per datagram"},
+       {"Tachyon", "tachyon.sequencer.throughput.batched",
+        "one node, `:replicated`, 64 messages per command"},
+       {"Tachyon", "tachyon.sequencer.group3.throughput",
+        "a group of three, `:replicated`, one message per datagram"},
+       {"Tachyon", "tachyon.sequencer.group3.throughput.batched",
+        "a group of three, `:replicated`, 64 messages per command"},
+       {"floor", "raw.fdatasync.throughput",
+        "the same disk: 32 entries (a receive batch) per `pwrite` and `fdatasync`"},
+       {"floor", "raw.fdatasync.throughput.batched", "the same, 32 x 64 entries per `fdatasync`"}
+     ]},
     {"Table.Replicated: put", "failover", :latency,
      [
        {"Tachyon", "tachyon.table.replicated.put",
@@ -130,9 +173,21 @@ defmodule Tachyon.Bench.Summary do
       Mix.raise("--summary #{dir}: no JSON file of a run there (mix tachyon.bench --json #{dir})")
     end
 
+    # The tables whose first row (the case they are about, and the one
+    # their ratios are to) ran; each part's goals and plot after its last.
+    tables =
+      for {title, bench, kind, [{_, first, _} | _] = rows} <- @parts,
+          doc = docs[bench],
+          find(docs, bench, first, doc),
+          found =
+            for({role, name, what} <- rows, c = find(docs, bench, name, doc), do: {role, c, what}),
+          do: {title, bench, kind, found}
+
+    last = for {_, bench, _, _} = t <- tables, into: %{}, do: {bench, t}
+
     parts =
-      for {title, bench, kind, rows} <- @parts, Map.has_key?(docs, bench) do
-        part(title, bench, kind, rows, docs, dir)
+      for {_, bench, _, _} = t <- tables do
+        part(t, docs[bench], dir, last[bench] == t)
       end
 
     IO.iodata_to_binary(Enum.intersperse(parts, "\n"))
@@ -145,23 +200,14 @@ defmodule Tachyon.Bench.Summary do
     end
   end
 
-  defp part(title, bench, kind, rows, docs, dir) do
-    doc = docs[bench]
-    found = for {role, name, what} <- rows, c = find(docs, bench, name, doc), do: {role, c, what}
-
-    case found do
-      [] ->
-        ""
-
-      [{_, ref, _} | _] ->
-        [
-          "### #{title}\n\n",
-          header(doc, ref),
-          "\n",
-          table(kind, found, ref, docs[bench]),
-          if(last_table?(bench, title, kind), do: [goals(doc), plot_link(bench, dir)], else: [])
-        ]
-    end
+  defp part({title, bench, kind, [{_, ref, _} | _] = found}, doc, dir, last?) do
+    [
+      "### #{title}\n\n",
+      header(doc, ref),
+      "\n",
+      table(kind, found, ref, doc),
+      if(last?, do: [goals(doc), plot_link(bench, dir)], else: [])
+    ]
   end
 
   # A row's case: by name in its own part (or another part's, `{bench, name}`);
@@ -187,7 +233,9 @@ defmodule Tachyon.Bench.Summary do
   defp header(doc, ref) do
     m = doc["machine"] || %{}
     command = if doc["command"], do: "`#{doc["command"]}`", else: "(not recorded in the JSON)"
-    warmup = if doc["warmup"], do: " after #{Report.delimit(doc["warmup"])} warm-up", else: ""
+    # (A case may say its own warm-up: the fsync round trips run fewer.)
+    w = ref["warmup"] || doc["warmup"]
+    warmup = if w, do: " after #{Report.delimit(w)} warm-up", else: ""
 
     size =
       if is_number(ref["size"]) and ref["size"] > 0, do: ", #{ref["size"]} bytes each", else: ""
@@ -257,11 +305,6 @@ defmodule Tachyon.Bench.Summary do
   end
 
   defp rate(c), do: c["throughput_per_sec"] || c["msgs_per_sec"] || c["ops_per_sec"]
-
-  defp last_table?(bench, title, kind) do
-    {t, _, k, _} = @parts |> Enum.filter(&(elem(&1, 1) == bench)) |> List.last()
-    t == title and k == kind
-  end
 
   # The part's goals as the run printed them (user words; checked or not).
   defp goals(%{"goals" => [_ | _] = goals}) do

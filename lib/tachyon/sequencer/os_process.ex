@@ -240,7 +240,7 @@ defmodule Tachyon.Sequencer.OSProcess do
     paths =
       Enum.flat_map([:tachyon], fn app -> ["-pa", List.to_string(:code.lib_dir(app, :ebin))] end)
 
-    code = "spawn(fn -> IO.read(:stdio, :eof); System.halt(0) end); " <> code
+    code = "spawn(&Tachyon.Sequencer.OSProcess.stdin_loop/0); " <> code
     # Its schedulers have nothing to do: no busy-waiting that would take a
     # core from the threads.
     args = ["--erl", "+sbwt none +sbwtdcpu none +sbwtdio none"] ++ paths ++ ["-e", code]
@@ -301,6 +301,40 @@ defmodule Tachyon.Sequencer.OSProcess do
           else: await_line(%{port: port}, prefix, timeout)
     after
       timeout -> {:error, :timeout}
+    end
+  end
+
+  @doc """
+  The numbers of `Tachyon.Sequencer.stats/1` of the node in `p` (a
+  `mix tachyon.sequencer` process), asked on its standard input:
+  `{:ok, %{messages: n, syncs: n, ...}}` or `{:error, :timeout}`. Drops
+  the process's other output lines received meanwhile.
+  """
+  def stats(p, timeout \\ 5000) do
+    Port.command(p.port, "stats\n")
+
+    with {:ok, rest} <- await_line(p, "tachyon.sequencer stats ", timeout) do
+      {:ok, parse("tachyon.sequencer stats " <> rest).stats}
+    end
+  end
+
+  @doc "The name the process reading an OS process's standard input lines sends to."
+  def stdin_name, do: :tachyon_os_process_stdin
+
+  @doc """
+  Runs first in every OS process `spawn_elixir/2` starts: halts it when its
+  standard input closes (when the VM that started it dies), and sends each
+  line read, trimmed, as `{:stdin, line}` to the process registered as
+  `stdin_name/0`, if any.
+  """
+  def stdin_loop do
+    case IO.gets(:stdio, "") do
+      line when is_binary(line) ->
+        if pid = Process.whereis(stdin_name()), do: send(pid, {:stdin, String.trim(line)})
+        stdin_loop()
+
+      _eof_or_error ->
+        System.halt(0)
     end
   end
 

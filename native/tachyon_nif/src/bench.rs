@@ -8,6 +8,9 @@
 //! * `store_bench_native`, `async_bench_native`: the store and async store
 //!   appends in a Rust loop (the native floors).
 //! * `udp_ping`: the UDP ping client on its own (optionally pinned) thread.
+//! * `bench_relay_throughput`, `bench_fsync_floor`, `bench_seq_native`: the
+//!   sequencer bench's floors (relayed datagrams, `fdatasync`s of the
+//!   disk) and its Rust member loop.
 //!
 //! The engine modules (`store`, `async_store`, `table`, `udp`) hold no
 //! benchmark code; this one borrows their resources and term helpers.
@@ -234,6 +237,34 @@ fn bench_bus_datagram_size(size: u64, per: u64) -> u64 {
         size.min(u32::MAX as u64) as usize,
         per.min(u32::MAX as u64) as usize,
     ) as u64
+}
+
+/// The `raw.fdatasync` floors of the sequencer bench
+/// (`tachyon_core::bench::fsync`), on a dirty I/O scheduler. `opts`: path
+/// (the directory), kind, count, size; `:latency` also warmup and returns
+/// `{:ok, hist}` (each write and its `fdatasync`); `:throughput` also per
+/// (records per `fdatasync`) and returns `{:ok, %{records, syncs,
+/// elapsed_ns}}`. `{:error, reason}` if the file cannot be written.
+#[rustler::nif(schedule = "DirtyIo")]
+fn bench_fsync_floor<'a>(env: Env<'a>, opts: Term<'a>) -> NifResult<Term<'a>> {
+    use tachyon_core::bench::fsync;
+    let dir: String = get(env, opts, "path")?;
+    let dir = std::path::Path::new(&dir);
+    let kind: rustler::Atom = get(env, opts, "kind")?;
+    let n = |k: &str| get::<u64>(env, opts, k);
+    // (Clamped: a size beyond any datagram is refused by no one here.)
+    let size = n("size")?.min(1 << 20) as usize;
+    let out = match kind.to_term(env).atom_to_string()?.as_str() {
+        "latency" => fsync::latency(dir, n("count")?, n("warmup")?, size)
+            .map(|h| (atoms::ok(), HistResource::wrap(h)).encode(env)),
+        "throughput" => {
+            let per = n("per")?.clamp(1, 1 << 16) as usize;
+            fsync::throughput(dir, n("count")?, size, per)
+                .map(|t| (atoms::ok(), crate::terms::fields_map(env, &t)).encode(env))
+        }
+        _ => return Err(rustler::Error::BadArg),
+    };
+    Ok(out.unwrap_or_else(|e| error(env, e)))
 }
 
 /// The sequencer bench's native member (`tachyon_core::bench::seq`), on a

@@ -14,10 +14,13 @@
 //!   [`crate::udp::EchoServer`] or any echo peer).
 //! * [`relay`]: the floors of the sequencer bench's throughput cases (a
 //!   client pipelining bus-sized datagrams through a relay thread).
+//! * [`fsync`]: the floors of its `durability: :fsync` cases (a bus
+//!   entry's worth written and `fdatasync`ed, one or a batch per sync).
 //! * [`seq`]: the native member of the sequencer bench (round trip and
 //!   throughput floors).
 
 pub mod async_store;
+pub mod fsync;
 pub mod hiccup;
 pub mod ping;
 pub mod relay;

@@ -1,5 +1,8 @@
 //! The native floor of the store benchmark (`tachyon.store.append.native`):
-//! the same appends as the Elixir case, in a Rust loop with no BEAM.
+//! the same appends as the Elixir case, in a Rust loop with no BEAM; and
+//! [`append_sync`], an append and a `sync` per message (what a sequencer
+//! node with `durability: :fsync` asks of its log per entry when entries
+//! come one at a time).
 
 use std::time::Instant;
 
@@ -51,4 +54,26 @@ pub fn append(
         hist: h,
         page_faults: (min1 - min0) + (maj1 - maj0),
     })
+}
+
+/// `warmup + count` times: one `size`-byte append to `store`, then
+/// [`Store::sync`]; the histogram of the last `count` (each append and
+/// its sync, in nanoseconds).
+pub fn append_sync(
+    store: &Store,
+    count: u64,
+    warmup: u64,
+    size: usize,
+) -> Result<Hist, StoreError> {
+    let msg = vec![0xA5u8; size];
+    let mut h = Hist::new();
+    for i in 0..warmup + count {
+        let t0 = Instant::now();
+        store.append(&msg)?;
+        store.sync()?;
+        if i >= warmup {
+            h.record(t0.elapsed().as_nanos() as u64);
+        }
+    }
+    Ok(h)
 }

@@ -112,3 +112,27 @@ fn relay_floors_return_every_message_one_or_many_per_datagram() {
     let e = throughput("127.0.0.1:9".parse().unwrap(), 10, 60_000, 2, 1, 1 << 20).unwrap_err();
     assert_eq!(e.kind(), std::io::ErrorKind::InvalidInput);
 }
+
+#[test]
+fn fdatasync_floors_sync_every_record_or_every_batch_and_leave_no_file() {
+    use crate::bench::fsync::{entry_size, latency, throughput, FILE_NAME};
+    let d = tmp();
+    assert_eq!(entry_size(256), 20 + 256);
+    let h = latency(&d, 20, 5, 256).unwrap();
+    assert_eq!(h.count(), 20);
+    assert!(h.report().min > 0);
+    // 100 records, 32 to a sync: 32 + 32 + 32 + 4.
+    let t = throughput(&d, 100, 256, 32).unwrap();
+    assert_eq!((t.records, t.syncs), (100, 4));
+    assert!(t.elapsed_ns > 0);
+    // Fewer records than a batch: one sync. Nothing is left behind.
+    let t = throughput(&d, 10, 256, 2048).unwrap();
+    assert_eq!((t.records, t.syncs), (10, 1));
+    assert!(!d.join(FILE_NAME).exists());
+    fs::remove_dir_all(&d).unwrap();
+    // A directory that cannot be made is an error, not a panic.
+    let file = tmp();
+    fs::write(&file, b"x").unwrap();
+    assert!(latency(&file.join("sub"), 1, 0, 8).is_err());
+    fs::remove_file(&file).unwrap();
+}

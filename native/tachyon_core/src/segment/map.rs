@@ -172,6 +172,41 @@ impl Maps {
         }
         w.map.flush_range(from, to - from)
     }
+
+    /// Writes the dirty pages of `[from, to)` of `file` back
+    /// (`sync_file_range`), and with `wait` waits for them (and for any
+    /// writeback of the range already under way), without the device cache
+    /// flush of [`Maps::sync_range`]: the pages are durable once a later
+    /// `sync_range` of the same file returns (its `fdatasync` commits the
+    /// file's metadata and flushes the device's cache, writes done before
+    /// it included). Without `wait`, writeback only starts. Where the file
+    /// system refuses `sync_file_range`, does a `sync_range` instead.
+    pub fn write_back(&self, file: &File, from: usize, to: usize, wait: bool) -> io::Result<()> {
+        use std::os::fd::AsRawFd;
+        let from = from & !(PAGE - 1);
+        if to <= from {
+            return Ok(());
+        }
+        let flags = if wait {
+            libc::SYNC_FILE_RANGE_WAIT_BEFORE
+                | libc::SYNC_FILE_RANGE_WRITE
+                | libc::SYNC_FILE_RANGE_WAIT_AFTER
+        } else {
+            libc::SYNC_FILE_RANGE_WRITE
+        };
+        // SAFETY: a system call on a descriptor `file` keeps open; it reads
+        // no memory of ours.
+        let rc = unsafe {
+            libc::sync_file_range(file.as_raw_fd(), from as i64, (to - from) as i64, flags)
+        };
+        if rc == 0 {
+            Ok(())
+        } else if wait {
+            self.sync_range(file, from, to)
+        } else {
+            Ok(())
+        }
+    }
 }
 
 impl WriteMap {

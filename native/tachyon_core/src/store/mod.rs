@@ -265,6 +265,9 @@ struct Writer {
     /// Data offset in `active` up to which `sync` has flushed.
     synced_pos: usize,
     synced_slot: usize,
+    /// The active segment's header may differ from what is on the disk
+    /// (activated, or its seal cleared at open, since the last sync).
+    header_dirty: bool,
     dir_dirty: bool,
     appended: u64,
     appended_bytes: u64,

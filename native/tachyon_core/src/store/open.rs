@@ -192,6 +192,7 @@ impl Writer {
             unsynced: Vec::new(),
             synced_pos: end,
             synced_slot: count,
+            header_dirty: true,
             dir_dirty,
             appended: 0,
             appended_bytes: 0,

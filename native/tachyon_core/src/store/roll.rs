@@ -156,6 +156,7 @@ impl Store {
         w.slot = 0;
         w.synced_pos = 0;
         w.synced_slot = 0;
+        w.header_dirty = true;
         w.dir_dirty = true;
         w.rolls += 1;
         w.prepared_rolls += prepared as u64;

@@ -368,6 +368,14 @@ impl Segment {
         self.maps.sync_range(&self.file, from, to)
     }
 
+    /// Writes `[from, to)` (file offsets) back, waiting for it with `wait`,
+    /// without flushing the device's cache: durable once a later
+    /// [`Segment::sync_range`] returns ([`Maps::write_back`]).
+    pub fn write_back(&self, from: usize, to: usize, wait: bool) -> io::Result<()> {
+        let to = align_up(to.min(self.layout.file_len), PAGE).min(self.layout.file_len);
+        self.maps.write_back(&self.file, from, to, wait)
+    }
+
     /// Starts writeback of the whole file without waiting.
     pub fn sync_async(&self) {
         if let Some(w) = self.writable() {

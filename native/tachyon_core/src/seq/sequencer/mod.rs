@@ -63,6 +63,8 @@ struct Shared {
     /// The lowest entry a replay could not read back (`u64::MAX`: none):
     /// the node thread cuts its log there and copies it again.
     damaged: AtomicU64,
+    /// Nanoseconds the syncer spent in syncs that succeeded.
+    sync_ns: Counter,
     /// The syncer's wake-up line, and the node thread's.
     syncer_wake: OnceLock<Arc<crate::wait::Wake>>,
     node_wake: OnceLock<Arc<crate::wait::Wake>>,
@@ -149,6 +151,7 @@ impl Sequencer {
             sync_errors: Counter::default(),
             trim_errors: Counter::default(),
             damaged: AtomicU64::new(u64::MAX),
+            sync_ns: Counter::default(),
             syncer_wake: OnceLock::new(),
             node_wake: OnceLock::new(),
         });

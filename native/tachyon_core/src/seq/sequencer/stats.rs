@@ -68,6 +68,9 @@ crate::named_fields! {
         pub sync_requests: u64,
         pub syncs: u64,
         pub sync_errors: u64,
+        /// Microseconds the syncer spent in the syncs done: divided by
+        /// `syncs`, how long a sync takes on this node's disk.
+        pub sync_time_us: u64,
         /// Appends refused for want of space (a primary then steps down).
         pub disk_full: u64,
         /// Replay jobs dropped: made under another term or before a
@@ -128,6 +131,7 @@ impl Sequencer {
             sync_requests: c.sync_requests.get(),
             syncs: c.syncs_done.get(),
             sync_errors: self.shared.sync_errors.get(),
+            sync_time_us: self.shared.sync_ns.get() / 1000,
             disk_full: c.full.get(),
             stale_replays: self.shared.stale_replays.get(),
             probes: c.probes.get(),

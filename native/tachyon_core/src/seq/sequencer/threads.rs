@@ -314,8 +314,10 @@ pub(super) fn sync_loop(ctx: &Ctx, store: &SharedStore, sh: &Shared) {
             continue;
         };
         waiter.reset();
+        let t0 = std::time::Instant::now();
         match store.get().sync() {
             Ok(_) => {
+                sh.sync_ns.bump(t0.elapsed().as_nanos() as u64);
                 *sh.sync_done.lock().unwrap_or_else(|p| p.into_inner()) = Some((upto, gen));
                 if let Some(w) = sh.node_wake.get() {
                     w.wake();
