@@ -233,7 +233,10 @@ fn table(a: &Args) {
     }
     let rest = t0.elapsed();
     line("table put (memory, 256 B)", &h);
-    println!("  second half untimed: {:.0} ns per put", rest.as_nanos() as f64 / 500_000.0);
+    println!(
+        "  second half untimed: {:.0} ns per put",
+        rest.as_nanos() as f64 / 500_000.0
+    );
     explain(a, &slow);
     t.close().expect("close");
     let _ = std::fs::remove_dir_all(&d);

@@ -95,7 +95,11 @@ impl Maps {
             // `read_ahead_kb` (8 MiB, 5-12 ms here) around it.
             // SAFETY: the whole map just made; the advice changes no byte.
             unsafe {
-                libc::madvise(map.as_mut_ptr() as *mut libc::c_void, len, libc::MADV_RANDOM)
+                libc::madvise(
+                    map.as_mut_ptr() as *mut libc::c_void,
+                    len,
+                    libc::MADV_RANDOM,
+                )
             };
             Some(Arc::new(WriteMap { map }))
         } else {
