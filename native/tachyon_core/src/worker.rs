@@ -28,13 +28,29 @@
 //! The reaper also takes other slow work a destructor must not do on the
 //! thread that runs it: [`defer`] hands it a job (unmapping a segment's
 //! pages, closing a table), run in the order given.
+//!
+//! Background work gives its CPU up often ([`pace`]). The threads that
+//! prepare segments, write hints and fault memory in ahead of a writer
+//! (marked with [`background`]) share the machine's cores with that writer,
+//! and on a 2-core machine whose other core is busy they share its core:
+//! the scheduler (EEVDF) then lets a thread that slept a while run several
+//! milliseconds before the writer gets the core back. Traced on the 2-core
+//! KVM guest (`cargo run --release -p tachyon_core --bin tachyon_tails --
+//! table --pin 0`, sched_switch events): the table's prepare thread ran
+//! for up to 11.8 ms at a time (faulting a 64 MiB segment in, 1 MiB per
+//! call), its maintenance thread 4.9 ms (a segment's hints), the reaper
+//! 2.0 ms (the node arena's pages), each of them a put that long. So
+//! such work goes in pieces of [`PACE_RUN`] at most, between which
+//! [`pace`] sleeps [`PACE_NAP`]: the writer waits one piece at worst, and
+//! the background work still gets its share of the core.
 
+use std::cell::Cell;
 use std::io;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
 use std::sync::mpsc::{self, Sender};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::thread::JoinHandle;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crossbeam_utils::CachePadded;
 
@@ -69,8 +85,69 @@ impl Ctx {
 
     /// Sleeps for `d`, or until woken or asked to stop.
     pub fn sleep(&self, d: Duration) {
-        self.wake.sleep(Sleep::Sleeping, d, None, || self.stopped())
+        self.wake.sleep(Sleep::Sleeping, d, None, || self.stopped());
+        rested();
     }
+}
+
+/// Longest a [`background`] thread runs between two naps of [`pace`].
+pub const PACE_RUN: Duration = Duration::from_micros(100);
+/// How long [`pace`] sleeps (the kernel's default timer slack adds up to
+/// 50 us).
+pub const PACE_NAP: Duration = Duration::from_micros(20);
+/// Bytes of memory work (faulting in, writing out, checksumming) per piece
+/// of background work between two [`pace`] calls: 128 KiB, tens of
+/// microseconds.
+pub const PACE_BYTES: usize = 128 << 10;
+
+thread_local! {
+    /// On a [`background`] thread: when it last slept.
+    static RESTED: Cell<Option<Instant>> = const { Cell::new(None) };
+}
+
+/// Marks the calling thread as one doing background work, which [`pace`]
+/// pauses (see the module doc). Other threads (a BEAM scheduler, a
+/// part's hot loop) are never paused.
+pub fn background() {
+    RESTED.with(|r| r.set(Some(Instant::now())));
+}
+
+/// Called by background work between pieces of at most about
+/// [`PACE_RUN`]: on a [`background`] thread that has run for `PACE_RUN`
+/// since it last slept, sleeps [`PACE_NAP`], so that a writer waiting for
+/// this core gets it. Elsewhere it does nothing (a clock read).
+#[inline]
+pub fn pace() {
+    RESTED.with(|r| {
+        if let Some(t) = r.get() {
+            if t.elapsed() >= PACE_RUN {
+                std::thread::sleep(PACE_NAP);
+                r.set(Some(Instant::now()));
+            }
+        }
+    });
+}
+
+/// Frees `v` a [`PACE_BYTES`] piece at a time, [`pace`] between them: a
+/// large buffer's free is one `munmap` of all its pages (0.3-0.7 ms for
+/// the 7-9 MB of a 64 MiB segment's hints, traced), each shrink a short
+/// one of its tail.
+pub fn drop_paced<T>(mut v: Vec<T>) {
+    let piece = (PACE_BYTES / std::mem::size_of::<T>().max(1)).max(1);
+    v.clear();
+    while v.capacity() > piece {
+        v.shrink_to(v.capacity() - piece);
+        pace();
+    }
+}
+
+/// A [`background`] thread slept (waiting for work): its run starts anew.
+fn rested() {
+    RESTED.with(|r| {
+        if r.get().is_some() {
+            r.set(Some(Instant::now()));
+        }
+    });
 }
 
 /// A named OS thread with a stop flag, a wake-up line and a join that never
@@ -335,7 +412,19 @@ fn reaper() -> Option<&'static Mutex<Sender<Job>>> {
             std::thread::Builder::new()
                 .name("tachyon-reaper".into())
                 .spawn(move || {
-                    for job in rx {
+                    background();
+                    loop {
+                        let job = match rx.try_recv() {
+                            Ok(job) => job,
+                            Err(mpsc::TryRecvError::Empty) => match rx.recv() {
+                                Ok(job) => {
+                                    rested();
+                                    job
+                                }
+                                Err(_) => break,
+                            },
+                            Err(mpsc::TryRecvError::Disconnected) => break,
+                        };
                         // A panicking job must not take the reaper down.
                         let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(job));
                     }

@@ -170,6 +170,8 @@ const RETRY_AFTER: Duration = Duration::from_secs(1);
 /// The prepare thread's body: faults in ahead of the writer and keeps the
 /// queue full until the worker is stopped, then removes what is queued.
 pub fn run<P: Prepare>(ctx: &Ctx, mut p: P) {
+    // Its populates go in paced pieces (a writer may share its core).
+    crate::worker::background();
     let mut failed_at: Option<Instant> = None;
     while !ctx.stopped() {
         let busy = p.touch_ahead();

@@ -55,6 +55,9 @@ impl Inner {
     /// and each time syncs if due, writes the hints of sealed segments, and
     /// runs a compaction round if due or asked for.
     pub(super) fn maintenance_loop(self: Arc<Self>, ctx: &Ctx) {
+        // Hints, syncs and compaction go in paced pieces (the writer may
+        // share this thread's core).
+        crate::worker::background();
         let tick = [self.cfg.sync_interval, self.cfg.compaction_interval]
             .into_iter()
             .flatten()
@@ -147,13 +150,20 @@ impl Inner {
         s.datasync()?;
         s.synced.store(end, Ordering::Release);
         let data = s.data(end as usize)?;
-        let mut entries: Vec<(u8, u64, &[u8], u32, u32)> = Vec::new();
+        // Sized once: growing it by doubling copied megabytes at a time on
+        // this thread, in one piece no pacing splits (0.9 ms traced).
+        let mut entries: Vec<(u8, u64, &[u8], u32, u32)> = Vec::with_capacity(s.most_entries());
         scan_records(&data, |e| {
+            if entries.len().is_multiple_of(PACE_ENTRIES) {
+                crate::worker::pace();
+            }
             entries.push((e.kind, e.seq, e.key, e.vlen, e.val_off))
         });
         let bytes = encode_hints(s.id, end, &entries);
-        drop(entries);
-        write_file_durably(&self.dir.join(hint_file_name(s.id)), &bytes)?;
+        crate::worker::drop_paced(entries);
+        let written = write_file_durably(&self.dir.join(hint_file_name(s.id)), &bytes);
+        crate::worker::drop_paced(bytes);
+        written?;
         s.hinted.store(true, Ordering::Release);
         fsync_dir(&self.dir)?;
         Ok(())
@@ -327,6 +337,10 @@ impl Copier<'_> {
             if seen.is_multiple_of(256) && self.inner.stopping.load(Ordering::Acquire) {
                 err = Some(TableError::Closed);
                 return;
+            }
+            if seen.is_multiple_of(PACE_ENTRIES as u32) {
+                // (No lock held here.)
+                crate::worker::pace();
             }
             if self.keep(seg, &e) {
                 let val = &data[e.val_off as usize..e.val_off as usize + e.vlen as usize];

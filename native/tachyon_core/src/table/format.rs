@@ -55,6 +55,12 @@ pub const ENTRY_HEADER: usize = 9;
 pub const HINT_HEADER: usize = 40;
 pub const HINT_ENTRY: usize = 21;
 
+/// Entries a piece of background work (a scan for hints, a compaction's
+/// copy, hint encoding) handles between two [`crate::worker::pace`] calls.
+pub const PACE_ENTRIES: usize = 64;
+/// See [`crate::worker::PACE_BYTES`].
+pub const PACE_BYTES: usize = crate::worker::PACE_BYTES;
+
 pub const KIND_PUT: u8 = 1;
 pub const KIND_DEL: u8 = 2;
 
@@ -251,7 +257,13 @@ fn entries_ok(payload: &[u8]) -> bool {
 
 /// Encodes a hint file for segment `id` covering `seg_len` bytes.
 pub fn encode_hints(id: u64, seg_len: u64, entries: &[(u8, u64, &[u8], u32, u32)]) -> Vec<u8> {
-    let keys: usize = entries.iter().map(|e| e.2.len()).sum();
+    let mut keys = 0;
+    for (i, e) in entries.iter().enumerate() {
+        if i.is_multiple_of(PACE_ENTRIES * 16) {
+            crate::worker::pace();
+        }
+        keys += e.2.len();
+    }
     let mut out = Vec::with_capacity(HINT_HEADER + entries.len() * HINT_ENTRY + keys + 4);
     out.extend_from_slice(&HINT_MAGIC);
     out.extend_from_slice(&VERSION.to_le_bytes());
@@ -259,7 +271,10 @@ pub fn encode_hints(id: u64, seg_len: u64, entries: &[(u8, u64, &[u8], u32, u32)
     out.extend_from_slice(&id.to_le_bytes());
     out.extend_from_slice(&seg_len.to_le_bytes());
     out.extend_from_slice(&(entries.len() as u64).to_le_bytes());
-    for &(kind, seq, key, vlen, val_off) in entries {
+    for (i, &(kind, seq, key, vlen, val_off)) in entries.iter().enumerate() {
+        if i.is_multiple_of(PACE_ENTRIES) {
+            crate::worker::pace();
+        }
         out.push(kind);
         out.extend_from_slice(&(key.len() as u32).to_le_bytes());
         out.extend_from_slice(&vlen.to_le_bytes());
@@ -267,7 +282,11 @@ pub fn encode_hints(id: u64, seg_len: u64, entries: &[(u8, u64, &[u8], u32, u32)
         out.extend_from_slice(&seq.to_le_bytes());
         out.extend_from_slice(key);
     }
-    let crc = crc32c::crc32c(&out);
+    let mut crc = 0;
+    for piece in out.chunks(PACE_BYTES) {
+        crc = crc32c::crc32c_append(crc, piece);
+        crate::worker::pace();
+    }
     out.extend_from_slice(&crc.to_le_bytes());
     out
 }
@@ -337,7 +356,11 @@ pub fn encode_manifest(ids: &[u64]) -> Vec<u8> {
     for id in ids {
         out.extend_from_slice(&id.to_le_bytes());
     }
-    let crc = crc32c::crc32c(&out);
+    let mut crc = 0;
+    for piece in out.chunks(PACE_BYTES) {
+        crc = crc32c::crc32c_append(crc, piece);
+        crate::worker::pace();
+    }
     out.extend_from_slice(&crc.to_le_bytes());
     out
 }

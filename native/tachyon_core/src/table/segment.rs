@@ -301,14 +301,29 @@ impl Segment {
     }
 
     /// fdatasync: everything written (through the map or pwrite) is on
-    /// stable storage when it returns.
+    /// stable storage when it returns. Its writeback is started in paced
+    /// pieces ([`crate::sys::datasync_paced`]).
     pub fn datasync(&self) -> io::Result<()> {
-        self.file.sync_data()
+        crate::sys::datasync_paced(&self.file, self.cap as u64)
     }
 
     /// Cuts the file to `len` bytes (returns the preallocated tail).
     pub fn truncate(&self, len: u64) -> io::Result<()> {
         self.file.set_len(len)
+    }
+
+    /// At least as many entries as the segment holds, close to that for a
+    /// segment the writer filled: each entry has its own sequence number
+    /// (consecutive ones, but for a compaction output) and costs at least
+    /// [`entry_cost`]`(0, 0)` bytes of `total`.
+    pub fn most_entries(&self) -> usize {
+        let (min, max) = (
+            self.min_seq.load(Ordering::Acquire),
+            self.max_seq.load(Ordering::Acquire),
+        );
+        let by_seq = if max >= min { max - min + 1 } else { 0 };
+        let by_size = self.total.load(Ordering::Acquire) / entry_cost(0, 0);
+        by_seq.min(by_size) as usize
     }
 
     /// Unlinks the file and its hint if they are still this segment's.
