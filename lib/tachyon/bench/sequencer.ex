@@ -14,6 +14,9 @@ defmodule Tachyon.Bench.Sequencer do
   #   tachyon.sequencer.roundtrip       an Elixir process (member in :poll mode) publishes
   #                                     --size bytes and waits for its own message
   #   tachyon.sequencer.roundtrip.loss  the same, 1% of bus datagrams dropped on the member's side
+  #   tachyon.sequencer.roundtrip.messages  the same with the member in :messages mode: its
+  #                                     thread sends each message to the process, which
+  #                                     waits for its own in `receive`
   #   tachyon.sequencer.throughput      publish --messages one per datagram (sequencer
   #                                     --no-batching) and receive them all: messages/s
   #   tachyon.sequencer.throughput.batched  the same, 64 messages per command, batching on
@@ -45,9 +48,9 @@ defmodule Tachyon.Bench.Sequencer do
 
   @defaults [messages: 100_000, warmup: 20_000, size: 256, hiccup_ms: 1000]
   @quick [messages: 5_000, warmup: 1_000, hiccup_ms: 200]
-  @all ~w(machine.hiccup tachyon.echo raw.relay.roundtrip tachyon.sequencer.roundtrip.native tachyon.sequencer.roundtrip tachyon.sequencer.roundtrip.loss beam.dist.roundtrip raw.relay.throughput raw.relay.throughput.batched tachyon.sequencer.throughput tachyon.sequencer.throughput.batched tachyon.sequencer.throughput.native tachyon.sequencer.throughput.batched.native)
+  @all ~w(machine.hiccup tachyon.echo raw.relay.roundtrip tachyon.sequencer.roundtrip.native tachyon.sequencer.roundtrip tachyon.sequencer.roundtrip.loss tachyon.sequencer.roundtrip.messages beam.dist.roundtrip raw.relay.throughput raw.relay.throughput.batched tachyon.sequencer.throughput tachyon.sequencer.throughput.batched tachyon.sequencer.throughput.native tachyon.sequencer.throughput.batched.native)
   # The cases that also run against a group (--group N), in this order.
-  @kinds ~w(roundtrip.native roundtrip roundtrip.loss throughput throughput.batched throughput.native throughput.batched.native)
+  @kinds ~w(roundtrip.native roundtrip roundtrip.loss roundtrip.messages throughput throughput.batched throughput.native throughput.batched.native)
 
   @doc "The part's options, defaults and goals' run (Tachyon.Bench.CLI)."
   def spec do
@@ -199,6 +202,7 @@ defmodule Tachyon.Bench.Sequencer do
 
   defp run_kind("roundtrip", name, dir, cfg), do: roundtrip(name, dir, cfg, 0.0)
   defp run_kind("roundtrip.loss", name, dir, cfg), do: roundtrip(name, dir, cfg, 0.01)
+  defp run_kind("roundtrip.messages", name, dir, cfg), do: roundtrip_messages(name, dir, cfg)
 
   defp run_kind("throughput", name, dir, cfg),
     do: throughput(name, dir, cfg, 1, ["--no-batching"])
@@ -399,6 +403,49 @@ defmodule Tachyon.Bench.Sequencer do
   # Only this member publishes: its message is the last one of the batch.
   defp await_own(bus, _ms) do
     {:ok, [_ | _]} = Bus.recv(bus, 5000)
+  end
+
+  # The round trip with the member's thread delivering (`delivery:
+  # :messages`, its default wait): what a process that receives from a
+  # member sees, the thread's hand-off included.
+  defp roundtrip_messages(name, dir, cfg) do
+    with_sequencer(dir, cfg, [], fn seq ->
+      msg = :binary.copy(<<0x5A>>, cfg.size)
+
+      h =
+        Bench.in_big_heap(fn ->
+          {:ok, bus} = Bus.open(sequencer: seq.bus, member_id: 1)
+
+          {h, _, _gcs} =
+            Bench.sample(cfg.warmup, cfg.n, fn k, h, _ -> rt_messages_loop(bus, msg, k, h) end)
+
+          Bus.close(bus)
+          h
+        end)
+
+      Bench.from_hist(name, h, cfg.size, %{
+        unit: :perf_counter,
+        note:
+          "member in :messages mode: its thread sends each message to this process" <> seq.note
+      })
+    end)
+  end
+
+  defp rt_messages_loop(_bus, _msg, 0, _h), do: nil
+
+  defp rt_messages_loop(bus, msg, k, h) do
+    t0 = :os.perf_counter()
+    {:ok, ms} = Bus.publish(bus, msg)
+
+    receive do
+      {:tachyon_bus, ^bus, _seq, 1, _data} -> :ok
+    after
+      5000 -> raise "tachyon.sequencer.roundtrip.messages: no message in 5 s (member_seq #{ms})"
+    end
+
+    t1 = :os.perf_counter()
+    if h, do: Bench.record(h, t1 - t0)
+    rt_messages_loop(bus, msg, k - 1, h)
   end
 
   defp throughput(name, dir, cfg, per_cmd, extra) do
