@@ -78,11 +78,15 @@ defmodule Tachyon.Bus do
   #{Tachyon.Options.docs(Tachyon.Sequencer.Options.bus_server_schema())}
   """
 
-  alias Tachyon.Native
+  require Logger
+
+  alias Tachyon.{Named, Native}
   alias Tachyon.Sequencer.Options
 
   @typedoc "A member of the bus (a reference)."
   @type bus :: reference()
+  @typedoc "A member, or the name or pid of a process started by `start_link/1`."
+  @type server :: bus() | atom() | pid()
   @type entry :: {seq :: pos_integer(), member_id :: pos_integer(), data :: binary()}
 
   @doc """
@@ -107,10 +111,64 @@ defmodule Tachyon.Bus do
 
   @doc false
   # The member and what the NIF answered (Tachyon.Bus.Server keeps it).
-  def open_info(opts) do
+  # `who`: the owner (monitored: its exit closes the member), whether it
+  # gets the messages, more receivers, and who is told of messages
+  # delivered to nobody; nil for `open/1`: the owner (`:owner`, or the
+  # caller) gets them.
+  def open_info(opts, who \\ nil) do
     o = opts |> Tachyon.Options.validate!(Options.bus_schema(), "Tachyon.Bus") |> Map.new()
-    owner = o.owner || self()
 
+    with {:ok, who} <- open_who(who, o.owner),
+         {:ok, sequencer} <- sequencer_addresses(o.sequencer) do
+      open_nif(%{o | sequencer: sequencer}, who)
+    end
+  end
+
+  defp open_who(nil, owner) do
+    pid = if is_atom(owner) and owner != nil, do: Process.whereis(owner), else: owner || self()
+
+    cond do
+      pid == nil ->
+        Logger.error(
+          "Tachyon.Bus could not open: no process is registered as its owner #{inspect(owner)}"
+        )
+
+        {:error, :noproc}
+
+      kind = dropper(pid) ->
+        Logger.warning(
+          "Tachyon.Bus: the owner #{inspect(pid)} of a member is #{kind_words(kind)}, which " <>
+            "drops every message: open the member in the process that handles them, or start " <>
+            "it in your tree ({Tachyon.Bus, name: ...}) and call Tachyon.Bus.subscribe/1 there"
+        )
+
+        {:ok, %{owner: pid, owner_receives: true, receivers: [], report: nil}}
+
+      true ->
+        {:ok, %{owner: pid, owner_receives: true, receivers: [], report: nil}}
+    end
+  end
+
+  defp open_who(who, _owner), do: {:ok, who}
+
+  defp sequencer_addresses(name) when is_atom(name) do
+    case Named.whereis(Tachyon.Sequencer, name) do
+      {:ok, %{info: %{address: address}}} ->
+        {:ok, [address]}
+
+      {:error, :noproc} = error ->
+        Logger.error(
+          "Tachyon.Bus could not open: no Tachyon.Sequencer named #{inspect(name)} is running " <>
+            "on this node (its :sequencer option); start it first (before the bus in a child list)"
+        )
+
+        error
+    end
+  end
+
+  defp sequencer_addresses(addresses), do: {:ok, addresses}
+
+  defp open_nif(o, who) do
     nif =
       o
       |> Map.drop([
@@ -137,27 +195,55 @@ defmodule Tachyon.Bus do
         connect_timeout_us: o.connect_timeout_ms * 1000,
         max_queue: if(o.max_queue == :infinity, do: nil, else: o.max_queue),
         events: Process.whereis(Tachyon.Bus.Events),
-        loss: o.loss / 1
+        loss: o.loss / 1,
+        owner_receives: who.owner_receives,
+        receivers: who.receivers,
+        report: who.report
       })
 
-    Native.bus_open(nif, owner)
+    Native.bus_open(nif, who.owner)
   end
 
+  @doc false
+  # What an owner that drops every message is: a supervisor, the
+  # application master (or the process that runs `Application.start/2`),
+  # or nil.
+  @spec dropper(pid()) :: :supervisor | :application_master | nil
+  def dropper(pid) do
+    case Process.info(pid, [:initial_call, :dictionary]) do
+      [initial_call: call, dictionary: dict] ->
+        case {call, Keyword.get(dict, :"$initial_call")} do
+          {_, {:supervisor, _, _}} -> :supervisor
+          {{:application_master, _, _}, _} -> :application_master
+          {_, {:application_master, _, _}} -> :application_master
+          _ -> nil
+        end
+
+      nil ->
+        nil
+    end
+  end
+
+  defp kind_words(:supervisor), do: "a supervisor"
+  defp kind_words(:application_master), do: "the application master"
+
   @doc """
-  Starts a process that joins the bus for `:owner` (required: under a
-  supervisor the caller is the supervisor) and emits
-  `[:tachyon, :bus, :stats]` every `:stats_interval_ms` (default 1000).
-  `bus/1` returns its member. The member closes when the process stops or
-  the owner exits; a crash or a kill of the process is restarted by its
-  supervisor (`:transient`), `close/1` is final.
+  Starts a process that joins the bus and emits `[:tachyon, :bus, :stats]`
+  every `:stats_interval_ms` (default 1000): the member of a supervision
+  tree (see "Under a supervisor"). The messages go to the processes that
+  `subscribe/1` to it and to the `:owner`, if one is given (a pid, or a
+  registered name looked up now and at each restart). Functions take the
+  process's name or pid as they take a member (`bus/1` returns the
+  member). A crash or a kill of the process is restarted by its supervisor
+  (`:transient`, subscriptions by name kept), `close/1` is final.
 
   ## Example
 
       dir = Path.join(System.tmp_dir!(), "bus-#{System.unique_integer([:positive])}")
       {:ok, seq} = Tachyon.Sequencer.start_link(path: dir, wait: :park)
-      {:ok, pid} = Tachyon.Bus.start_link(sequencer: Tachyon.Sequencer.address(seq), member_id: 2, owner: self())
-      bus = Tachyon.Bus.bus(pid)
-      {:ok, _} = Tachyon.Bus.publish(bus, "x")
+      {:ok, _pid} = Tachyon.Bus.start_link(name: :my_bus, sequencer: Tachyon.Sequencer.address(seq), member_id: 2)
+      :ok = Tachyon.Bus.subscribe(:my_bus)
+      {:ok, _} = Tachyon.Bus.publish(:my_bus, "x")
   """
   @spec start_link(keyword()) :: GenServer.on_start()
   def start_link(opts) when is_list(opts) do
@@ -169,19 +255,91 @@ defmodule Tachyon.Bus do
     {server, opts} = Keyword.split(opts, server_keys)
     server = Tachyon.Options.validate!(server, server_schema, "Tachyon.Bus")
 
-    unless Keyword.has_key?(opts, :owner),
-      do: raise(ArgumentError, "Tachyon.Bus.start_link/1 needs :owner")
-
     # Validate now: a bad option raises in the caller, not in the process.
-    Tachyon.Options.validate!(opts, Options.bus_schema(), "Tachyon.Bus")
+    checked = Tachyon.Options.validate!(opts, Options.bus_schema(), "Tachyon.Bus")
 
-    Tachyon.PartServer.start_link(Tachyon.Bus.Server, opts,
+    if checked[:delivery] == :poll and checked[:owner] == nil do
+      raise ArgumentError,
+            "Tachyon.Bus.start_link/1 with delivery: :poll needs :owner, the process that " <>
+              "calls recv/2 (a pid or a registered name); subscribers are for delivery: :messages"
+    end
+
+    name = if is_atom(server[:name]), do: server[:name]
+
+    Tachyon.PartServer.start_link(Tachyon.Bus.Server, {opts, name},
       module: __MODULE__,
       part: :bus,
       name: server[:name],
-      interval: server[:stats_interval_ms]
+      interval: server[:stats_interval_ms],
+      by_pid: true
     )
   end
+
+  @doc """
+  The defaults of the options (`start_link/1`'s included), most from the
+  Rust `MemberConfig::new`; `:sequencer` and `:member_id` have none.
+
+  ## Example
+
+      %{max_datagram_size: 1472, delivery: :messages} = Tachyon.Bus.defaults()
+  """
+  @spec defaults() :: map()
+  def defaults do
+    schema = Options.bus_schema() ++ Options.bus_server_schema()
+    schema = for {k, spec} <- schema, not Keyword.get(spec, :required, false), do: {k, spec}
+    Map.new(Tachyon.Options.validate!([], schema, "Tachyon.Bus"))
+  end
+
+  @doc """
+  Makes the calling process a receiver of the messages and events of a
+  member started by `start_link/1`, given by name or pid. By name, the
+  subscription outlives the member's process: it holds across its
+  restarts, and may come before it starts. The subscriber is monitored:
+  its exit ends the subscription. Several processes may subscribe; each
+  gets every message (`{:tachyon_bus, bus, seq, member_id, data}`, `bus`
+  being the member of the moment: see `bus/1`). Subscribing again changes
+  nothing. `{:error, :noproc}` for a pid no member runs as,
+  `{:error, :not_messages}` for a `delivery: :poll` member (its owner
+  polls).
+
+  ## Example
+
+      :ok = Tachyon.Bus.subscribe(:orders)
+
+      receive do
+        {:tachyon_bus, _bus, _seq, _member_id, data} -> data
+      end
+  """
+  @spec subscribe(atom() | pid()) :: :ok | {:error, :noproc | :not_messages}
+  def subscribe(server), do: Tachyon.Bus.Subscribers.subscribe(key!(server), self())
+
+  @doc """
+  Ends the calling process's subscription (`:ok` also if it had none);
+  messages already sent stay in its mailbox.
+
+  ## Example
+
+      :ok = Tachyon.Bus.unsubscribe(:orders)
+  """
+  @spec unsubscribe(atom() | pid()) :: :ok
+  def unsubscribe(server), do: Tachyon.Bus.Subscribers.unsubscribe(key!(server), self())
+
+  # A subscription's key: the member's name (given, or that of its pid).
+  defp key!(name) when is_atom(name) and name != nil, do: name
+
+  defp key!(pid) when is_pid(pid) do
+    case Process.info(pid, :registered_name) do
+      {:registered_name, name} when is_atom(name) -> name
+      _ -> {:pid, pid}
+    end
+  end
+
+  defp key!(other),
+    do:
+      raise(
+        ArgumentError,
+        "subscribe/1 takes the name or pid of a Tachyon.Bus process, got: #{inspect(other)}"
+      )
 
   @doc """
   The child specification (id `{Tachyon.Bus, name}`, `:transient`).
@@ -216,11 +374,18 @@ defmodule Tachyon.Bus do
 
       {:ok, member_seq} = Tachyon.Bus.publish(bus, "order 42")
   """
-  @spec publish(bus(), iodata()) ::
+  @spec publish(server(), iodata()) ::
           {:ok, pos_integer()}
-          | {:error, :too_large | :busy | :enospc | :closed | :member_id_taken}
-  def publish(bus, data) when is_binary(data), do: Native.bus_publish(bus, data)
-  def publish(bus, data), do: Native.bus_publish(bus, IO.iodata_to_binary(data))
+          | {:error, :too_large | :busy | :enospc | :closed | :member_id_taken | :noproc}
+  def publish(bus, data) when is_reference(bus) and is_binary(data),
+    do: Native.bus_publish(bus, data)
+
+  def publish(bus, data) when is_reference(bus),
+    do: Native.bus_publish(bus, IO.iodata_to_binary(data))
+
+  def publish(server, data) do
+    with {:ok, bus} <- resolve(server), do: publish(bus, data)
+  end
 
   @doc """
   Publishes several messages at once, as many per datagram as fit (the
@@ -231,11 +396,15 @@ defmodule Tachyon.Bus do
 
       {:ok, _} = Tachyon.Bus.publish_many(bus, ["a", "b", "c"])
   """
-  @spec publish_many(bus(), [binary()]) ::
+  @spec publish_many(server(), [binary()]) ::
           {:ok, pos_integer()}
-          | {:error, :too_large | :busy | :enospc | :closed | :member_id_taken}
-  def publish_many(bus, list) when is_list(list) and list != [],
+          | {:error, :too_large | :busy | :enospc | :closed | :member_id_taken | :noproc}
+  def publish_many(bus, list) when is_reference(bus) and is_list(list) and list != [],
     do: Native.bus_publish_many(bus, list)
+
+  def publish_many(server, list) when is_list(list) and list != [] do
+    with {:ok, bus} <- resolve(server), do: Native.bus_publish_many(bus, list)
+  end
 
   @doc """
   Poll mode: the messages now in order (at least one), waiting at most
@@ -246,9 +415,11 @@ defmodule Tachyon.Bus do
 
       {:ok, [{_seq, _member_id, _data} | _]} = Tachyon.Bus.recv(bus, 1000)
   """
-  @spec recv(bus(), timeout()) ::
-          {:ok, [entry()]} | {:error, :timeout | :closed | :not_poll | atom()}
-  def recv(bus, timeout \\ :infinity) do
+  @spec recv(server(), timeout()) ::
+          {:ok, [entry()]} | {:error, :timeout | :closed | :not_poll | :noproc | atom()}
+  def recv(bus, timeout \\ :infinity)
+
+  def recv(bus, timeout) when is_reference(bus) do
     Tachyon.Poll.recv(
       bus,
       timeout,
@@ -257,6 +428,10 @@ defmodule Tachyon.Bus do
       :tachyon_bus_ready,
       5
     )
+  end
+
+  def recv(server, timeout) do
+    with {:ok, bus} <- resolve(server), do: recv(bus, timeout)
   end
 
   @doc """
@@ -271,8 +446,15 @@ defmodule Tachyon.Bus do
         1000 -> :ok
       end
   """
-  @spec ack(bus(), pos_integer()) :: :ok
-  def ack(bus, count \\ 1) when is_integer(count) and count > 0, do: Native.bus_ack(bus, count)
+  @spec ack(server(), pos_integer()) :: :ok | {:error, :noproc}
+  def ack(bus, count \\ 1)
+
+  def ack(bus, count) when is_reference(bus) and is_integer(count) and count > 0,
+    do: Native.bus_ack(bus, count)
+
+  def ack(server, count) when is_integer(count) and count > 0 do
+    with {:ok, bus} <- resolve(server), do: Native.bus_ack(bus, count)
+  end
 
   @doc """
   The member's counters: `{:ok, map}` (`:published`, `:commands`,
@@ -295,8 +477,12 @@ defmodule Tachyon.Bus do
 
       {:ok, %{delivered: _}} = Tachyon.Bus.stats(bus)
   """
-  @spec stats(bus()) :: {:ok, map()} | {:error, :closed}
-  def stats(bus), do: Native.bus_stats(bus)
+  @spec stats(server()) :: {:ok, map()} | {:error, :closed | :noproc}
+  def stats(bus) when is_reference(bus), do: Native.bus_stats(bus)
+
+  def stats(server) do
+    with {:ok, bus} <- resolve(server), do: Native.bus_stats(bus)
+  end
 
   @doc """
   Leaves the bus once every message this member published has been
@@ -350,5 +536,18 @@ defmodule Tachyon.Bus do
       raise(
         ArgumentError,
         "the close timeout must be milliseconds or :infinity, got: #{inspect(other)}"
+      )
+
+  # A member, or the name or pid of a member's process: one
+  # `:persistent_term` lookup (Tachyon.Named), no message to the process.
+  defp resolve(bus) when is_reference(bus), do: {:ok, bus}
+  defp resolve(name) when is_atom(name) or is_pid(name), do: Named.whereis(__MODULE__, name)
+
+  defp resolve(other),
+    do:
+      raise(
+        ArgumentError,
+        "expected a Tachyon.Bus member, or the name or pid of a Tachyon.Bus process, got: " <>
+          inspect(other)
       )
 end

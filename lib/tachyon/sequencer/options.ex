@@ -183,12 +183,17 @@ defmodule Tachyon.Sequencer.Options do
   def bus_schema do
     [
       sequencer: [
-        type: {:custom, &__MODULE__.addresses/1, "{ip, port} or a non-empty list of them"},
+        type:
+          {:custom, &__MODULE__.sequencer/1,
+           "{ip, port}, a non-empty list of them, or the name of a Tachyon.Sequencer"},
         required: true,
         doc: """
         the sequencer's command address `{ip, port}`, or the group's: every
         node's, in the group's order (the member says hello to all of them
-        when the primary falls silent, and accepts the bus only from them).
+        when the primary falls silent, and accepts the bus only from them);
+        or the registered name of a `Tachyon.Sequencer` on this BEAM node,
+        whose address is looked up when the member starts (so that a static
+        child list works with `port: 0`).
         """
       ],
       member_id: [
@@ -204,9 +209,16 @@ defmodule Tachyon.Sequencer.Options do
           "address of the member's socket (`nil`: loopback for a loopback sequencer, any otherwise)."
       ],
       owner: [
-        type: {:custom, &U.owner/1, "a local pid or nil"},
+        type: {:custom, &__MODULE__.owner/1, "a local pid, a registered name or nil"},
         default: nil,
-        doc: "the process the messages go to (`nil`: the caller). Its exit closes the member."
+        doc: """
+        the process the messages go to, or its registered name (looked up
+        when the member starts, and again at each restart). `open/1`: `nil`
+        is the caller, and the owner's exit closes the member.
+        `start_link/1`: `nil` is no owner (processes `subscribe/1`); a pid's
+        exit closes the member for good, a named owner's exit restarts it.
+        Required with `delivery: :poll` (the owner polls).
+        """
       ],
       from: [
         type: {:or, [{:in, [:live]}, {:integer, 0, :infinity}]},
@@ -354,6 +366,14 @@ defmodule Tachyon.Sequencer.Options do
   end
 
   def address(_), do: :error
+
+  @doc false
+  def owner(name) when is_atom(name), do: {:ok, name}
+  def owner(other), do: U.owner(other)
+
+  @doc false
+  def sequencer(name) when is_atom(name) and name != nil, do: {:ok, name}
+  def sequencer(other), do: addresses(other)
 
   @doc false
   def addresses([_ | _] = list) do
