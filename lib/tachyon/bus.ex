@@ -352,14 +352,25 @@ defmodule Tachyon.Bus do
   def child_spec(opts), do: Tachyon.Named.child_spec(__MODULE__, opts, shutdown: 5000)
 
   @doc """
-  The member of a process started by `start_link/1` (a pid or a name).
+  The member of a process started by `start_link/1` (a pid or a name),
+  asked of the process (so, during a restart, the new member once it has
+  joined); it changes when the process restarts. Raises `ArgumentError` if
+  no process runs under that name or pid.
 
   ## Example
 
       bus = Tachyon.Bus.bus(pid)
   """
-  @spec bus(GenServer.server()) :: bus()
-  def bus(server), do: GenServer.call(server, :handle)
+  @spec bus(atom() | pid()) :: bus()
+  def bus(server) do
+    GenServer.call(server, :handle)
+  catch
+    :exit, {reason, {GenServer, :call, _}} when reason in [:noproc, :normal] ->
+      raise ArgumentError, "no Tachyon.Bus #{describe(server)} is running"
+  end
+
+  defp describe(name) when is_atom(name), do: "named #{inspect(name)}"
+  defp describe(pid), do: inspect(pid)
 
   @doc """
   Publishes `data` (iodata); returns `{:ok, member_seq}` (of its last
@@ -515,11 +526,12 @@ defmodule Tachyon.Bus do
     do: Native.bus_drain_close(bus, timeout_ms(timeout))
 
   def close(server, timeout) do
+    # (The member by one lookup, no call: none, or an orphan left by a
+    # killed process, has nothing to drain.)
     drained =
-      try do
-        close(bus(server), timeout)
-      catch
-        :exit, _ -> :ok
+      case resolve(server) do
+        {:ok, bus} -> close(bus, timeout)
+        {:error, :noproc} -> :ok
       end
 
     case Tachyon.Named.close(server) do

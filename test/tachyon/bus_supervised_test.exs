@@ -22,6 +22,23 @@ defmodule Tachyon.BusSupervisedTest.Consumer do
   def handle_info(_other, to), do: {:noreply, to}
 end
 
+defmodule Tachyon.BusSupervisedTest.App do
+  @moduledoc false
+  # An application that does what docs/FAILOVER.md used to show: a bus
+  # started in Application.start/2 with `owner: self()`.
+  use Application
+
+  @impl true
+  def start(_type, {test, seq, bus}) do
+    send(test, {:app_self, self()})
+
+    Supervisor.start_link(
+      [{Tachyon.Bus, name: bus, sequencer: seq, member_id: 1, wait: :park, owner: self()}],
+      strategy: :one_for_one
+    )
+  end
+end
+
 defmodule Tachyon.BusSupervisedTest do
   use ExUnit.Case, async: true
 
@@ -46,10 +63,13 @@ defmodule Tachyon.BusSupervisedTest do
 
   defp consumer(id, opts), do: Supervisor.child_spec({Consumer, opts}, id: id)
 
+  # The user's tree (under the test's supervisor, stopped after the test).
   defp start_tree(children) do
-    {:ok, sup} = Supervisor.start_link(children, strategy: :one_for_one)
-    on_exit(fn -> if Process.alive?(sup), do: Supervisor.stop(sup) end)
-    sup
+    start_supervised!(%{
+      id: make_ref(),
+      start: {Supervisor, :start_link, [children, [strategy: :one_for_one]]},
+      type: :supervisor
+    })
   end
 
   defp got(from, data) do
@@ -237,6 +257,28 @@ defmodule Tachyon.BusSupervisedTest do
       end)
 
     assert log =~ "its owner #{inspect(sup)} is a supervisor, which drops every message"
+  end
+
+  test "owner: self() in Application.start/2 is the application master: a warning" do
+    Tachyon.TelemetryHelpers.forward([[:tachyon, :bus, :unheard]])
+    seq = start_seq()
+    bus = unique(:orders)
+    app = unique(:tachyon_bus_test_app)
+    mod = Tachyon.BusSupervisedTest.App
+    spec = [description: ~c"test", vsn: ~c"0", modules: [mod], registered: [], applications: []]
+    :ok = :application.load({:application, app, spec ++ [mod: {mod, {self(), seq, bus}}]})
+    on_exit(fn -> :application.unload(app) end)
+    :ok = Application.start(app)
+    on_exit(fn -> Application.stop(app) end)
+    assert_receive {:app_self, master}, 5000
+
+    log =
+      capture_log(fn ->
+        {:ok, _} = Bus.publish(bus, "x")
+        assert_receive {:telemetry, [:tachyon, :bus, :unheard], %{count: 1}, _}, 5000
+      end)
+
+    assert log =~ "its owner #{inspect(master)} is the application master"
   end
 
   test "a restart of the bus's process (a kill, a crash) keeps its subscribers" do

@@ -17,6 +17,9 @@ defmodule Tachyon.Bench.Sequencer do
   #   tachyon.sequencer.roundtrip.messages  the same with the member in :messages mode: its
   #                                     thread sends each message to the process, which
   #                                     waits for its own in `receive`
+  #   tachyon.sequencer.roundtrip.subscriber  the same with a member started by
+  #                                     Tachyon.Bus.start_link/1 (no owner) and the
+  #                                     process a subscriber (Tachyon.Bus.subscribe/1)
   #   tachyon.sequencer.throughput      publish --messages one per datagram (sequencer
   #                                     --no-batching) and receive them all: messages/s
   #   tachyon.sequencer.throughput.batched  the same, 64 messages per command, batching on
@@ -48,9 +51,9 @@ defmodule Tachyon.Bench.Sequencer do
 
   @defaults [messages: 100_000, warmup: 20_000, size: 256, hiccup_ms: 1000]
   @quick [messages: 5_000, warmup: 1_000, hiccup_ms: 200]
-  @all ~w(machine.hiccup tachyon.echo raw.relay.roundtrip tachyon.sequencer.roundtrip.native tachyon.sequencer.roundtrip tachyon.sequencer.roundtrip.loss tachyon.sequencer.roundtrip.messages beam.dist.roundtrip raw.relay.throughput raw.relay.throughput.batched tachyon.sequencer.throughput tachyon.sequencer.throughput.batched tachyon.sequencer.throughput.native tachyon.sequencer.throughput.batched.native)
+  @all ~w(machine.hiccup tachyon.echo raw.relay.roundtrip tachyon.sequencer.roundtrip.native tachyon.sequencer.roundtrip tachyon.sequencer.roundtrip.loss tachyon.sequencer.roundtrip.messages tachyon.sequencer.roundtrip.subscriber beam.dist.roundtrip raw.relay.throughput raw.relay.throughput.batched tachyon.sequencer.throughput tachyon.sequencer.throughput.batched tachyon.sequencer.throughput.native tachyon.sequencer.throughput.batched.native)
   # The cases that also run against a group (--group N), in this order.
-  @kinds ~w(roundtrip.native roundtrip roundtrip.loss roundtrip.messages throughput throughput.batched throughput.native throughput.batched.native)
+  @kinds ~w(roundtrip.native roundtrip roundtrip.loss roundtrip.messages roundtrip.subscriber throughput throughput.batched throughput.native throughput.batched.native)
 
   @doc "The part's options, defaults and goals' run (Tachyon.Bench.CLI)."
   def spec do
@@ -202,7 +205,12 @@ defmodule Tachyon.Bench.Sequencer do
 
   defp run_kind("roundtrip", name, dir, cfg), do: roundtrip(name, dir, cfg, 0.0)
   defp run_kind("roundtrip.loss", name, dir, cfg), do: roundtrip(name, dir, cfg, 0.01)
-  defp run_kind("roundtrip.messages", name, dir, cfg), do: roundtrip_messages(name, dir, cfg)
+
+  defp run_kind("roundtrip.messages", name, dir, cfg),
+    do: roundtrip_messages(name, dir, cfg, :owner)
+
+  defp run_kind("roundtrip.subscriber", name, dir, cfg),
+    do: roundtrip_messages(name, dir, cfg, :subscriber)
 
   defp run_kind("throughput", name, dir, cfg),
     do: throughput(name, dir, cfg, 1, ["--no-batching"])
@@ -407,28 +415,43 @@ defmodule Tachyon.Bench.Sequencer do
 
   # The round trip with the member's thread delivering (`delivery:
   # :messages`, its default wait): what a process that receives from a
-  # member sees, the thread's hand-off included.
-  defp roundtrip_messages(name, dir, cfg) do
+  # member sees, the thread's hand-off included. `:owner`: a member of
+  # `Bus.open/1`, the process its owner; `:subscriber`: a member of
+  # `Bus.start_link/1` with no owner, the process its one subscriber.
+  defp roundtrip_messages(name, dir, cfg, how) do
     with_sequencer(dir, cfg, [], fn seq ->
       msg = :binary.copy(<<0x5A>>, cfg.size)
 
       h =
         Bench.in_big_heap(fn ->
-          {:ok, bus} = Bus.open(sequencer: seq.bus, member_id: 1)
+          {bus, member} = messages_member(seq, how)
 
           {h, _, _gcs} =
             Bench.sample(cfg.warmup, cfg.n, fn k, h, _ -> rt_messages_loop(bus, msg, k, h) end)
 
-          Bus.close(bus)
+          Bus.close(member)
           h
         end)
 
       Bench.from_hist(name, h, cfg.size, %{
         unit: :perf_counter,
         note:
-          "member in :messages mode: its thread sends each message to this process" <> seq.note
+          "member in :messages mode: its thread sends each message to this process (its #{how})" <>
+            seq.note
       })
     end)
+  end
+
+  # {the member, what to close}.
+  defp messages_member(seq, :owner) do
+    {:ok, bus} = Bus.open(sequencer: seq.bus, member_id: 1)
+    {bus, bus}
+  end
+
+  defp messages_member(seq, :subscriber) do
+    {:ok, pid} = Bus.start_link(sequencer: seq.bus, member_id: 1, stats_interval_ms: nil)
+    :ok = Bus.subscribe(pid)
+    {Bus.bus(pid), pid}
   end
 
   defp rt_messages_loop(_bus, _msg, 0, _h), do: nil

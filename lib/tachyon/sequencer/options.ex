@@ -28,23 +28,27 @@ defmodule Tachyon.Sequencer.Options do
         doc: "what the thread does when no command is waiting (as `Tachyon.Echo`'s `:wait`)."
       ],
       core: U.core_spec(),
-      batch: [type: {:integer, 1, 1024}, default: 32, doc: "command datagrams per `recvmmsg`."],
-      max_datagram_size: max_datagram(),
+      batch: [
+        type: {:integer, 1, 1024},
+        default: {:native, :sequencer, :batch},
+        doc: "command datagrams per `recvmmsg`."
+      ],
+      max_datagram_size: max_datagram(:sequencer),
       batching: [
         type: :boolean,
-        default: true,
+        default: {:native, :sequencer, :batching},
         doc:
           "several messages per bus datagram when several commands are waiting (`false`: one each)."
       ],
       heartbeat_ms: [
         type: {:integer, 1, 3_600_000},
-        default: 10,
+        default: {:native, :sequencer, :heartbeat_ms},
         formerly: [heartbeat: nil],
         doc: "milliseconds between heartbeats (the next sequence number) when the bus is idle."
       ],
       heartbeat_after_us: [
         type: {:integer, 1, 1_000_000},
-        default: 10,
+        default: {:native, :sequencer, :heartbeat_after_us},
         formerly: [heartbeat_after: nil],
         doc: """
         microseconds after the last data datagram before a heartbeat when the
@@ -55,12 +59,12 @@ defmodule Tachyon.Sequencer.Options do
       ],
       replay_max: [
         type: {:integer, 1, 65_536},
-        default: 1024,
+        default: {:native, :sequencer, :replay_max},
         doc: "most messages sent for one replay request."
       ],
       segment_size: [
         type: {:multiple_of, 8, 65_536, 3_221_225_472},
-        default: 64 * 1024 * 1024,
+        default: {:native, :sequencer, :segment_size},
         doc: """
         data bytes of the log's largest segment files. The log is a
         `Tachyon.Store` in a directory of the sequencer's own (a store's or
@@ -97,7 +101,7 @@ defmodule Tachyon.Sequencer.Options do
       ],
       election_timeout_ms: [
         type: {:integer, 1, 3_600_000},
-        default: 50,
+        default: {:native, :sequencer, :election_timeout_ms},
         formerly: [election_timeout: nil],
         doc: """
         milliseconds without hearing the primary before a node asks for
@@ -107,7 +111,7 @@ defmodule Tachyon.Sequencer.Options do
       ],
       two_nodes: [
         type: {:in, [:safe, :available]},
-        default: :safe,
+        default: {:native, :sequencer, :two_nodes},
         doc: """
         a group of two: `:safe` (the primary commits only what the standby
         holds; the standby takes over only when `:watch_nodes` reports the
@@ -134,7 +138,7 @@ defmodule Tachyon.Sequencer.Options do
       ],
       eager: [
         type: :boolean,
-        default: true,
+        default: {:native, :sequencer, :eager},
         doc: "ask for votes at start (else wait one election timeout for a primary to be heard)."
       ],
       watch_nodes: [
@@ -257,34 +261,34 @@ defmodule Tachyon.Sequencer.Options do
         doc: "poll mode: microseconds `recv` polls before it sleeps."
       ],
       core: U.core_spec(),
-      max_datagram_size: max_datagram(),
+      max_datagram_size: max_datagram(:bus),
       max_message_size: [
         type: {:integer, 0, 64 * 1024 * 1024},
-        default: 1024 * 1024,
+        default: {:native, :bus, :max_message_size},
         doc: "largest message; larger ones are cut into fragments on the bus and reassembled."
       ],
       resend_after_ms: [
         type: {:integer, 1, 60_000},
-        default: 20,
+        default: {:native, :bus, :resend_after_ms},
         formerly: [resend_after: nil],
         doc:
           "milliseconds before a command not seen on the bus is resent, at least: the floor of the retransmission timeout, which follows the measured round trip."
       ],
       retransmit_after_us: [
         type: {:integer, 1, 60_000_000},
-        default: 1000,
+        default: {:native, :bus, :retransmit_after_us},
         formerly: [retransmit_after: nil],
         doc: "microseconds before an unanswered replay request is sent again."
       ],
       hello_after_ms: [
         type: {:integer, 1, 60_000},
-        default: 30,
+        default: {:native, :bus, :hello_after_ms},
         formerly: [hello_after: nil],
         doc: "milliseconds of silence before the member says hello again."
       ],
       connect_timeout_ms: [
         type: {:integer, 1, 3_600_000},
-        default: 5000,
+        default: {:native, :bus, :connect_timeout_ms},
         formerly: [connect_timeout: nil],
         doc: "milliseconds `open/1` waits for the sequencer."
       ],
@@ -296,10 +300,10 @@ defmodule Tachyon.Sequencer.Options do
     ]
   end
 
-  defp max_datagram do
+  defp max_datagram(part) do
     [
       type: {:integer, 64, 65_507},
-      default: 1472,
+      default: {:native, part, :max_datagram_size},
       formerly: [max_datagram: nil],
       doc: "largest datagram on the bus (the same for the sequencer and its members)."
     ]
