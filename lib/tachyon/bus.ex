@@ -31,11 +31,71 @@ defmodule Tachyon.Bus do
 
   ## Example
 
-      dir = Path.join(System.tmp_dir!(), "bus-doc-#{System.unique_integer([:positive])}")
+      dir = Path.join(System.tmp_dir!(), "bus-doc-#{System.os_time()}")
       {:ok, seq} = Tachyon.Sequencer.start_link(path: dir, wait: :park)
       {:ok, bus} = Tachyon.Bus.open(sequencer: Tachyon.Sequencer.address(seq), member_id: 7, delivery: :poll)
-      {:ok, 1} = Tachyon.Bus.publish(bus, ["he", "llo"])
+      {:ok, _member_seq} = Tachyon.Bus.publish(bus, ["he", "llo"])
       {:ok, [{_seq, 7, "hello"}]} = Tachyon.Bus.recv(bus, 5000)
+
+  (`member_seq` counts this member's publishes on this sequencer's log:
+  1 on a fresh log, and it goes on across runs on the same directory.)
+
+  ## Under a supervisor
+
+  In a static child list, as `Phoenix.PubSub` would be: the bus needs no
+  owner, and the processes that handle its messages subscribe to it by
+  name, from their own `init/1`:
+
+      children = [
+        {Tachyon.Sequencer, name: :seq, path: "/var/lib/my_app/seq", port: 7000},
+        {Tachyon.Bus, name: :orders, sequencer: :seq, member_id: 1},
+        MyApp.OrderHandler    # calls Tachyon.Bus.subscribe(:orders) in init/1
+      ]
+
+      # anywhere:
+      {:ok, _member_seq} = Tachyon.Bus.publish(:orders, "order 42")
+
+      # MyApp.OrderHandler, a GenServer:
+      def init(arg) do
+        :ok = Tachyon.Bus.subscribe(:orders)
+        {:ok, arg}
+      end
+
+      def handle_info({:tachyon_bus, _bus, seq, member_id, data}, state), do: ...
+
+  (`sequencer:` takes the name of a `Tachyon.Sequencer` of this node, or
+  addresses.) Every function of this module takes the bus's name or pid
+  as it takes a member: one `:persistent_term` lookup, no message to the
+  process. What to know:
+
+    * **Subscribers** (`subscribe/1`, `unsubscribe/1`): any number; each
+      gets every message and event. The member's thread builds each
+      message once and sends it to each subscriber (with one subscriber,
+      the same single send as to an owner: the round trip measured the
+      same, docs/ARCHITECTURE.md "Tachyon.Sequencer and Tachyon.Bus").
+      Each subscriber is monitored; its exit ends its subscription.
+    * **Restarts keep the subscribers.** A subscription is to the name,
+      held by the `:tachyon` application, not by the bus's process: when
+      the process is killed or crashes and its supervisor restarts it,
+      the new member delivers to the same subscribers (messages sequenced
+      while no member ran are not delivered: use `from:` to rewind). A
+      subscription may also come before the bus starts. A bus started
+      without a name keeps nothing across restarts.
+    * **An owner** instead (or as well): `owner:` a pid or a registered
+      name; a name is looked up when the member starts and again at each
+      restart, and the owner's exit restarts the bus process so that the
+      name's next process gets the messages (start the owner first). A
+      pid owner's exit closes the member for good.
+    * **Nobody listening.** Messages delivered when no process subscribed
+      and there is no owner are dropped, and logged as a warning (the
+      first at once, then at most once every 10 s) naming the bus and what
+      to do; the same if the owner is a supervisor or the application
+      master (what `owner: self()` in a supervisor's `init/1` or in
+      `Application.start/2` gives), which would drop them: such an owner
+      is not sent the messages. `stats/1` counts them (`:unheard`).
+    * **`delivery: :poll`** keeps its owner-only semantics: the owner
+      (required) calls `recv/2`; `subscribe/1` returns
+      `{:error, :not_messages}`.
 
   A member delivers a message only once the sequencer group has committed
   it (a majority of its nodes hold it): what one member delivered, every
@@ -43,8 +103,8 @@ defmodule Tachyon.Bus do
 
   ## Events
 
-  Besides the messages, the owner receives `{:tachyon_bus_event, bus,
-  kind, fields}` when:
+  Besides the messages, the owner (or the subscribers) receives
+  `{:tachyon_bus_event, bus, kind, fields}` when:
 
     * `:epoch` - the first datagram of a new primary (of epoch
       `fields.epoch`) reached the member.
@@ -78,9 +138,8 @@ defmodule Tachyon.Bus do
   #{Tachyon.Options.docs(Tachyon.Sequencer.Options.bus_server_schema())}
   """
 
-  require Logger
-
   alias Tachyon.{Named, Native}
+  alias Tachyon.Bus.Owner
   alias Tachyon.Sequencer.Options
 
   @typedoc "A member of the bus (a reference)."
@@ -118,55 +177,11 @@ defmodule Tachyon.Bus do
   def open_info(opts, who \\ nil) do
     o = opts |> Tachyon.Options.validate!(Options.bus_schema(), "Tachyon.Bus") |> Map.new()
 
-    with {:ok, who} <- open_who(who, o.owner),
-         {:ok, sequencer} <- sequencer_addresses(o.sequencer) do
+    with {:ok, who} <- Owner.who(who, o.owner),
+         {:ok, sequencer} <- Owner.sequencer_addresses(o.sequencer) do
       open_nif(%{o | sequencer: sequencer}, who)
     end
   end
-
-  defp open_who(nil, owner) do
-    pid = if is_atom(owner) and owner != nil, do: Process.whereis(owner), else: owner || self()
-
-    cond do
-      pid == nil ->
-        Logger.error(
-          "Tachyon.Bus could not open: no process is registered as its owner #{inspect(owner)}"
-        )
-
-        {:error, :noproc}
-
-      kind = dropper(pid) ->
-        Logger.warning(
-          "Tachyon.Bus: the owner #{inspect(pid)} of a member is #{kind_words(kind)}, which " <>
-            "drops every message: open the member in the process that handles them, or start " <>
-            "it in your tree ({Tachyon.Bus, name: ...}) and call Tachyon.Bus.subscribe/1 there"
-        )
-
-        {:ok, %{owner: pid, owner_receives: true, receivers: [], report: nil}}
-
-      true ->
-        {:ok, %{owner: pid, owner_receives: true, receivers: [], report: nil}}
-    end
-  end
-
-  defp open_who(who, _owner), do: {:ok, who}
-
-  defp sequencer_addresses(name) when is_atom(name) do
-    case Named.whereis(Tachyon.Sequencer, name) do
-      {:ok, %{info: %{address: address}}} ->
-        {:ok, [address]}
-
-      {:error, :noproc} = error ->
-        Logger.error(
-          "Tachyon.Bus could not open: no Tachyon.Sequencer named #{inspect(name)} is running " <>
-            "on this node (its :sequencer option); start it first (before the bus in a child list)"
-        )
-
-        error
-    end
-  end
-
-  defp sequencer_addresses(addresses), do: {:ok, addresses}
 
   defp open_nif(o, who) do
     nif =
@@ -203,29 +218,6 @@ defmodule Tachyon.Bus do
 
     Native.bus_open(nif, who.owner)
   end
-
-  @doc false
-  # What an owner that drops every message is: a supervisor, the
-  # application master (or the process that runs `Application.start/2`),
-  # or nil.
-  @spec dropper(pid()) :: :supervisor | :application_master | nil
-  def dropper(pid) do
-    case Process.info(pid, [:initial_call, :dictionary]) do
-      [initial_call: call, dictionary: dict] ->
-        case {call, Keyword.get(dict, :"$initial_call")} do
-          {_, {:supervisor, _, _}} -> :supervisor
-          {{:application_master, _, _}, _} -> :application_master
-          {_, {:application_master, _, _}} -> :application_master
-          _ -> nil
-        end
-
-      nil ->
-        nil
-    end
-  end
-
-  defp kind_words(:supervisor), do: "a supervisor"
-  defp kind_words(:application_master), do: "the application master"
 
   @doc """
   Starts a process that joins the bus and emits `[:tachyon, :bus, :stats]`
@@ -482,7 +474,10 @@ defmodule Tachyon.Bus do
   most), `:rto_us` (the retransmission timeout from the measured round
   trip, before backoff), `:coalesced` (messages that joined a command
   datagram waiting for the window), and `:acked` and `:in_flight` for
-  `:max_queue`) or `{:error, :closed}`.
+  `:max_queue`; with several subscribers their acknowledgements add up),
+  `:unheard` (messages delivered to nobody) and `:subscribers`) or
+  `{:error, :closed}` (`{:error, :noproc}` for a name or pid no member runs
+  under).
 
   ## Example
 

@@ -27,7 +27,7 @@ defmodule Tachyon.Bus.Server do
   require Logger
 
   alias Tachyon.{Bus, Native, Telemetry}
-  alias Tachyon.Bus.Subscribers
+  alias Tachyon.Bus.{Owner, Subscribers}
   alias Tachyon.Sequencer.Options
 
   @impl true
@@ -38,7 +38,7 @@ defmodule Tachyon.Bus.Server do
     checked = Tachyon.Options.validate!(opts, Options.bus_schema(), "Tachyon.Bus")
 
     with {:ok, owner} <- resolve_owner(checked[:owner], key) do
-      kind = if owner, do: Bus.dropper(owner)
+      kind = if owner, do: Owner.dropper(owner)
       poll = checked[:delivery] == :poll
 
       who =
@@ -72,23 +72,14 @@ defmodule Tachyon.Bus.Server do
   end
 
   defp resolve_owner(nil, _key), do: {:ok, nil}
-  defp resolve_owner(pid, _key) when is_pid(pid), do: {:ok, pid}
 
-  defp resolve_owner(name, key) when is_atom(name) do
-    case Process.whereis(name) do
-      nil ->
-        Logger.error(
-          "#{describe(key)} could not start: no process is registered as its owner " <>
-            "#{inspect(name)}. Start the owner before the bus (list it first among the " <>
-            "children), or leave :owner out and have the process call " <>
-            "Tachyon.Bus.subscribe(#{subscribe_arg(key)})"
-        )
-
-        {:error, :noproc}
-
-      pid ->
-        {:ok, pid}
-    end
+  defp resolve_owner(owner, key) do
+    Owner.resolve(
+      owner,
+      describe(key),
+      ". Start the owner before the bus (list it first among the children), or leave " <>
+        ":owner out and have the process call Tachyon.Bus.subscribe(#{subscribe_arg(key)})"
+    )
   end
 
   @impl true
@@ -139,7 +130,7 @@ defmodule Tachyon.Bus.Server do
           "no process subscribed and it has no :owner"
 
         kind ->
-          "its owner #{inspect(data.owner)} is #{describe_kind(kind)}, which drops every " <>
+          "its owner #{inspect(data.owner)} is #{Owner.kind_words(kind)}, which drops every " <>
             "message (owner: self() evaluated in a supervisor's init/1 or in Application.start/2 " <>
             "names that process, not the one that handles the messages)"
       end
@@ -149,9 +140,6 @@ defmodule Tachyon.Bus.Server do
       "in the process that handles them (in its init/1, say), or give the bus " <>
       "owner: that process's registered name"
   end
-
-  defp describe_kind(:supervisor), do: "a supervisor"
-  defp describe_kind(:application_master), do: "the application master"
 
   defp describe({:pid, pid}), do: "Tachyon.Bus #{inspect(pid)}"
   defp describe(name), do: "Tachyon.Bus #{inspect(name)}"
