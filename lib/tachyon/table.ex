@@ -205,11 +205,7 @@ defmodule Tachyon.Table do
 
   @doc false
   def do_open(path, opts, name) do
-    unless is_binary(path) or is_list(path) do
-      raise ArgumentError, "the path must be a string, got: #{inspect(path)}"
-    end
-
-    path = Path.expand(path)
+    path = path |> Tachyon.Options.path!() |> Path.expand()
     t0 = System.monotonic_time()
 
     # The NIF's option name for the storage is still `mode`.
@@ -245,7 +241,9 @@ defmodule Tachyon.Table do
         raise ArgumentError, "Tachyon.Table: the options were rejected: #{inspect(opts)}"
 
       {:error, _} = e ->
-        Tachyon.Error.normalize(e, __MODULE__, path)
+        e
+        |> Tachyon.Error.normalize(__MODULE__, path)
+        |> Tachyon.Error.report(__MODULE__, target: path, name: name)
     end
   end
 

@@ -204,7 +204,7 @@ defmodule Tachyon.UDP do
         {:ok, sock}
 
       {:error, _} = error ->
-        error
+        Tachyon.Error.report(error, __MODULE__, target: {opts.ip, opts.port}, action: :bind)
     end
   end
 

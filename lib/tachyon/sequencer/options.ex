@@ -9,7 +9,7 @@ defmodule Tachyon.Sequencer.Options do
   def sequencer_schema do
     [
       path: [
-        type: :string,
+        type: :path,
         required: true,
         doc: "the directory of the sequencer's log (a `Tachyon.Store`)."
       ],
