@@ -218,8 +218,11 @@ defmodule Tachyon.UDP do
   @spec open!(:inet.port_number(), keyword()) :: socket()
   def open!(port, opts \\ []) do
     case open(port, opts) do
-      {:ok, sock} -> sock
-      {:error, reason} -> raise Tachyon.Error, reason: reason, part: __MODULE__, target: port
+      {:ok, sock} ->
+        sock
+
+      {:error, reason} ->
+        raise Tachyon.Error, reason: reason, part: __MODULE__, target: port, action: :bind
     end
   end
 

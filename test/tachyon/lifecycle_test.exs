@@ -362,6 +362,7 @@ defmodule Tachyon.LifecycleTest do
 
       e = assert_raise Tachyon.Error, fn -> Store.open!(dir, @store) end
       assert %Tachyon.Error{reason: :locked, part: Store, target: ^dir} = e
+
       assert Exception.message(e) =~
                "Tachyon.Store could not open #{dir}: another handle has the directory open " <>
                  "for writing (locked). Close the other one first"
