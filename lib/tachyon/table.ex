@@ -204,7 +204,9 @@ defmodule Tachyon.Table do
   end
 
   @doc false
-  def do_open(path, opts, name) do
+  # `report`: log a failure (Tachyon.Error.report/3); false for a caller
+  # that retries.
+  def do_open(path, opts, name, report \\ true) do
     path = path |> Tachyon.Options.path!() |> Path.expand()
     t0 = System.monotonic_time()
 
@@ -241,9 +243,8 @@ defmodule Tachyon.Table do
         raise ArgumentError, "Tachyon.Table: the options were rejected: #{inspect(opts)}"
 
       {:error, _} = e ->
-        e
-        |> Tachyon.Error.normalize(__MODULE__, path)
-        |> Tachyon.Error.report(__MODULE__, target: path, name: name)
+        e = Tachyon.Error.normalize(e, __MODULE__, path)
+        if report, do: Tachyon.Error.report(e, __MODULE__, target: path, name: name), else: e
     end
   end
 

@@ -84,7 +84,9 @@ defmodule Tachyon.Bus.Server do
 
   @impl true
   def init_handle(%{data: data} = state) do
-    unless data.poll, do: Subscribers.attach(data.key, state.handle, self())
+    # (A :poll member refuses the subscribers; attach also watches this
+    # process, whose handle is published under its pid.)
+    Subscribers.attach(data.key, state.handle, self())
     ref = if data.owner, do: Process.monitor(data.owner)
     put_in(state.data.owner_ref, ref)
   end

@@ -261,7 +261,11 @@ mod tests {
         assert_eq!(u.count(3, t0), Some(3));
         assert_eq!(u.count(2, t0 + s), None);
         assert_eq!(u.count(4, t0 + 9 * s), None);
-        assert_eq!(u.count(1, t0 + 10 * s), Some(7), "the count since the last notice");
+        assert_eq!(
+            u.count(1, t0 + 10 * s),
+            Some(7),
+            "the count since the last notice"
+        );
         assert_eq!(u.count(1, t0 + 11 * s), None);
         // A clock that went back counts as no time passed.
         assert_eq!(u.count(1, t0), None);

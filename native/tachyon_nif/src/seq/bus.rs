@@ -1,8 +1,8 @@
 //! `bus_*` but the publishes: a member of the bus (`Tachyon.Bus`), its
 //! thread in the `:messages` mode, its poll in the `:poll` mode.
 
-use super::*;
 use super::receivers::notify_unheard;
+use super::*;
 use tachyon_core::counter::Counter;
 use tachyon_core::receivers::{Receivers, Unheard};
 
@@ -14,7 +14,7 @@ pub struct BusResource {
     /// member started by `Tachyon.Bus.start_link/1` is owned by its
     /// process, which does not: its receivers do.
     owner_receives: bool,
-    /// Where the `:messages` thread also delivers (`subscribe.rs`).
+    /// Where the `:messages` thread also delivers (`receivers.rs`).
     pub(super) receivers: Receivers<LocalPid>,
     /// Messages delivered to nobody (no receiver, and an owner that does
     /// not get them); one writer, the thread.
@@ -407,6 +407,9 @@ fn bus_stats<'a>(env: Env<'a>, res: &BusResource) -> NifResult<Term<'a>> {
         .map_put(atom(env, "acked"), res.credits.acked().encode(env))?
         .map_put(atom(env, "in_flight"), res.credits.in_flight().encode(env))?
         .map_put(atom(env, "unheard"), res.unheard.get().encode(env))?
-        .map_put(atom(env, "subscribers"), (res.receivers.len() as u64).encode(env))?;
+        .map_put(
+            atom(env, "subscribers"),
+            (res.receivers.len() as u64).encode(env),
+        )?;
     Ok((atoms::ok(), m).encode(env))
 }
