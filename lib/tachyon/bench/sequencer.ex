@@ -46,7 +46,7 @@ defmodule Tachyon.Bench.Sequencer do
   alias Tachyon.{Bench, Bus}
   alias Tachyon.Bench.Echo.Peers
   alias Tachyon.Bench.Report
-  alias Tachyon.Bench.Sequencer.Floors
+  alias Tachyon.Bench.Sequencer.{Floors, Messages}
   alias Tachyon.Sequencer.OSProcess
 
   @defaults [messages: 100_000, warmup: 20_000, size: 256, hiccup_ms: 1000]
@@ -207,10 +207,10 @@ defmodule Tachyon.Bench.Sequencer do
   defp run_kind("roundtrip.loss", name, dir, cfg), do: roundtrip(name, dir, cfg, 0.01)
 
   defp run_kind("roundtrip.messages", name, dir, cfg),
-    do: roundtrip_messages(name, dir, cfg, :owner)
+    do: with_sequencer(dir, cfg, [], &Messages.roundtrip(name, &1, cfg, :owner))
 
   defp run_kind("roundtrip.subscriber", name, dir, cfg),
-    do: roundtrip_messages(name, dir, cfg, :subscriber)
+    do: with_sequencer(dir, cfg, [], &Messages.roundtrip(name, &1, cfg, :subscriber))
 
   defp run_kind("throughput", name, dir, cfg),
     do: throughput(name, dir, cfg, 1, ["--no-batching"])
@@ -411,64 +411,6 @@ defmodule Tachyon.Bench.Sequencer do
   # Only this member publishes: its message is the last one of the batch.
   defp await_own(bus, _ms) do
     {:ok, [_ | _]} = Bus.recv(bus, 5000)
-  end
-
-  # The round trip with the member's thread delivering (`delivery:
-  # :messages`, its default wait): what a process that receives from a
-  # member sees, the thread's hand-off included. `:owner`: a member of
-  # `Bus.open/1`, the process its owner; `:subscriber`: a member of
-  # `Bus.start_link/1` with no owner, the process its one subscriber.
-  defp roundtrip_messages(name, dir, cfg, how) do
-    with_sequencer(dir, cfg, [], fn seq ->
-      msg = :binary.copy(<<0x5A>>, cfg.size)
-
-      h =
-        Bench.in_big_heap(fn ->
-          {bus, member} = messages_member(seq, how)
-
-          {h, _, _gcs} =
-            Bench.sample(cfg.warmup, cfg.n, fn k, h, _ -> rt_messages_loop(bus, msg, k, h) end)
-
-          Bus.close(member)
-          h
-        end)
-
-      Bench.from_hist(name, h, cfg.size, %{
-        unit: :perf_counter,
-        note:
-          "member in :messages mode: its thread sends each message to this process (its #{how})" <>
-            seq.note
-      })
-    end)
-  end
-
-  # {the member, what to close}.
-  defp messages_member(seq, :owner) do
-    {:ok, bus} = Bus.open(sequencer: seq.bus, member_id: 1)
-    {bus, bus}
-  end
-
-  defp messages_member(seq, :subscriber) do
-    {:ok, pid} = Bus.start_link(sequencer: seq.bus, member_id: 1, stats_interval_ms: nil)
-    :ok = Bus.subscribe(pid)
-    {Bus.bus(pid), pid}
-  end
-
-  defp rt_messages_loop(_bus, _msg, 0, _h), do: nil
-
-  defp rt_messages_loop(bus, msg, k, h) do
-    t0 = :os.perf_counter()
-    {:ok, ms} = Bus.publish(bus, msg)
-
-    receive do
-      {:tachyon_bus, ^bus, _seq, 1, _data} -> :ok
-    after
-      5000 -> raise "tachyon.sequencer.roundtrip.messages: no message in 5 s (member_seq #{ms})"
-    end
-
-    t1 = :os.perf_counter()
-    if h, do: Bench.record(h, t1 - t0)
-    rt_messages_loop(bus, msg, k - 1, h)
   end
 
   defp throughput(name, dir, cfg, per_cmd, extra) do
