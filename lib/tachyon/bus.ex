@@ -216,7 +216,17 @@ defmodule Tachyon.Bus do
         report: who.report
       })
 
-    Native.bus_open(nif, who.owner)
+    case Native.bus_open(nif, who.owner) do
+      {:ok, _bus, _info} = ok ->
+        ok
+
+      {:error, _} = error ->
+        Tachyon.Error.report(error, __MODULE__,
+          name: Map.get(who, :name),
+          target: hd(o.sequencer),
+          action: :join
+        )
+    end
   end
 
   @doc """

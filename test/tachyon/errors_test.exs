@@ -92,6 +92,27 @@ defmodule Tachyon.ErrorsTest do
     end
   end
 
+  test "a bus member whose sequencer does not answer names the address" do
+    port = port_in_use()
+    name = unique(:silent_bus)
+    Process.flag(:trap_exit, true)
+
+    log =
+      capture_log(fn ->
+        assert {:error, :timeout} =
+                 Tachyon.Bus.start_link(
+                   name: name,
+                   sequencer: {{127, 0, 0, 1}, port},
+                   member_id: 1,
+                   connect_timeout_ms: 100
+                 )
+      end)
+
+    assert log =~
+             "Tachyon.Bus #{inspect(name)} could not join 127.0.0.1:#{port}: no answer in time " <>
+               "(timeout). Is a Tachyon.Sequencer running at that address"
+  end
+
   describe "a path that cannot be made or written names the path" do
     # /proc takes no new directories: mkdir says ENOENT.
     @missing "/proc/tachyon-no-such-dir/data"

@@ -15,7 +15,8 @@ defmodule Tachyon.Bus.Owner do
           owner: pid(),
           owner_receives: boolean(),
           receivers: [pid()],
-          report: pid() | nil
+          report: pid() | nil,
+          name: atom() | nil
         }
 
   @doc """
@@ -34,7 +35,7 @@ defmodule Tachyon.Bus.Owner do
         )
       end
 
-      {:ok, %{owner: pid, owner_receives: true, receivers: [], report: nil}}
+      {:ok, %{owner: pid, owner_receives: true, receivers: [], report: nil, name: nil}}
     end
   end
 

@@ -43,12 +43,13 @@ defmodule Tachyon.Bus.Server do
 
       who =
         if poll,
-          do: %{owner: owner, owner_receives: true, receivers: [], report: nil},
+          do: %{owner: owner, owner_receives: true, receivers: [], report: nil, name: name},
           else: %{
             owner: self(),
             owner_receives: false,
             receivers: Subscribers.list(key) ++ if(owner && !kind, do: [owner], else: []),
-            report: self()
+            report: self(),
+            name: name
           }
 
       case Bus.open_info(Keyword.delete(opts, :owner), who) do
