@@ -13,6 +13,8 @@
 #                 (the thread sends each message twice)
 #   relay         Tachyon.Bus.open/1 owned by a process that forwards every
 #                 message to the measuring one (the fan-out in the BEAM)
+#   relay.2       the same, the relay forwarding to a second process first
+#                 (as subscriber.2: the measuring process is the second)
 #
 #   mix run bench/experiments/bus_fanout.exs
 #
@@ -53,11 +55,11 @@ defmodule FanoutLoop do
     end
   end
 
-  # Forwards every bus message to `to`.
+  # Forwards every bus message to each of `to`.
   def relay(to) do
     receive do
       {:tachyon_bus, _, _, _, _} = m ->
-        send(to, m)
+        Enum.each(to, &send(&1, m))
         relay(to)
 
       {:member, from} ->
@@ -88,21 +90,28 @@ setup = fn
   "subscriber.2" ->
     {:ok, pid} = Bus.start_link(sequencer: p.address, member_id: 1, stats_interval_ms: nil)
     sink = spawn(&FanoutLoop.sink/0)
-    send(sink, :ignored)
     :ok = Tachyon.Bus.Subscribers.subscribe({:pid, pid}, sink)
     :ok = Bus.subscribe(pid)
     {Bus.bus(pid), fn -> send(sink, :stop) && Bus.close(pid) end}
 
-  "relay" ->
+  "relay" <> more ->
     me = self()
     seq = p.address
-    relay = spawn(fn -> Process.put(:seq, seq) && FanoutLoop.relay(me) end)
+    sink = spawn(&FanoutLoop.sink/0)
+    to = if more == ".2", do: [sink, me], else: [me]
+
+    relay =
+      spawn(fn ->
+        Process.put(:seq, seq)
+        FanoutLoop.relay(to)
+      end)
+
     send(relay, {:member, me})
-    bus = receive do: ({:member, b} -> b)
-    {bus, fn -> Bus.close(bus) && send(relay, :stop) end}
+    bus = receive do: ({:member, b} -> b), after: (10_000 -> raise("relay: no member"))
+    {bus, fn -> Bus.close(bus) && send(relay, :stop) && send(sink, :stop) end}
 end
 
-cases = ["owner", "subscriber", "subscriber.2", "relay"]
+cases = ["owner", "subscriber", "subscriber.2", "relay", "relay.2"]
 
 for round <- 1..rounds, name <- cases do
   h =
