@@ -71,8 +71,8 @@ defmodule Tachyon.Bus do
     * **Subscribers** (`subscribe/1`, `unsubscribe/1`): any number; each
       gets every message and event. The member's thread builds each
       message once and sends it to each subscriber (with one subscriber,
-      the same single send as to an owner: the round trip measured the
-      same, docs/ARCHITECTURE.md "Tachyon.Sequencer and Tachyon.Bus").
+      the same single send as to an owner; the measurements are in
+      docs/ARCHITECTURE.md, "Who gets the messages").
       Each subscriber is monitored; its exit ends its subscription.
     * **Restarts keep the subscribers.** A subscription is to the name,
       held by the `:tachyon` application, not by the bus's process: when
