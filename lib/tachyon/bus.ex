@@ -531,10 +531,9 @@ defmodule Tachyon.Bus do
     do: Native.bus_drain_close(bus, timeout_ms(timeout))
 
   def close(server, timeout) do
-    # (The member by one lookup, no call: none, or an orphan left by a
-    # killed process, has nothing to drain.)
+    # (None, or an orphan left by a killed process, has nothing to drain.)
     drained =
-      case resolve(server) do
+      case member_of(server) do
         {:ok, bus} -> close(bus, timeout)
         {:error, :noproc} -> :ok
       end
@@ -543,6 +542,16 @@ defmodule Tachyon.Bus do
       {:error, :noproc} = error -> error
       _ -> drained
     end
+  end
+
+  # The member of a Bus process: by one lookup for a name or a pid; a
+  # `{:global, _}` or `{:via, _, _}` name asks the process.
+  defp member_of(server) when is_atom(server) or is_pid(server), do: resolve(server)
+
+  defp member_of(server) do
+    {:ok, GenServer.call(server, :handle)}
+  catch
+    :exit, _ -> {:error, :noproc}
   end
 
   defp timeout_ms(:infinity), do: 3_600_000
