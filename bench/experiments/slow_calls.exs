@@ -98,7 +98,8 @@ hiccup = Bench.hiccup_case(1000)
       base = :crypto.strong_rand_bytes(256)
 
       op = fn i ->
-        :ok = Tachyon.Table.put(t, <<"key:", i::64>>, <<i::64, binary_part(base, 8, 248)::binary>>)
+        :ok =
+          Tachyon.Table.put(t, <<"key:", i::64>>, <<i::64, binary_part(base, 8, 248)::binary>>)
       end
 
       {h, calls} =

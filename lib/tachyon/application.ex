@@ -14,7 +14,7 @@ defmodule Tachyon.Application do
   def start(_type, _args) do
     # Every part's child id is {Module, name}: no ids needed here.
     children =
-      [Tachyon.Bus.Events] ++
+      [Tachyon.Bus.Events, Tachyon.Bus.Subscribers] ++
         Enum.map(Application.get_env(:tachyon, :stores, []), &{Tachyon.Store, &1}) ++
         Enum.map(Application.get_env(:tachyon, :async_stores, []), &{Tachyon.AsyncStore, &1}) ++
         Enum.map(Application.get_env(:tachyon, :sequencers, []), &{Tachyon.Sequencer, &1})

@@ -213,7 +213,7 @@ defmodule Tachyon.AsyncStore do
               ":path, :store and :name are not options of open/2"
     end
 
-    key = if is_binary(path_or_store), do: :path, else: :store
+    key = if is_binary(path_or_store) or is_list(path_or_store), do: :path, else: :store
     {source, async_opts, store_opts} = split!([{key, path_or_store} | opts])
     do_open(source, async_opts, store_opts, nil, nil)
   end
@@ -232,7 +232,10 @@ defmodule Tachyon.AsyncStore do
         async
 
       {:error, reason} ->
-        target = if is_binary(path_or_store), do: path_or_store, else: nil
+        target =
+          if is_binary(path_or_store) or is_list(path_or_store),
+            do: Tachyon.Options.path!(path_or_store)
+
         raise Tachyon.Error, reason: reason, part: __MODULE__, target: target
     end
   end
@@ -249,11 +252,8 @@ defmodule Tachyon.AsyncStore do
         path != nil and store != nil ->
           raise ArgumentError, "give either the :path or the :store option, not both"
 
-        is_binary(path) ->
-          {:path, path}
-
         path != nil ->
-          raise ArgumentError, "the :path option must be a string, got: #{inspect(path)}"
+          {:path, Tachyon.Options.check!(:path, path, :path)}
 
         match?(%Store{}, store) or (is_atom(store) and store != nil) ->
           {:store, store}

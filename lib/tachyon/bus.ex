@@ -31,11 +31,71 @@ defmodule Tachyon.Bus do
 
   ## Example
 
-      dir = Path.join(System.tmp_dir!(), "bus-doc-#{System.unique_integer([:positive])}")
+      dir = Path.join(System.tmp_dir!(), "bus-doc-#{System.os_time()}")
       {:ok, seq} = Tachyon.Sequencer.start_link(path: dir, wait: :park)
       {:ok, bus} = Tachyon.Bus.open(sequencer: Tachyon.Sequencer.address(seq), member_id: 7, delivery: :poll)
-      {:ok, 1} = Tachyon.Bus.publish(bus, ["he", "llo"])
+      {:ok, _member_seq} = Tachyon.Bus.publish(bus, ["he", "llo"])
       {:ok, [{_seq, 7, "hello"}]} = Tachyon.Bus.recv(bus, 5000)
+
+  (`member_seq` counts this member's publishes on this sequencer's log:
+  1 on a fresh log, and it goes on across runs on the same directory.)
+
+  ## Under a supervisor
+
+  In a static child list, as `Phoenix.PubSub` would be: the bus needs no
+  owner, and the processes that handle its messages subscribe to it by
+  name, from their own `init/1`:
+
+      children = [
+        {Tachyon.Sequencer, name: :seq, path: "/var/lib/my_app/seq", port: 7000},
+        {Tachyon.Bus, name: :orders, sequencer: :seq, member_id: 1},
+        MyApp.OrderHandler    # calls Tachyon.Bus.subscribe(:orders) in init/1
+      ]
+
+      # anywhere:
+      {:ok, _member_seq} = Tachyon.Bus.publish(:orders, "order 42")
+
+      # MyApp.OrderHandler, a GenServer:
+      def init(arg) do
+        :ok = Tachyon.Bus.subscribe(:orders)
+        {:ok, arg}
+      end
+
+      def handle_info({:tachyon_bus, _bus, seq, member_id, data}, state), do: ...
+
+  (`sequencer:` takes the name of a `Tachyon.Sequencer` of this node, or
+  addresses.) Every function of this module takes the bus's name or pid
+  as it takes a member: one `:persistent_term` lookup, no message to the
+  process. What to know:
+
+    * **Subscribers** (`subscribe/1`, `unsubscribe/1`): any number; each
+      gets every message and event. The member's thread builds each
+      message once and sends it to each subscriber (with one subscriber,
+      the same single send as to an owner; the measurements are in
+      docs/ARCHITECTURE.md, "Who gets the messages").
+      Each subscriber is monitored; its exit ends its subscription.
+    * **Restarts keep the subscribers.** A subscription is to the name,
+      held by the `:tachyon` application, not by the bus's process: when
+      the process is killed or crashes and its supervisor restarts it,
+      the new member delivers to the same subscribers (messages sequenced
+      while no member ran are not delivered: use `from:` to rewind). A
+      subscription may also come before the bus starts. A bus started
+      without a name keeps nothing across restarts.
+    * **An owner** instead (or as well): `owner:` a pid or a registered
+      name; a name is looked up when the member starts and again at each
+      restart, and the owner's exit restarts the bus process so that the
+      name's next process gets the messages (start the owner first). A
+      pid owner's exit closes the member for good.
+    * **Nobody listening.** Messages delivered when no process subscribed
+      and there is no owner are dropped, and logged as a warning (the
+      first at once, then at most once every 10 s) naming the bus and what
+      to do; the same if the owner is a supervisor or the application
+      master (what `owner: self()` in a supervisor's `init/1` or in
+      `Application.start/2` gives), which would drop them: such an owner
+      is not sent the messages. `stats/1` counts them (`:unheard`).
+    * **`delivery: :poll`** keeps its owner-only semantics: the owner
+      (required) calls `recv/2`; `subscribe/1` returns
+      `{:error, :not_messages}`.
 
   A member delivers a message only once the sequencer group has committed
   it (a majority of its nodes hold it): what one member delivered, every
@@ -43,8 +103,8 @@ defmodule Tachyon.Bus do
 
   ## Events
 
-  Besides the messages, the owner receives `{:tachyon_bus_event, bus,
-  kind, fields}` when:
+  Besides the messages, the owner (or the subscribers) receives
+  `{:tachyon_bus_event, bus, kind, fields}` when:
 
     * `:epoch` - the first datagram of a new primary (of epoch
       `fields.epoch`) reached the member.
@@ -85,11 +145,14 @@ defmodule Tachyon.Bus do
   #{Tachyon.Options.docs(Tachyon.Sequencer.Options.bus_server_schema())}
   """
 
-  alias Tachyon.Native
+  alias Tachyon.{Named, Native}
+  alias Tachyon.Bus.Owner
   alias Tachyon.Sequencer.Options
 
   @typedoc "A member of the bus (a reference)."
   @type bus :: reference()
+  @typedoc "A member, or the name or pid of a process started by `start_link/1`."
+  @type server :: bus() | atom() | pid()
   @type entry :: {seq :: pos_integer(), member_id :: pos_integer(), data :: binary()}
 
   @doc """
@@ -114,10 +177,20 @@ defmodule Tachyon.Bus do
 
   @doc false
   # The member and what the NIF answered (Tachyon.Bus.Server keeps it).
-  def open_info(opts) do
+  # `who`: the owner (monitored: its exit closes the member), whether it
+  # gets the messages, more receivers, and who is told of messages
+  # delivered to nobody; nil for `open/1`: the owner (`:owner`, or the
+  # caller) gets them.
+  def open_info(opts, who \\ nil) do
     o = opts |> Tachyon.Options.validate!(Options.bus_schema(), "Tachyon.Bus") |> Map.new()
-    owner = o.owner || self()
 
+    with {:ok, who} <- Owner.who(who, o.owner),
+         {:ok, sequencer} <- Owner.sequencer_addresses(o.sequencer) do
+      open_nif(%{o | sequencer: sequencer}, who)
+    end
+  end
+
+  defp open_nif(o, who) do
     nif =
       o
       |> Map.drop([
@@ -144,27 +217,42 @@ defmodule Tachyon.Bus do
         connect_timeout_us: o.connect_timeout_ms * 1000,
         max_queue: if(o.max_queue == :infinity, do: nil, else: o.max_queue),
         events: Process.whereis(Tachyon.Bus.Events),
-        loss: o.loss / 1
+        loss: o.loss / 1,
+        owner_receives: who.owner_receives,
+        receivers: who.receivers,
+        report: who.report
       })
 
-    Native.bus_open(nif, owner)
+    case Native.bus_open(nif, who.owner) do
+      {:ok, _bus, _info} = ok ->
+        ok
+
+      {:error, _} = error ->
+        Tachyon.Error.report(error, __MODULE__,
+          name: Map.get(who, :name),
+          target: hd(o.sequencer),
+          action: :join
+        )
+    end
   end
 
   @doc """
-  Starts a process that joins the bus for `:owner` (required: under a
-  supervisor the caller is the supervisor) and emits
-  `[:tachyon, :bus, :stats]` every `:stats_interval_ms` (default 1000).
-  `bus/1` returns its member. The member closes when the process stops or
-  the owner exits; a crash or a kill of the process is restarted by its
-  supervisor (`:transient`), `close/1` is final.
+  Starts a process that joins the bus and emits `[:tachyon, :bus, :stats]`
+  every `:stats_interval_ms` (default 1000): the member of a supervision
+  tree (see "Under a supervisor"). The messages go to the processes that
+  `subscribe/1` to it and to the `:owner`, if one is given (a pid, or a
+  registered name looked up now and at each restart). Functions take the
+  process's name or pid as they take a member (`bus/1` returns the
+  member). A crash or a kill of the process is restarted by its supervisor
+  (`:transient`, subscriptions by name kept), `close/1` is final.
 
   ## Example
 
       dir = Path.join(System.tmp_dir!(), "bus-#{System.unique_integer([:positive])}")
       {:ok, seq} = Tachyon.Sequencer.start_link(path: dir, wait: :park)
-      {:ok, pid} = Tachyon.Bus.start_link(sequencer: Tachyon.Sequencer.address(seq), member_id: 2, owner: self())
-      bus = Tachyon.Bus.bus(pid)
-      {:ok, _} = Tachyon.Bus.publish(bus, "x")
+      {:ok, _pid} = Tachyon.Bus.start_link(name: :my_bus, sequencer: Tachyon.Sequencer.address(seq), member_id: 2)
+      :ok = Tachyon.Bus.subscribe(:my_bus)
+      {:ok, _} = Tachyon.Bus.publish(:my_bus, "x")
   """
   @spec start_link(keyword()) :: GenServer.on_start()
   def start_link(opts) when is_list(opts) do
@@ -176,19 +264,91 @@ defmodule Tachyon.Bus do
     {server, opts} = Keyword.split(opts, server_keys)
     server = Tachyon.Options.validate!(server, server_schema, "Tachyon.Bus")
 
-    unless Keyword.has_key?(opts, :owner),
-      do: raise(ArgumentError, "Tachyon.Bus.start_link/1 needs :owner")
-
     # Validate now: a bad option raises in the caller, not in the process.
-    Tachyon.Options.validate!(opts, Options.bus_schema(), "Tachyon.Bus")
+    checked = Tachyon.Options.validate!(opts, Options.bus_schema(), "Tachyon.Bus")
 
-    Tachyon.PartServer.start_link(Tachyon.Bus.Server, opts,
+    if checked[:delivery] == :poll and checked[:owner] == nil do
+      raise ArgumentError,
+            "Tachyon.Bus.start_link/1 with delivery: :poll needs :owner, the process that " <>
+              "calls recv/2 (a pid or a registered name); subscribers are for delivery: :messages"
+    end
+
+    name = if is_atom(server[:name]), do: server[:name]
+
+    Tachyon.PartServer.start_link(Tachyon.Bus.Server, {opts, name},
       module: __MODULE__,
       part: :bus,
       name: server[:name],
-      interval: server[:stats_interval_ms]
+      interval: server[:stats_interval_ms],
+      by_pid: true
     )
   end
+
+  @doc """
+  The defaults of the options (`start_link/1`'s included), most from the
+  Rust `MemberConfig::new`; `:sequencer` and `:member_id` have none.
+
+  ## Example
+
+      %{max_datagram_size: 1472, delivery: :messages} = Tachyon.Bus.defaults()
+  """
+  @spec defaults() :: map()
+  def defaults do
+    schema = Options.bus_schema() ++ Options.bus_server_schema()
+    schema = for {k, spec} <- schema, not Keyword.get(spec, :required, false), do: {k, spec}
+    Map.new(Tachyon.Options.validate!([], schema, "Tachyon.Bus"))
+  end
+
+  @doc """
+  Makes the calling process a receiver of the messages and events of a
+  member started by `start_link/1`, given by name or pid. By name, the
+  subscription outlives the member's process: it holds across its
+  restarts, and may come before it starts. The subscriber is monitored:
+  its exit ends the subscription. Several processes may subscribe; each
+  gets every message (`{:tachyon_bus, bus, seq, member_id, data}`, `bus`
+  being the member of the moment: see `bus/1`). Subscribing again changes
+  nothing. `{:error, :noproc}` for a pid no member runs as,
+  `{:error, :not_messages}` for a `delivery: :poll` member (its owner
+  polls).
+
+  ## Example
+
+      :ok = Tachyon.Bus.subscribe(:orders)
+
+      receive do
+        {:tachyon_bus, _bus, _seq, _member_id, data} -> data
+      end
+  """
+  @spec subscribe(atom() | pid()) :: :ok | {:error, :noproc | :not_messages}
+  def subscribe(server), do: Tachyon.Bus.Subscribers.subscribe(key!(server), self())
+
+  @doc """
+  Ends the calling process's subscription (`:ok` also if it had none);
+  messages already sent stay in its mailbox.
+
+  ## Example
+
+      :ok = Tachyon.Bus.unsubscribe(:orders)
+  """
+  @spec unsubscribe(atom() | pid()) :: :ok
+  def unsubscribe(server), do: Tachyon.Bus.Subscribers.unsubscribe(key!(server), self())
+
+  # A subscription's key: the member's name (given, or that of its pid).
+  defp key!(name) when is_atom(name) and name != nil, do: name
+
+  defp key!(pid) when is_pid(pid) do
+    case Process.info(pid, :registered_name) do
+      {:registered_name, name} when is_atom(name) -> name
+      _ -> {:pid, pid}
+    end
+  end
+
+  defp key!(other),
+    do:
+      raise(
+        ArgumentError,
+        "subscribe/1 takes the name or pid of a Tachyon.Bus process, got: #{inspect(other)}"
+      )
 
   @doc """
   The child specification (id `{Tachyon.Bus, name}`, `:transient`).
@@ -201,14 +361,25 @@ defmodule Tachyon.Bus do
   def child_spec(opts), do: Tachyon.Named.child_spec(__MODULE__, opts, shutdown: 5000)
 
   @doc """
-  The member of a process started by `start_link/1` (a pid or a name).
+  The member of a process started by `start_link/1` (a pid or a name),
+  asked of the process (so, during a restart, the new member once it has
+  joined); it changes when the process restarts. Raises `ArgumentError` if
+  no process runs under that name or pid.
 
   ## Example
 
       bus = Tachyon.Bus.bus(pid)
   """
-  @spec bus(GenServer.server()) :: bus()
-  def bus(server), do: GenServer.call(server, :handle)
+  @spec bus(atom() | pid()) :: bus()
+  def bus(server) do
+    GenServer.call(server, :handle)
+  catch
+    :exit, {reason, {GenServer, :call, _}} when reason in [:noproc, :normal] ->
+      raise ArgumentError, "no Tachyon.Bus #{describe(server)} is running"
+  end
+
+  defp describe(name) when is_atom(name), do: "named #{inspect(name)}"
+  defp describe(pid), do: inspect(pid)
 
   @doc """
   Publishes `data` (iodata); returns `{:ok, member_seq}` (of its last
@@ -223,11 +394,18 @@ defmodule Tachyon.Bus do
 
       {:ok, member_seq} = Tachyon.Bus.publish(bus, "order 42")
   """
-  @spec publish(bus(), iodata()) ::
+  @spec publish(server(), iodata()) ::
           {:ok, pos_integer()}
-          | {:error, :too_large | :busy | :enospc | :closed | :member_id_taken}
-  def publish(bus, data) when is_binary(data), do: Native.bus_publish(bus, data)
-  def publish(bus, data), do: Native.bus_publish(bus, IO.iodata_to_binary(data))
+          | {:error, :too_large | :busy | :enospc | :closed | :member_id_taken | :noproc}
+  def publish(bus, data) when is_reference(bus) and is_binary(data),
+    do: Native.bus_publish(bus, data)
+
+  def publish(bus, data) when is_reference(bus),
+    do: Native.bus_publish(bus, IO.iodata_to_binary(data))
+
+  def publish(server, data) do
+    with {:ok, bus} <- resolve(server), do: publish(bus, data)
+  end
 
   @doc """
   Publishes several messages at once, as many per datagram as fit (the
@@ -238,11 +416,15 @@ defmodule Tachyon.Bus do
 
       {:ok, _} = Tachyon.Bus.publish_many(bus, ["a", "b", "c"])
   """
-  @spec publish_many(bus(), [binary()]) ::
+  @spec publish_many(server(), [binary()]) ::
           {:ok, pos_integer()}
-          | {:error, :too_large | :busy | :enospc | :closed | :member_id_taken}
-  def publish_many(bus, list) when is_list(list) and list != [],
+          | {:error, :too_large | :busy | :enospc | :closed | :member_id_taken | :noproc}
+  def publish_many(bus, list) when is_reference(bus) and is_list(list) and list != [],
     do: Native.bus_publish_many(bus, list)
+
+  def publish_many(server, list) when is_list(list) and list != [] do
+    with {:ok, bus} <- resolve(server), do: Native.bus_publish_many(bus, list)
+  end
 
   @doc """
   Poll mode: the messages now in order (at least one), waiting at most
@@ -253,9 +435,11 @@ defmodule Tachyon.Bus do
 
       {:ok, [{_seq, _member_id, _data} | _]} = Tachyon.Bus.recv(bus, 1000)
   """
-  @spec recv(bus(), timeout()) ::
-          {:ok, [entry()]} | {:error, :timeout | :closed | :not_poll | atom()}
-  def recv(bus, timeout \\ :infinity) do
+  @spec recv(server(), timeout()) ::
+          {:ok, [entry()]} | {:error, :timeout | :closed | :not_poll | :noproc | atom()}
+  def recv(bus, timeout \\ :infinity)
+
+  def recv(bus, timeout) when is_reference(bus) do
     Tachyon.Poll.recv(
       bus,
       timeout,
@@ -264,6 +448,10 @@ defmodule Tachyon.Bus do
       :tachyon_bus_ready,
       5
     )
+  end
+
+  def recv(server, timeout) do
+    with {:ok, bus} <- resolve(server), do: recv(bus, timeout)
   end
 
   @doc """
@@ -278,8 +466,15 @@ defmodule Tachyon.Bus do
         1000 -> :ok
       end
   """
-  @spec ack(bus(), pos_integer()) :: :ok
-  def ack(bus, count \\ 1) when is_integer(count) and count > 0, do: Native.bus_ack(bus, count)
+  @spec ack(server(), pos_integer()) :: :ok | {:error, :noproc}
+  def ack(bus, count \\ 1)
+
+  def ack(bus, count) when is_reference(bus) and is_integer(count) and count > 0,
+    do: Native.bus_ack(bus, count)
+
+  def ack(server, count) when is_integer(count) and count > 0 do
+    with {:ok, bus} <- resolve(server), do: Native.bus_ack(bus, count)
+  end
 
   @doc """
   The member's counters: `{:ok, map}` (`:published`, `:commands`,
@@ -296,14 +491,21 @@ defmodule Tachyon.Bus do
   most), `:rto_us` (the retransmission timeout from the measured round
   trip, before backoff), `:coalesced` (messages that joined a command
   datagram waiting for the window), and `:acked` and `:in_flight` for
-  `:max_queue`) or `{:error, :closed}`.
+  `:max_queue`; with several subscribers their acknowledgements add up),
+  `:unheard` (messages delivered to nobody) and `:subscribers`) or
+  `{:error, :closed}` (`{:error, :noproc}` for a name or pid no member runs
+  under).
 
   ## Example
 
       {:ok, %{delivered: _}} = Tachyon.Bus.stats(bus)
   """
-  @spec stats(bus()) :: {:ok, map()} | {:error, :closed}
-  def stats(bus), do: Native.bus_stats(bus)
+  @spec stats(server()) :: {:ok, map()} | {:error, :closed | :noproc}
+  def stats(bus) when is_reference(bus), do: Native.bus_stats(bus)
+
+  def stats(server) do
+    with {:ok, bus} <- resolve(server), do: Native.bus_stats(bus)
+  end
 
   @doc """
   Leaves the bus once every message this member published has been
@@ -336,17 +538,27 @@ defmodule Tachyon.Bus do
     do: Native.bus_drain_close(bus, timeout_ms(timeout))
 
   def close(server, timeout) do
+    # (None, or an orphan left by a killed process, has nothing to drain.)
     drained =
-      try do
-        close(bus(server), timeout)
-      catch
-        :exit, _ -> :ok
+      case member_of(server) do
+        {:ok, bus} -> close(bus, timeout)
+        {:error, :noproc} -> :ok
       end
 
     case Tachyon.Named.close(server) do
       {:error, :noproc} = error -> error
       _ -> drained
     end
+  end
+
+  # The member of a Bus process: by one lookup for a name or a pid; a
+  # `{:global, _}` or `{:via, _, _}` name asks the process.
+  defp member_of(server) when is_atom(server) or is_pid(server), do: resolve(server)
+
+  defp member_of(server) do
+    {:ok, GenServer.call(server, :handle)}
+  catch
+    :exit, _ -> {:error, :noproc}
   end
 
   defp timeout_ms(:infinity), do: 3_600_000
@@ -357,5 +569,18 @@ defmodule Tachyon.Bus do
       raise(
         ArgumentError,
         "the close timeout must be milliseconds or :infinity, got: #{inspect(other)}"
+      )
+
+  # A member, or the name or pid of a member's process: one
+  # `:persistent_term` lookup (Tachyon.Named), no message to the process.
+  defp resolve(bus) when is_reference(bus), do: {:ok, bus}
+  defp resolve(name) when is_atom(name) or is_pid(name), do: Named.whereis(__MODULE__, name)
+
+  defp resolve(other),
+    do:
+      raise(
+        ArgumentError,
+        "expected a Tachyon.Bus member, or the name or pid of a Tachyon.Bus process, got: " <>
+          inspect(other)
       )
 end

@@ -11,13 +11,27 @@ defmodule Tachyon.Error do
       `:enospc`, `:corrupt`, `:eaddrinuse`, `{:wrong_kind, :table}`, ...),
       so that code can match on it.
     * `:part` - the module that failed (`Tachyon.Store`, ...).
-    * `:target` - what it tried to open (a path or a port), or `nil`.
+    * `:target` - what it tried to open (a path, a port, or an
+      `{ip, port}`), or `nil`.
+    * `:name` - the registered name of the part's process, or `nil`.
+    * `:action` - what failed: `:open` (a directory), `:bind` (a port),
+      `:join` (a bus member, its sequencer).
     * `:details` - what more is known, as a map: for `:enospc` on a
       directory, `:asked_bytes` (the segment that could not be created) and
       `:free_bytes` (what the file system had left then); `%{}` otherwise.
-    * `:message` - a sentence built from the above, for example
-      "Tachyon.Store could not create a 64 MiB segment in /var/lib/x (no
-      space left on device, 12 MiB free)".
+    * `:message` - a sentence built from the above: the part, what it could
+      not do to what, the reason in words and its atom, and what to do, as
+      in "Tachyon.Echo :pong could not bind 127.0.0.1:5555: address
+      already in use (eaddrinuse). Another socket has that port: close it,
+      or choose another :port (0: one the kernel picks)", or "Tachyon.Store
+      could not create a 64 MiB segment in /var/lib/x (no space left on
+      device, 12 MiB free)".
+
+  The same sentence is logged (an error) when a part fails to open or
+  start, so that a `{:error, :eaddrinuse}` returned by a `start_link/1`, or
+  a supervisor's `failed_to_start_child` report, comes with the port or
+  path it is about; the `{:error, reason}` itself stays as it was, to
+  match on.
 
   Bad options and bad arguments still raise `ArgumentError`.
 
@@ -35,27 +49,110 @@ defmodule Tachyon.Error do
   import Bitwise
   require Logger
 
-  defexception [:reason, :part, :target, :message, details: %{}]
+  defexception [:reason, :part, :target, :name, :message, action: :open, details: %{}]
 
   @type t :: %__MODULE__{
           reason: term(),
           part: module() | nil,
           target: term(),
+          name: atom() | nil,
+          action: :open | :bind | :join,
           details: map(),
           message: String.t()
         }
 
   @impl true
   def exception(opts) do
-    reason = Keyword.fetch!(opts, :reason)
-    part = Keyword.get(opts, :part)
-    target = Keyword.get(opts, :target)
-    details = Keyword.get_lazy(opts, :details, fn -> details(reason, target) end)
+    e = %__MODULE__{
+      reason: Keyword.fetch!(opts, :reason),
+      part: Keyword.get(opts, :part),
+      target: Keyword.get(opts, :target),
+      name: Keyword.get(opts, :name),
+      action: Keyword.get(opts, :action, :open)
+    }
 
-    message = Keyword.get_lazy(opts, :message, fn -> describe(reason, part, target, details) end)
-
-    %__MODULE__{reason: reason, part: part, target: target, details: details, message: message}
+    e = %{e | details: Keyword.get_lazy(opts, :details, fn -> details(e.reason, e.target) end)}
+    %{e | message: Keyword.get_lazy(opts, :message, fn -> describe(e) end)}
   end
+
+  @doc false
+  # The opens and starts of every part go through here on failure (after
+  # normalize/3 for a part with a directory): logs the exception's message
+  # (the part, its name, what it could not do to what, the reason in words,
+  # what to do) and returns `error` as it was. What normalize/3 logged
+  # already (a damaged record, another part's directory, a newer format, a
+  # full disk) is not logged twice.
+  @spec report({:error, term()}, module(), keyword()) :: {:error, term()}
+  def report({:error, reason} = error, part, opts) do
+    unless logged_by_normalize?(reason),
+      do: Logger.error(exception([reason: reason, part: part] ++ opts).message)
+
+    error
+  end
+
+  def report(other, _part, _opts), do: other
+
+  defp logged_by_normalize?(reason) when reason in [:corrupt, :enospc], do: true
+  defp logged_by_normalize?({kind, _}) when kind in [:wrong_kind, :unsupported_format], do: true
+  defp logged_by_normalize?(_), do: false
+
+  @doc false
+  # A reason in words: a POSIX one as the C library says it, Tachyon's own
+  # as below; anything else inspected.
+  @spec words(term()) :: String.t()
+  def words(:locked), do: "another handle has the directory open for writing"
+  def words(:corrupt), do: "data that does not verify"
+  def words(:timeout), do: "no answer in time"
+  def words(:noproc), do: "no such process"
+
+  def words(reason) when is_atom(reason) do
+    case :erl_posix_msg.message(reason) do
+      ~c"unknown POSIX error" -> inspect(reason)
+      msg -> List.to_string(msg)
+    end
+  end
+
+  def words(reason), do: inspect(reason)
+
+  @doc false
+  # What to do about `reason` when `action` failed ("" if nothing useful
+  # can be said): one clause per reason.
+  @spec hint(term(), atom()) :: String.t()
+  def hint(:eaddrinuse, _),
+    do:
+      ". Another socket has that port: close it, or choose another :port (0: one the kernel picks)"
+
+  def hint(:timeout, :join),
+    do:
+      ". Is a Tachyon.Sequencer running at that address, reachable from here? " <>
+        "(the member waited :connect_timeout_ms for its welcome)"
+
+  def hint(:eaddrnotavail, _),
+    do: ". That address is not one of this host's: check :ip"
+
+  def hint(:eacces, :bind),
+    do: ". Ports below 1024 need privileges (CAP_NET_BIND_SERVICE): choose another :port"
+
+  def hint(reason, _) when reason in [:eacces, :eperm],
+    do: ". The VM's user may not write there: fix the permissions, or choose another :path"
+
+  def hint(:erofs, _),
+    do: ". That file system is mounted read-only: choose a :path on a writable one"
+
+  def hint(:enoent, _),
+    do: ". A directory on the way does not exist and could not be made: check the :path"
+
+  def hint(:enotdir, _), do: ". A part of the path is a file, not a directory: check the :path"
+
+  def hint(:locked, _),
+    do:
+      ". Close the other one first (a Tachyon.Store, Table or Sequencer on the same " <>
+        "directory, maybe in another OS process), or give each its own directory"
+
+  def hint(_reason, _action), do: ""
+
+  defp format_reason(reason) when is_atom(reason), do: Atom.to_string(reason)
+  defp format_reason(reason), do: inspect(reason)
 
   @doc false
   # The one shape per kind of error. The NIF's reason is an atom, or a
@@ -94,19 +191,19 @@ defmodule Tachyon.Error do
   end
 
   def normalize({:error, {:corrupt, :manifest}}, part, path) do
-    Logger.error(describe({:corrupt, :manifest}, part, path, %{}))
+    Logger.error(exception(reason: {:corrupt, :manifest}, part: part, target: path).message)
     {:error, :corrupt}
   end
 
   def normalize({:error, {kind, _}} = error, part, path)
       when kind in [:wrong_kind, :unsupported_format] do
     {:error, reason} = error
-    Logger.error(describe(reason, part, path, %{}))
+    Logger.error(exception(reason: reason, part: part, target: path).message)
     error
   end
 
   def normalize({:error, :enospc} = error, part, path) do
-    Logger.error(describe(:enospc, part, path, details(:enospc, path)))
+    Logger.error(exception(reason: :enospc, part: part, target: path).message)
     error
   end
 
@@ -125,8 +222,9 @@ defmodule Tachyon.Error do
 
   def details(_reason, _target), do: %{}
 
-  defp describe(reason, part, target, details) do
+  defp describe(%__MODULE__{reason: reason, part: part, target: target, details: details} = e) do
     who = if part, do: inspect(part), else: "Tachyon"
+    who = if e.name, do: "#{who} #{inspect(e.name)}", else: who
     at = if target == nil, do: "", else: " #{format_target(target)}"
 
     case {reason, details} do
@@ -151,7 +249,8 @@ defmodule Tachyon.Error do
           "these are is unknown (nothing was changed there)"
 
       _ ->
-        "#{who} could not open#{at}: #{inspect(reason)}"
+        "#{who} could not #{e.action}#{at}: #{words(reason)} (#{format_reason(reason)})" <>
+          hint(reason, e.action)
     end
   end
 
@@ -175,5 +274,8 @@ defmodule Tachyon.Error do
   end
 
   defp format_target(t) when is_binary(t), do: t
+  defp format_target(port) when is_integer(port), do: "port #{port}"
+  defp format_target({ip, port}) when tuple_size(ip) == 8, do: "[#{:inet.ntoa(ip)}]:#{port}"
+  defp format_target({ip, port}) when is_tuple(ip), do: "#{:inet.ntoa(ip)}:#{port}"
   defp format_target(t), do: inspect(t)
 end

@@ -18,13 +18,20 @@ defmodule Tachyon.Named do
   #   * `close/2`: stops the owning process with `:normal` (so it is not
   #     restarted) and returns what closing the handle returned;
   #   * `whereis/2` and `resolve/2` for calls by name: one
-  #     `:persistent_term` lookup, no message to the process.
+  #     `:persistent_term` lookup, no message to the process. A part whose
+  #     functions also take the pid of its process (Tachyon.Bus) publishes
+  #     its handle under `{Module, pid}` too (`Tachyon.PartServer`'s
+  #     `:by_pid`), erased when the process stops (and, for a killed one,
+  #     by `Tachyon.Bus.Subscribers`, which monitors them).
 
   @doc "The `:persistent_term` key of a named handle."
   def key(mod, name), do: {mod, name}
 
-  @doc "`{:ok, handle}` of the part `mod` running under `name`, or `{:error, :noproc}`."
-  def whereis(mod, name) when is_atom(name) do
+  @doc """
+  `{:ok, handle}` of the part `mod` running under `name` (or as the process
+  `pid`, for a part published by pid), or `{:error, :noproc}`.
+  """
+  def whereis(mod, name) when is_atom(name) or is_pid(name) do
     case :persistent_term.get({mod, name}, nil) do
       nil -> {:error, :noproc}
       handle -> {:ok, handle}
@@ -81,8 +88,9 @@ defmodule Tachyon.Named do
     end
   end
 
-  @doc "Publishes `handle` under `{mod, name}`."
-  def publish(mod, name, handle) when is_atom(name), do: :persistent_term.put({mod, name}, handle)
+  @doc "Publishes `handle` under `{mod, name}` (`name` an atom, or the pid of its process)."
+  def publish(mod, name, handle) when is_atom(name) or is_pid(name),
+    do: :persistent_term.put({mod, name}, handle)
 
   @doc "Closes (with `close_fun`) and unpublishes a handle left under `name`."
   def close_orphan(mod, name, close_fun) do

@@ -98,6 +98,8 @@ defmodule Tachyon.Native do
   def bus_drain_close(_bus, _timeout_ms), do: err()
   def bus_stats(_bus), do: err()
   def bus_ack(_bus, _n), do: err()
+  def bus_subscribe(_bus, _pid), do: err()
+  def bus_unsubscribe(_bus, _pid), do: err()
   def bench_seq_native(_opts), do: err()
 
   # Tachyon.Table (native/tachyon_nif/src/table.rs)

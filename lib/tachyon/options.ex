@@ -19,7 +19,8 @@ defmodule Tachyon.Options do
   #     `old_key: v` as `key: convert.(v)` (`convert` nil: the same value);
   #     giving both raises. `renames/1` lists them (docs/VOCABULARY.md).
   #
-  # Types: `:boolean`, `:atom`, `:string`, `{:in, values}`,
+  # Types: `:boolean`, `:atom`, `:string`, `:path` (a string or a
+  # charlist, returned as a string), `{:in, values}`,
   # `{:integer, min, max}` (`max` may be `:infinity`),
   # `{:multiple_of, n, min, max}`, `{:power_of_two, min, max}`, `{:number, min, max}`, `:interval`
   # (milliseconds, `nil` = off: `nil` or an integer in `interval_range/0`),
@@ -55,8 +56,9 @@ defmodule Tachyon.Options do
 
       unknown ->
         raise ArgumentError,
-              "unknown #{label} option(s) #{inspect(unknown)}; the options are " <>
-                inspect(Keyword.keys(schema))
+              "unknown #{label} option(s) #{inspect(unknown)}" <>
+                suggest(unknown, Keyword.keys(schema) ++ Keyword.keys(renames(schema))) <>
+                "; the options are " <> inspect(Keyword.keys(schema))
     end
 
     Enum.flat_map(schema, fn {key, spec} ->
@@ -79,6 +81,31 @@ defmodule Tachyon.Options do
           end
       end
     end)
+  end
+
+  # " (did you mean :member_id?)" for a key close to a known one (as Elixir
+  # suggests a function's name), "" when none is.
+  defp suggest(unknown, known) do
+    hints =
+      for key <- unknown,
+          {distance, best} = closest(key, known),
+          distance >= 0.8,
+          do:
+            if(length(unknown) == 1,
+              do: inspect(best),
+              else: "#{inspect(best)} for #{inspect(key)}"
+            )
+
+    case hints do
+      [] -> ""
+      hints -> " (did you mean " <> Enum.join(hints, ", ") <> "?)"
+    end
+  end
+
+  defp closest(key, known) do
+    known
+    |> Enum.map(&{String.jaro_distance(Atom.to_string(key), Atom.to_string(&1)), &1})
+    |> Enum.max(fn -> {0.0, nil} end)
   end
 
   @doc """
@@ -139,6 +166,17 @@ defmodule Tachyon.Options do
 
   defp describe_name(name) when is_atom(name), do: inspect(name)
   defp describe_name(name) when is_binary(name), do: name
+
+  @doc """
+  A path argument (a string or a charlist) as a string; raises
+  `ArgumentError` otherwise.
+  """
+  def path!(path) do
+    case conform(path, :path) do
+      {:ok, p} -> p
+      :error -> raise ArgumentError, "the path must be #{describe(:path)}, got: #{inspect(path)}"
+    end
+  end
 
   @doc "Checks one value against a type; returns it (possibly normalised) or raises."
   def check!(key, value, type) do
@@ -218,6 +256,14 @@ defmodule Tachyon.Options do
   defp conform(v, :boolean) when is_boolean(v), do: {:ok, v}
   defp conform(v, :atom) when is_atom(v), do: {:ok, v}
   defp conform(v, :string) when is_binary(v), do: {:ok, v}
+  defp conform(v, :path) when is_binary(v), do: {:ok, v}
+
+  defp conform(v, :path) when is_list(v) do
+    {:ok, IO.chardata_to_string(v)}
+  rescue
+    ArgumentError -> :error
+  end
+
   defp conform(nil, nil), do: {:ok, nil}
   defp conform(nil, :interval), do: {:ok, nil}
 
@@ -264,6 +310,7 @@ defmodule Tachyon.Options do
   defp describe(:boolean), do: "a boolean"
   defp describe(:atom), do: "an atom"
   defp describe(:string), do: "a string"
+  defp describe(:path), do: "a string or a charlist"
   defp describe(nil), do: "nil"
   defp describe(:wait), do: "one of :busy_spin, :yield, :backoff, :park"
   defp describe(:interval), do: "nil or an integer in 1..#{@max_interval} (milliseconds)"

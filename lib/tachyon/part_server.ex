@@ -22,6 +22,9 @@ defmodule Tachyon.PartServer do
   #     fields}` (tachyon_nif's deliver::reporter, sent by the part's own
   #     thread as things happen) go to `report/3`. Nothing is learnt by
   #     polling on the tick;
+  #   * by pid (`by_pid: true`): the handle is also published under
+  #     `{Module, pid}`, so that the part's functions take the process's pid
+  #     with one lookup, as they take its name;
   #   * calls: `:handle`, `:info`, `:stats` and `:tachyon_close`
   #     (`Tachyon.Named.close/2`: closes, replies with what closing
   #     returned, stops with `:normal`); others go to `call/3`;
@@ -33,7 +36,7 @@ defmodule Tachyon.PartServer do
   #
   # The state every callback sees: %{callback, module, part, name (the
   # registered atom or nil), handle, data (the part's own map), interval,
-  # stop_event}.
+  # stop_event, by_pid}.
 
   use GenServer
 
@@ -47,7 +50,8 @@ defmodule Tachyon.PartServer do
           handle: term(),
           data: map(),
           interval: pos_integer() | nil,
-          stop_event: boolean()
+          stop_event: boolean(),
+          by_pid: boolean()
         }
 
   @doc "Opens the handle: `{:ok, handle, data}` (`data` a map) or `{:error, reason}`."
@@ -71,8 +75,8 @@ defmodule Tachyon.PartServer do
   @doc "A report from the part's thread."
   @callback report(kind :: atom(), fields :: map(), state()) :: state()
 
-  @doc "Any other message."
-  @callback message(msg :: term(), state()) :: state()
+  @doc "Any other message: the new state, or `{:stop, reason, state}` to stop the process."
+  @callback message(msg :: term(), state()) :: state() | {:stop, term(), state()}
 
   @doc "Calls other than the skeleton's."
   @callback call(request :: term(), GenServer.from(), state()) ::
@@ -88,7 +92,8 @@ defmodule Tachyon.PartServer do
   module: the `Tachyon.Named` key), `:part` (the telemetry name), `:name`
   (a GenServer name; an atom is also the `Tachyon.Named` name),
   `:interval` (ms or nil), `:open` (`:in_server` or `:in_caller`),
-  `:stop_event` (emit `[:tachyon, part, :stop]` with the last stats).
+  `:stop_event` (emit `[:tachyon, part, :stop]` with the last stats),
+  `:by_pid` (also publish the handle under the process's pid).
   """
   @spec start_link(module(), term(), keyword()) :: GenServer.on_start()
   def start_link(callback, arg, opts) do
@@ -141,6 +146,7 @@ defmodule Tachyon.PartServer do
 
     case Named.open(state.module, state.name, fn -> callback.open(arg) end, &callback.close/1) do
       {:ok, handle, data} ->
+        if state.by_pid, do: Named.publish(state.module, self(), handle)
         started(%{state | handle: handle, data: data}, System.monotonic_time() - t0)
 
       {:error, reason} ->
@@ -153,6 +159,7 @@ defmodule Tachyon.PartServer do
     Process.flag(:trap_exit, true)
     state = %{new_state(callback, opts) | handle: handle, data: data}
     if state.name, do: Named.publish(state.module, state.name, handle)
+    if state.by_pid, do: Named.publish(state.module, self(), handle)
     started(state, duration)
   end
 
@@ -165,7 +172,8 @@ defmodule Tachyon.PartServer do
       handle: nil,
       data: %{},
       interval: Keyword.get(opts, :interval),
-      stop_event: Keyword.get(opts, :stop_event, false)
+      stop_event: Keyword.get(opts, :stop_event, false),
+      by_pid: Keyword.get(opts, :by_pid, false)
     }
   end
 
@@ -225,7 +233,12 @@ defmodule Tachyon.PartServer do
   def handle_info({:EXIT, _pid, :normal}, state), do: {:noreply, state}
   def handle_info({:EXIT, _pid, reason}, state), do: {:stop, reason, state}
 
-  def handle_info(msg, state), do: {:noreply, optional(state, :message, [msg, state], state)}
+  def handle_info(msg, state) do
+    case optional(state, :message, [msg, state], state) do
+      {:stop, reason, state} -> {:stop, reason, state}
+      state -> {:noreply, state}
+    end
+  end
 
   @impl true
   def terminate(_reason, state), do: release(state)
@@ -234,6 +247,7 @@ defmodule Tachyon.PartServer do
 
   defp release(state) do
     last = if state.stop_event, do: state.callback.stats(state.handle, state.data)
+    if state.by_pid, do: :persistent_term.erase({state.module, self()})
     result = Named.release(state.module, state.name, state.handle, &state.callback.close/1)
     with {:ok, m} <- last, do: emit(state, :stop, m)
     result

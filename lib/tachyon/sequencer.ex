@@ -23,11 +23,11 @@ defmodule Tachyon.Sequencer do
 
   ## Example
 
-      dir = Path.join(System.tmp_dir!(), "seq-doc-#{System.unique_integer([:positive])}")
+      dir = Path.join(System.tmp_dir!(), "seq-doc-#{System.os_time()}")
       {:ok, seq} = Tachyon.Sequencer.start_link(path: dir, port: 0, wait: :park)
       addr = Tachyon.Sequencer.address(seq)
       {:ok, bus} = Tachyon.Bus.open(sequencer: addr, member_id: 1)
-      {:ok, 1} = Tachyon.Bus.publish(bus, "hello")
+      {:ok, _member_seq} = Tachyon.Bus.publish(bus, "hello")
       receive do
         {:tachyon_bus, ^bus, _seq, 1, "hello"} -> :ok
       after
@@ -35,6 +35,15 @@ defmodule Tachyon.Sequencer do
       end
       :ok = Tachyon.Bus.close(bus)
       :ok = Tachyon.Sequencer.close(seq)
+      File.rm_rf!(dir)
+
+  The log outlives the sequencer: a sequencer started again on `dir`
+  continues its numbering, and so does member 1's `member_seq` (the
+  sequencer remembers every member's last one, so that a command resent
+  across a restart is sequenced once): on a directory used before, the
+  first publish returns `{:ok, 2}`, not `{:ok, 1}`. Hence a fresh
+  directory per run (`System.unique_integer/1` is not one across VMs: a
+  new VM often starts it at the same small number) and `{:ok, _}`.
 
   Under a supervisor: `{Tachyon.Sequencer, name: :seq, path: "/var/lib/app/seq", port: 7000}`;
   or from the application environment: `config :tachyon, sequencers: [[name: :seq, ...]]`;
@@ -242,6 +251,7 @@ defmodule Tachyon.Sequencer do
   What the node started with: `:address`, `:session`, `:next_seq` (at
   start), `:recovered_members`, `:path`, `:core`, `:pinned`, `:wait`,
   `:node_id`, `:group`; and its latest `:role`, `:epoch` and `:leader`.
+  Raises `ArgumentError` if no sequencer runs under that name or pid.
 
   ## Example
 
@@ -250,10 +260,36 @@ defmodule Tachyon.Sequencer do
       %{next_seq: 2, role: :primary} = Tachyon.Sequencer.info(seq)
   """
   @spec info(server()) :: map()
-  def info(server), do: GenServer.call(server, :info)
+  def info(server) do
+    GenServer.call(server, :info)
+  catch
+    :exit, {reason, {GenServer, :call, _}} when reason in [:noproc, :normal] ->
+      raise ArgumentError, "no Tachyon.Sequencer #{describe(server)} is running"
+  end
+
+  defp describe(name) when is_atom(name), do: "named #{inspect(name)}"
+  defp describe(server), do: inspect(server)
 
   @doc """
-  The command address `{ip, port}` members send to.
+  The defaults of the options (`:path` has none), from the Rust
+  `SequencerConfig::new` where it has them (`:recbuf` and `:sndbuf` are
+  Tachyon's own: 4 MiB, where the Rust side leaves the kernel's).
+
+  ## Example
+
+      %{heartbeat_ms: 10, election_timeout_ms: 50, two_nodes: :safe, group: []} =
+        Tachyon.Sequencer.defaults()
+  """
+  @spec defaults() :: map()
+  def defaults do
+    schema = for {k, spec} <- Options.sequencer_schema(), !spec[:required], do: {k, spec}
+    Map.new(Tachyon.Options.validate!([], schema, "Tachyon.Sequencer"))
+  end
+
+  @doc """
+  The command address `{ip, port}` members send to. A registered name is
+  read without a call to the process; it raises `ArgumentError` if no
+  sequencer runs under it (as `Tachyon.Echo.address/1`).
 
   ## Example
 
@@ -262,6 +298,17 @@ defmodule Tachyon.Sequencer do
       {{127, 0, 0, 1}, _port} = Tachyon.Sequencer.address(seq)
   """
   @spec address(server()) :: address()
+  def address(name) when is_atom(name) do
+    # Read without a call to the process (the address never changes).
+    case Named.whereis(__MODULE__, name) do
+      {:ok, %{info: %{address: address}}} ->
+        address
+
+      {:error, :noproc} ->
+        raise ArgumentError, "no Tachyon.Sequencer named #{inspect(name)} is running"
+    end
+  end
+
   def address(server), do: info(server).address
 
   @doc """

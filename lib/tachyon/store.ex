@@ -233,8 +233,8 @@ defmodule Tachyon.Store do
       {:ok, reader} = Tachyon.Store.open("/tmp/my_log", access: :read)
   """
   @spec open(Path.t(), keyword()) :: {:ok, t()} | {:error, reason()}
-  def open(path, opts \\ []) when is_binary(path) and is_list(opts) do
-    do_open(path, Tachyon.Store.Options.validate!(opts), nil)
+  def open(path, opts \\ []) when is_list(opts) do
+    do_open(Tachyon.Options.path!(path), Tachyon.Store.Options.validate!(opts), nil)
   end
 
   @doc """
@@ -270,7 +270,9 @@ defmodule Tachyon.Store do
         raise ArgumentError, "Tachyon.Store: #{msg}"
 
       {:error, _} = error ->
-        normalize(error, abs)
+        error
+        |> normalize(abs)
+        |> Tachyon.Error.report(__MODULE__, target: abs, name: name)
     end
   end
 

@@ -204,12 +204,10 @@ defmodule Tachyon.Table do
   end
 
   @doc false
-  def do_open(path, opts, name) do
-    unless is_binary(path) or is_list(path) do
-      raise ArgumentError, "the path must be a string, got: #{inspect(path)}"
-    end
-
-    path = Path.expand(path)
+  # `report`: log a failure (Tachyon.Error.report/3); false for a caller
+  # that retries.
+  def do_open(path, opts, name, report \\ true) do
+    path = path |> Tachyon.Options.path!() |> Path.expand()
     t0 = System.monotonic_time()
 
     # The NIF's option name for the storage is still `mode`.
@@ -245,7 +243,8 @@ defmodule Tachyon.Table do
         raise ArgumentError, "Tachyon.Table: the options were rejected: #{inspect(opts)}"
 
       {:error, _} = e ->
-        Tachyon.Error.normalize(e, __MODULE__, path)
+        e = Tachyon.Error.normalize(e, __MODULE__, path)
+        if report, do: Tachyon.Error.report(e, __MODULE__, target: path, name: name), else: e
     end
   end
 

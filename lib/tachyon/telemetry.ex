@@ -47,6 +47,7 @@ defmodule Tachyon.Telemetry do
   | `[:tachyon, :bus, :member_id_taken]` | another member holds this `member_id` |
   | `[:tachyon, :bus, :enospc]` | the primary could not append this member's command: its disk is full |
   | `[:tachyon, :bus, :trimmed]` | messages a member had not read were removed by retention: it goes on after them |
+  | `[:tachyon, :bus, :unheard]` | a member's messages went to nobody (no subscriber, no owner that reads them) |
   | `[:tachyon, :echo, :start]` | an echo server started |
   | `[:tachyon, :echo, :stats]` | every `:stats_interval_ms` (server process) |
   | `[:tachyon, :echo, :stop]` | an echo server stopped |
@@ -225,7 +226,17 @@ defmodule Tachyon.Telemetry do
         `:injected_losses`, `:oversized`, `:hellos`, `:next_seq`,
         `:pending`, `:send_errors`, `:epoch`, `:commit`, `:forks`, ...
         (see `Tachyon.Bus.stats/1`).
-      * Metadata: `:member_id`.
+      * Metadata: `:member_id`, `:name` (the process's registered name, or `nil`).
+
+    * `[:tachyon, :bus, :unheard]` - a member started with
+      `Tachyon.Bus.start_link/1` delivered messages to nobody: no process
+      subscribed and no owner, or an owner that drops them (a supervisor,
+      the application master). Emitted at the first such message, then at
+      most once every 10 s, with a warning in the log that names the bus
+      and says what to do.
+      * Measurements: `:count` (messages delivered to nobody since the
+        previous event).
+      * Metadata: `:member_id`, `:name`.
 
     * `[:tachyon, :bus, :epoch | :fork | :renumbered | :member_id_taken | :enospc | :trimmed]`
       - a member's event (see `Tachyon.Bus`, "Events"), from any member

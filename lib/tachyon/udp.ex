@@ -204,7 +204,7 @@ defmodule Tachyon.UDP do
         {:ok, sock}
 
       {:error, _} = error ->
-        error
+        Tachyon.Error.report(error, __MODULE__, target: {opts.ip, opts.port}, action: :bind)
     end
   end
 
@@ -218,8 +218,11 @@ defmodule Tachyon.UDP do
   @spec open!(:inet.port_number(), keyword()) :: socket()
   def open!(port, opts \\ []) do
     case open(port, opts) do
-      {:ok, sock} -> sock
-      {:error, reason} -> raise Tachyon.Error, reason: reason, part: __MODULE__, target: port
+      {:ok, sock} ->
+        sock
+
+      {:error, reason} ->
+        raise Tachyon.Error, reason: reason, part: __MODULE__, target: port, action: :bind
     end
   end
 

@@ -355,13 +355,17 @@ defmodule Tachyon.LifecycleTest do
   end
 
   describe "open! raises Tachyon.Error" do
+    @tag :capture_log
     test "for every part" do
       dir = tmp_dir("lifecycle-open")
       {:ok, s} = Store.open(dir, @store)
 
       e = assert_raise Tachyon.Error, fn -> Store.open!(dir, @store) end
       assert %Tachyon.Error{reason: :locked, part: Store, target: ^dir} = e
-      assert Exception.message(e) =~ "Tachyon.Store could not open #{dir}: :locked"
+
+      assert Exception.message(e) =~
+               "Tachyon.Store could not open #{dir}: another handle has the directory open " <>
+                 "for writing (locked). Close the other one first"
 
       assert %Tachyon.Error{reason: :locked, part: AsyncStore} =
                assert_raise(Tachyon.Error, fn -> AsyncStore.open!(dir, @store) end)
@@ -397,5 +401,10 @@ defmodule Tachyon.LifecycleTest do
     assert Tachyon.UDP.defaults().batch == native.udp.batch
     assert Echo.defaults().batch == native.echo.batch
     assert AsyncStore.default_wait() == native.async_store.wait
+
+    # Every default the Rust configs hold, Sequencer and Bus included.
+    for {mod, part} <- [{Sequencer, :sequencer}, {Bus, :bus}], {key, v} <- native[part] do
+      assert Map.fetch!(mod.defaults(), key) == v, "#{inspect(mod)} #{key}"
+    end
   end
 end

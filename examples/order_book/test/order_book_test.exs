@@ -11,6 +11,8 @@ defmodule OrderBookTest do
                {Tachyon.Echo, :order_health},
                {Tachyon.Table, :trader_counts},
                {Tachyon.Sequencer, :order_sequencer},
+               {Tachyon.Bus, :order_feed},
+               OrderBook.Tape,
                :desk_a,
                :desk_b
              ]
@@ -38,6 +40,21 @@ defmodule OrderBookTest do
     assert book_a[{"ACME", :buy}] == 101
     assert book_a[{"ACME", :sell}] == 104
     assert Desk.best(:desk_b, "INIT", :buy) == 7
+
+    # The tape (a subscriber of the bus member in the static child list)
+    # saw every write of both desks, in sequence order.
+    :ok = OrderBook.Tape.await(last)
+    tape = OrderBook.Tape.seen()
+    seqs = for {seq, _} <- tape, do: seq
+    assert seqs == Enum.sort(Enum.uniq(seqs))
+    assert length(for {_, id} <- tape, id in [1, 2], do: id) >= 5
+
+    # Anyone publishes on the member by its name; the tape sees it too.
+    # (Nothing else is published meanwhile: it is sequenced right after
+    # the desks' last write.)
+    {:ok, _} = Tachyon.Bus.publish(:order_feed, "market open")
+    :ok = OrderBook.Tape.await(last + 1)
+    assert {_, 3} = List.last(OrderBook.Tape.seen())
 
     # Every order is in the audit log, and counted per trader.
     {:ok, _} = Tachyon.AsyncStore.flush(:order_audit)

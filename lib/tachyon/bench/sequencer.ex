@@ -14,6 +14,12 @@ defmodule Tachyon.Bench.Sequencer do
   #   tachyon.sequencer.roundtrip       an Elixir process (member in :poll mode) publishes
   #                                     --size bytes and waits for its own message
   #   tachyon.sequencer.roundtrip.loss  the same, 1% of bus datagrams dropped on the member's side
+  #   tachyon.sequencer.roundtrip.messages  the same with the member in :messages mode: its
+  #                                     thread sends each message to the process, which
+  #                                     waits for its own in `receive`
+  #   tachyon.sequencer.roundtrip.subscriber  the same with a member started by
+  #                                     Tachyon.Bus.start_link/1 (no owner) and the
+  #                                     process a subscriber (Tachyon.Bus.subscribe/1)
   #   tachyon.sequencer.throughput      publish --messages one per datagram (sequencer
   #                                     --no-batching) and receive them all: messages/s
   #   tachyon.sequencer.throughput.batched  the same, 64 messages per command, batching on
@@ -45,7 +51,7 @@ defmodule Tachyon.Bench.Sequencer do
   alias Tachyon.{Bench, Bus}
   alias Tachyon.Bench.Echo.Peers
   alias Tachyon.Bench.Report
-  alias Tachyon.Bench.Sequencer.{Durability, Floors, Goals}
+  alias Tachyon.Bench.Sequencer.{Durability, Floors, Goals, Messages}
   alias Tachyon.Sequencer.OSProcess
 
   @defaults [
@@ -57,9 +63,9 @@ defmodule Tachyon.Bench.Sequencer do
     fsync_messages: 5_000
   ]
   @quick [messages: 5_000, warmup: 1_000, hiccup_ms: 200, fsync_messages: 500]
-  @all ~w(machine.hiccup tachyon.echo raw.relay.roundtrip tachyon.sequencer.roundtrip.native tachyon.sequencer.roundtrip tachyon.sequencer.roundtrip.loss beam.dist.roundtrip raw.relay.throughput raw.relay.throughput.batched tachyon.sequencer.throughput tachyon.sequencer.throughput.batched tachyon.sequencer.throughput.native tachyon.sequencer.throughput.batched.native)
+  @all ~w(machine.hiccup tachyon.echo raw.relay.roundtrip tachyon.sequencer.roundtrip.native tachyon.sequencer.roundtrip tachyon.sequencer.roundtrip.loss tachyon.sequencer.roundtrip.messages tachyon.sequencer.roundtrip.subscriber beam.dist.roundtrip raw.relay.throughput raw.relay.throughput.batched tachyon.sequencer.throughput tachyon.sequencer.throughput.batched tachyon.sequencer.throughput.native tachyon.sequencer.throughput.batched.native)
   # The cases that also run against a group (--group N), in this order.
-  @kinds ~w(roundtrip.native roundtrip roundtrip.loss throughput throughput.batched throughput.native throughput.batched.native)
+  @kinds ~w(roundtrip.native roundtrip roundtrip.loss roundtrip.messages roundtrip.subscriber throughput throughput.batched throughput.native throughput.batched.native)
 
   @doc "The part's options, defaults and goals' run (Tachyon.Bench.CLI)."
   def spec do
@@ -240,6 +246,12 @@ defmodule Tachyon.Bench.Sequencer do
 
   defp run_kind("roundtrip", name, dir, cfg), do: roundtrip(name, dir, cfg, 0.0)
   defp run_kind("roundtrip.loss", name, dir, cfg), do: roundtrip(name, dir, cfg, 0.01)
+
+  defp run_kind("roundtrip.messages", name, dir, cfg),
+    do: with_sequencer(dir, cfg, [], &Messages.roundtrip(name, &1, cfg, :owner))
+
+  defp run_kind("roundtrip.subscriber", name, dir, cfg),
+    do: with_sequencer(dir, cfg, [], &Messages.roundtrip(name, &1, cfg, :subscriber))
 
   defp run_kind("throughput", name, dir, cfg),
     do: throughput(name, dir, cfg, 1, ["--no-batching"])

@@ -19,7 +19,11 @@ defmodule Tachyon.Echo.Server do
         {:ok, %{ref: ref, info: info}, %{info: info}}
 
       {:error, _} = error ->
-        error
+        Tachyon.Error.report(error, Tachyon.Echo,
+          name: opts.name,
+          target: {opts.ip, opts.port},
+          action: :bind
+        )
     end
   end
 

@@ -9,7 +9,7 @@ defmodule Tachyon.Sequencer.Options do
   def sequencer_schema do
     [
       path: [
-        type: :string,
+        type: :path,
         required: true,
         doc: "the directory of the sequencer's log (a `Tachyon.Store`)."
       ],
@@ -28,23 +28,27 @@ defmodule Tachyon.Sequencer.Options do
         doc: "what the thread does when no command is waiting (as `Tachyon.Echo`'s `:wait`)."
       ],
       core: U.core_spec(),
-      batch: [type: {:integer, 1, 1024}, default: 32, doc: "command datagrams per `recvmmsg`."],
-      max_datagram_size: max_datagram(),
+      batch: [
+        type: {:integer, 1, 1024},
+        default: {:native, :sequencer, :batch},
+        doc: "command datagrams per `recvmmsg`."
+      ],
+      max_datagram_size: max_datagram(:sequencer),
       batching: [
         type: :boolean,
-        default: true,
+        default: {:native, :sequencer, :batching},
         doc:
           "several messages per bus datagram when several commands are waiting (`false`: one each)."
       ],
       heartbeat_ms: [
         type: {:integer, 1, 3_600_000},
-        default: 10,
+        default: {:native, :sequencer, :heartbeat_ms},
         formerly: [heartbeat: nil],
         doc: "milliseconds between heartbeats (the next sequence number) when the bus is idle."
       ],
       heartbeat_after_us: [
         type: {:integer, 1, 1_000_000},
-        default: 10,
+        default: {:native, :sequencer, :heartbeat_after_us},
         formerly: [heartbeat_after: nil],
         doc: """
         microseconds after the last data datagram before a heartbeat when the
@@ -55,12 +59,12 @@ defmodule Tachyon.Sequencer.Options do
       ],
       replay_max: [
         type: {:integer, 1, 65_536},
-        default: 1024,
+        default: {:native, :sequencer, :replay_max},
         doc: "most messages sent for one replay request."
       ],
       segment_size: [
         type: {:multiple_of, 8, 65_536, 3_221_225_472},
-        default: 64 * 1024 * 1024,
+        default: {:native, :sequencer, :segment_size},
         doc: """
         data bytes of the log's largest segment files. The log is a
         `Tachyon.Store` in a directory of the sequencer's own (a store's or
@@ -97,7 +101,7 @@ defmodule Tachyon.Sequencer.Options do
       ],
       election_timeout_ms: [
         type: {:integer, 1, 3_600_000},
-        default: 50,
+        default: {:native, :sequencer, :election_timeout_ms},
         formerly: [election_timeout: nil],
         doc: """
         milliseconds without hearing the primary before a node asks for
@@ -107,7 +111,7 @@ defmodule Tachyon.Sequencer.Options do
       ],
       two_nodes: [
         type: {:in, [:safe, :available]},
-        default: :safe,
+        default: {:native, :sequencer, :two_nodes},
         doc: """
         a group of two: `:safe` (the primary commits only what the standby
         holds; the standby takes over only when `:watch_nodes` reports the
@@ -134,7 +138,7 @@ defmodule Tachyon.Sequencer.Options do
       ],
       eager: [
         type: :boolean,
-        default: true,
+        default: {:native, :sequencer, :eager},
         doc: "ask for votes at start (else wait one election timeout for a primary to be heard)."
       ],
       watch_nodes: [
@@ -197,12 +201,17 @@ defmodule Tachyon.Sequencer.Options do
   def bus_schema do
     [
       sequencer: [
-        type: {:custom, &__MODULE__.addresses/1, "{ip, port} or a non-empty list of them"},
+        type:
+          {:custom, &__MODULE__.sequencer/1,
+           "{ip, port}, a non-empty list of them, or the name of a Tachyon.Sequencer"},
         required: true,
         doc: """
         the sequencer's command address `{ip, port}`, or the group's: every
         node's, in the group's order (the member says hello to all of them
-        when the primary falls silent, and accepts the bus only from them).
+        when the primary falls silent, and accepts the bus only from them);
+        or the registered name of a `Tachyon.Sequencer` on this BEAM node,
+        whose address is looked up when the member starts (so that a static
+        child list works with `port: 0`).
         """
       ],
       member_id: [
@@ -218,9 +227,16 @@ defmodule Tachyon.Sequencer.Options do
           "address of the member's socket (`nil`: loopback for a loopback sequencer, any otherwise)."
       ],
       owner: [
-        type: {:custom, &U.owner/1, "a local pid or nil"},
+        type: {:custom, &__MODULE__.owner/1, "a local pid, a registered name or nil"},
         default: nil,
-        doc: "the process the messages go to (`nil`: the caller). Its exit closes the member."
+        doc: """
+        the process the messages go to, or its registered name (looked up
+        when the member starts, and again at each restart). `open/1`: `nil`
+        is the caller, and the owner's exit closes the member.
+        `start_link/1`: `nil` is no owner (processes `subscribe/1`); a pid's
+        exit closes the member for good, a named owner's exit restarts it.
+        Required with `delivery: :poll` (the owner polls).
+        """
       ],
       from: [
         type: {:or, [{:in, [:live]}, {:integer, 0, :infinity}]},
@@ -259,34 +275,34 @@ defmodule Tachyon.Sequencer.Options do
         doc: "poll mode: microseconds `recv` polls before it sleeps."
       ],
       core: U.core_spec(),
-      max_datagram_size: max_datagram(),
+      max_datagram_size: max_datagram(:bus),
       max_message_size: [
         type: {:integer, 0, 64 * 1024 * 1024},
-        default: 1024 * 1024,
+        default: {:native, :bus, :max_message_size},
         doc: "largest message; larger ones are cut into fragments on the bus and reassembled."
       ],
       resend_after_ms: [
         type: {:integer, 1, 60_000},
-        default: 20,
+        default: {:native, :bus, :resend_after_ms},
         formerly: [resend_after: nil],
         doc:
           "milliseconds before a command not seen on the bus is resent, at least: the floor of the retransmission timeout, which follows the measured round trip."
       ],
       retransmit_after_us: [
         type: {:integer, 1, 60_000_000},
-        default: 1000,
+        default: {:native, :bus, :retransmit_after_us},
         formerly: [retransmit_after: nil],
         doc: "microseconds before an unanswered replay request is sent again."
       ],
       hello_after_ms: [
         type: {:integer, 1, 60_000},
-        default: 30,
+        default: {:native, :bus, :hello_after_ms},
         formerly: [hello_after: nil],
         doc: "milliseconds of silence before the member says hello again."
       ],
       connect_timeout_ms: [
         type: {:integer, 1, 3_600_000},
-        default: 5000,
+        default: {:native, :bus, :connect_timeout_ms},
         formerly: [connect_timeout: nil],
         doc: "milliseconds `open/1` waits for the sequencer."
       ],
@@ -298,10 +314,10 @@ defmodule Tachyon.Sequencer.Options do
     ]
   end
 
-  defp max_datagram do
+  defp max_datagram(part) do
     [
       type: {:integer, 64, 65_507},
-      default: 1472,
+      default: {:native, part, :max_datagram_size},
       formerly: [max_datagram: nil],
       doc: "largest datagram on the bus (the same for the sequencer and its members)."
     ]
@@ -368,6 +384,14 @@ defmodule Tachyon.Sequencer.Options do
   end
 
   def address(_), do: :error
+
+  @doc false
+  def owner(name) when is_atom(name), do: {:ok, name}
+  def owner(other), do: U.owner(other)
+
+  @doc false
+  def sequencer(name) when is_atom(name) and name != nil, do: {:ok, name}
+  def sequencer(other), do: addresses(other)
 
   @doc false
   def addresses([_ | _] = list) do

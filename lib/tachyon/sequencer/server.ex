@@ -35,9 +35,20 @@ defmodule Tachyon.Sequencer.Server do
 
         {:ok, %{ref: ref, info: info}, data}
 
-      {:error, _} = error ->
-        # A log of another kind, a full disk: the detail goes to the log.
-        Tachyon.Error.normalize(error, Tachyon.Sequencer, nif.path)
+      {:error, reason} = error ->
+        # A log of another kind, a full disk: the detail goes to the log
+        # (normalize/3). A socket's errors name the port, the others the
+        # log's directory.
+        where =
+          if reason in [:eaddrinuse, :eaddrnotavail],
+            do: [target: {opts.ip, opts.port}, action: :bind],
+            else: [target: nif.path, action: :open]
+
+        name = if is_atom(opts.name), do: opts.name
+
+        error
+        |> Tachyon.Error.normalize(Tachyon.Sequencer, nif.path)
+        |> Tachyon.Error.report(Tachyon.Sequencer, [name: name] ++ where)
     end
   end
 

@@ -99,7 +99,7 @@ defmodule Tachyon.Store.Options do
       required: true,
       doc: "`start_link/1`: the atom to register the store under."
     ],
-    path: [type: :string, required: true, doc: "the directory (created if needed)."],
+    path: [type: :path, required: true, doc: "the directory (created if needed)."],
     stats_interval_ms: [
       type: :interval,
       default: 1000,

@@ -90,7 +90,7 @@ defmodule Tachyon.Table.Options do
       default: nil,
       doc: "`start_link/1`: register the table under this atom (optional)."
     ],
-    path: [type: :string, required: true, doc: "`start_link/1`: the directory."],
+    path: [type: :path, required: true, doc: "`start_link/1`: the directory."],
     stats_interval_ms: [
       type: :interval,
       default: 1000,

@@ -182,9 +182,10 @@ defmodule Tachyon.Table.Replicated do
     end
   end
 
-  # A replica restarted at once may find its table still closing.
+  # A replica restarted at once may find its table still closing (only
+  # the last try's failure is logged).
   defp open_table(path, opts, tries) do
-    case Table.open(path, opts) do
+    case Table.do_open(path, Table.Options.validate!(opts || []), nil, tries == 0) do
       {:error, :locked} when tries > 0 ->
         Process.sleep(20)
         open_table(path, opts, tries - 1)

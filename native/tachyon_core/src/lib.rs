@@ -11,6 +11,8 @@
 //! * [`poll`]: the decisions of a poll mode (spin window, when to sleep,
 //!   select and close), for the NIF's poll-mode receives.
 //! * [`prefetch`]: write prefetches for the next record of a hot path.
+//! * [`receivers`]: the processes a thread delivers to besides the owner (a
+//!   bus member's subscribers), read once per batch without a lock.
 //! * [`report`]: the report channel (stats and events) from a part's threads.
 //! * [`ring`]: the SPSC byte ring.
 //! * [`segment`]: segment files shared by the store and the table (names,
@@ -41,6 +43,7 @@ pub mod hist;
 pub mod owner;
 pub mod poll;
 pub mod prefetch;
+pub mod receivers;
 pub mod report;
 pub mod ring;
 pub mod segment;

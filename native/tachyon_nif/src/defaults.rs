@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use rustler::{Encoder, Env, NifResult, Term};
 use tachyon_core::async_store::{self, OnFull};
+use tachyon_core::seq::{MemberConfig, SequencerConfig, TwoNodes};
 use tachyon_core::store::{self, Mode, Verify};
 use tachyon_core::table;
 use tachyon_core::udp::{EchoConfig, EndpointConfig, SocketOptions};
@@ -160,8 +161,47 @@ fn echo_defaults<'a>(env: Env<'a>) -> NifResult<Term<'a>> {
     map(env, &pairs)
 }
 
+fn sequencer_defaults<'a>(env: Env<'a>) -> NifResult<Term<'a>> {
+    let c = SequencerConfig::new(SocketAddr::from((Ipv4Addr::LOCALHOST, 0)), "");
+    let two_nodes = match c.two_nodes {
+        TwoNodes::Safe => "safe",
+        TwoNodes::Available => "available",
+    };
+    map(
+        env,
+        &[
+            ("batch", (c.batch as u64).encode(env)),
+            ("max_datagram_size", (c.max_datagram as u64).encode(env)),
+            ("batching", c.batching.encode(env)),
+            ("heartbeat_ms", ms(c.heartbeat).encode(env)),
+            ("heartbeat_after_us", us(c.heartbeat_after).encode(env)),
+            ("replay_max", (c.replay_max as u64).encode(env)),
+            ("segment_size", (c.store.segment_size as u64).encode(env)),
+            ("election_timeout_ms", ms(c.election_timeout).encode(env)),
+            ("two_nodes", atom(env, two_nodes)),
+            ("eager", c.eager.encode(env)),
+        ],
+    )
+}
+
+fn bus_defaults<'a>(env: Env<'a>) -> NifResult<Term<'a>> {
+    let c = MemberConfig::new(SocketAddr::from((Ipv4Addr::LOCALHOST, 1)), 1);
+    map(
+        env,
+        &[
+            ("max_datagram_size", (c.max_datagram as u64).encode(env)),
+            ("max_message_size", (c.max_message_size as u64).encode(env)),
+            ("resend_after_ms", ms(c.resend_after).encode(env)),
+            ("retransmit_after_us", us(c.retransmit_after).encode(env)),
+            ("hello_after_ms", ms(c.hello_after).encode(env)),
+            ("connect_timeout_ms", ms(c.connect_timeout).encode(env)),
+        ],
+    )
+}
+
 /// `%{store: %{...}, async_store: %{...}, table: %{...}, udp: %{...},
-/// echo: %{...}}`: each part's defaults.
+/// echo: %{...}, sequencer: %{...}, bus: %{...}}`: each part's defaults
+/// (`sequencer` and `bus` under the options' current names).
 #[rustler::nif]
 fn defaults<'a>(env: Env<'a>) -> NifResult<Term<'a>> {
     map(
@@ -172,6 +212,8 @@ fn defaults<'a>(env: Env<'a>) -> NifResult<Term<'a>> {
             ("table", table_defaults(env)?),
             ("udp", udp_defaults(env)?),
             ("echo", echo_defaults(env)?),
+            ("sequencer", sequencer_defaults(env)?),
+            ("bus", bus_defaults(env)?),
         ],
     )
 }

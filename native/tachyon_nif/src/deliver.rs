@@ -50,6 +50,22 @@ impl ProcessSender {
         })
     }
 
+    /// Builds a term with `build` once and sends a copy of it to each of
+    /// `pids` (a bus member's owner and subscribers). Returns how many
+    /// processes were alive to take it.
+    pub fn send_all<'p, I, F>(&mut self, pids: I, build: F) -> usize
+    where
+        I: IntoIterator<Item = &'p LocalPid>,
+        F: for<'a> FnOnce(Env<'a>) -> Term<'a>,
+    {
+        self.env.run(|env| {
+            let msg = build(env);
+            pids.into_iter()
+                .filter(|pid| env.send(pid, msg).is_ok())
+                .count()
+        })
+    }
+
     /// Frees the terms built since the last call (already copied out).
     pub fn end_batch(&mut self) {
         self.env.clear();

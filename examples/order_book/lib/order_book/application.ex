@@ -3,8 +3,10 @@ defmodule OrderBook.Application do
   # Supervises the Tachyon parts this example uses, from its own tree:
   # a Store (an audit log), an AsyncStore in front of it, an Echo (a
   # health-check port), a Table (per-trader counters), and the order bus:
-  # a Sequencer and two desks (OrderBook.Desk), each a bus member that
-  # keeps the same book in a Tachyon.Table.Replicated.
+  # a Sequencer, a bus member in the static child list (:order_feed, no
+  # owner) with a subscriber (OrderBook.Tape, the tape of every order), and
+  # two desks (OrderBook.Desk), each a bus member that keeps the same book
+  # in a Tachyon.Table.Replicated.
   use Application
 
   @impl true
@@ -23,6 +25,9 @@ defmodule OrderBook.Application do
        path: Path.join(dir, "seq"),
        port: Application.fetch_env!(:order_book, :sequencer_port),
        wait: :park},
+      # The member takes the sequencer by name (its port is picked at start).
+      {Tachyon.Bus, name: :order_feed, sequencer: :order_sequencer, member_id: 3, wait: :park},
+      {OrderBook.Tape, bus: :order_feed},
       Supervisor.child_spec({OrderBook.Desk, name: :desk_a, member_id: 1, dir: dir}, id: :desk_a),
       Supervisor.child_spec({OrderBook.Desk, name: :desk_b, member_id: 2, dir: dir}, id: :desk_b)
     ]

@@ -87,6 +87,8 @@ defmodule Tachyon.Bench.Sequencer.Floors do
     {"tachyon.sequencer.roundtrip.native", "raw.relay.roundtrip", :p50_ns},
     {"tachyon.sequencer.roundtrip", "raw.relay.roundtrip", :p50_ns},
     {"tachyon.sequencer.roundtrip.loss", "raw.relay.roundtrip", :p50_ns},
+    {"tachyon.sequencer.roundtrip.messages", "raw.relay.roundtrip", :p50_ns},
+    {"tachyon.sequencer.roundtrip.subscriber", "raw.relay.roundtrip", :p50_ns},
     {"tachyon.sequencer.throughput", "raw.relay.throughput", :rate},
     {"tachyon.sequencer.throughput.native", "raw.relay.throughput", :rate},
     {"tachyon.sequencer.throughput.batched", "raw.relay.throughput.batched", :rate},

@@ -1,12 +1,28 @@
 //! `bus_*` but the publishes: a member of the bus (`Tachyon.Bus`), its
 //! thread in the `:messages` mode, its poll in the `:poll` mode.
 
+use super::receivers::notify_unheard;
 use super::*;
+use tachyon_core::counter::Counter;
+use tachyon_core::receivers::{Receivers, Unheard};
 
 /// A member of the bus.
 pub struct BusResource {
     pub(super) member: Arc<Member>,
     owner: Owner,
+    /// Whether the owner gets the messages (`Tachyon.Bus.open/1`); a
+    /// member started by `Tachyon.Bus.start_link/1` is owned by its
+    /// process, which does not: its receivers do.
+    owner_receives: bool,
+    /// Where the `:messages` thread also delivers (`receivers.rs`).
+    pub(super) receivers: Receivers<LocalPid>,
+    /// Messages delivered to nobody (no receiver, and an owner that does
+    /// not get them); one writer, the thread.
+    unheard: Counter,
+    /// Gets `{:tachyon_report, :bus, member_id, :unheard, %{count: n}}`
+    /// (`Tachyon.Bus.Server`: the warning), at most once per
+    /// [`UNHEARD_EVERY`].
+    report: Option<LocalPid>,
     /// Also gets the member's events (`Tachyon.Bus.Events`: telemetry).
     relay: Option<LocalPid>,
     /// `:messages` mode: the thread that drives the member.
@@ -20,7 +36,15 @@ pub struct BusResource {
 
 crate::hot_resource!(BusResource, c"BusResource", down = on_down, stop = on_stop);
 
+/// At most one notice of messages delivered to nobody per this long.
+const UNHEARD_EVERY: Duration = Duration::from_secs(10);
+
 impl BusResource {
+    /// A `:poll` member (no thread; its owner polls).
+    pub(super) fn is_poll(&self) -> bool {
+        self.poll.is_some()
+    }
+
     fn on_down(this: &Obj<'_, Self>, env: Env<'_>, _pid: LocalPid, monitor: Monitor) {
         if this.owner.down(&monitor) {
             close_now(this, env);
@@ -99,9 +123,14 @@ fn bus_event<'a>(env: Env<'a>, bus: Term<'a>, id: u32, e: &MemberEvent) -> Term<
     (seq_atoms::tachyon_bus_event(), bus, atom(env, kind), fields).encode(env)
 }
 
-/// Where a member's events go: its owner, and the relay if any.
+/// Where a member's events go: its owner (if it gets the messages), its
+/// receivers, and the relay if any.
 fn event_pids(res: &BusResource) -> impl Iterator<Item = LocalPid> {
-    std::iter::once(res.owner.pid()).chain(res.relay)
+    let owner = res.owner_receives.then(|| res.owner.pid());
+    owner
+        .into_iter()
+        .chain(res.receivers.to_vec())
+        .chain(res.relay)
 }
 
 /// Sends the member's events (if any), from a thread of ours.
@@ -130,7 +159,10 @@ where
 /// address), member_id, from (nil or a sequence number), mode (`:messages`
 /// or `:poll`), wait, core, spin_us, max_datagram, max_message_size,
 /// resend_after_us, retransmit_after_us, hello_after_us, connect_timeout_us,
-/// loss, events (a pid or nil: gets the events too). Returns `{:ok, bus, info}` or `{:error, reason}`.
+/// loss, events (a pid or nil: gets the events too), owner_receives (the
+/// owner gets the messages), receivers (more pids that get them, `:messages`
+/// mode), report (a pid or nil: told of messages delivered to nobody).
+/// Returns `{:ok, bus, info}` or `{:error, reason}`.
 #[rustler::nif(schedule = "DirtyIo")]
 fn bus_open<'a>(env: Env<'a>, opts: Term<'a>, owner: LocalPid) -> NifResult<Term<'a>> {
     let (sip, sport): (Term, u16) = get(env, opts, "sequencer")?;
@@ -168,6 +200,10 @@ fn bus_open<'a>(env: Env<'a>, opts: Term<'a>, owner: LocalPid) -> NifResult<Term
     let res = Handle::new(BusResource {
         member: member.clone(),
         owner: Owner::new(owner),
+        owner_receives: get(env, opts, "owner_receives")?,
+        receivers: Receivers::new(get::<Vec<LocalPid>>(env, opts, "receivers")?),
+        unheard: Counter::default(),
+        report: get(env, opts, "report")?,
         relay: get(env, opts, "events")?,
         worker: Slot::default(),
         poll: poll.then(|| Poller::new(wait, spin, (), seq_atoms::tachyon_bus_ready())),
@@ -183,6 +219,8 @@ fn bus_open<'a>(env: Env<'a>, opts: Term<'a>, owner: LocalPid) -> NifResult<Term
             let mut out = ProcessSender::new();
             let mut waiter = Waiter::with_socket(wait, ctx.wake().clone(), member.poll_fd());
             let m = &handle.member;
+            let mut view = handle.receivers.view();
+            let mut unheard = Unheard::new(UNHEARD_EVERY);
             while !ctx.stopped() {
                 // `max_queue` reached: the owner has not acknowledged what
                 // it got. The member stops reading (datagrams wait in the
@@ -194,19 +232,36 @@ fn bus_open<'a>(env: Env<'a>, opts: Term<'a>, owner: LocalPid) -> NifResult<Term
                     ctx.sleep(Duration::from_micros(200));
                     continue;
                 }
-                let pid = handle.owner.pid();
+                // Who gets this batch: the owner if it reads the messages,
+                // and the receivers (one atomic load when they did not change).
+                let owner = handle.owner_receives.then(|| handle.owner.pid());
+                handle.receivers.refresh(&mut view);
+                let nobody = owner.is_none() && view.is_empty();
+                let mut dropped = 0;
                 // Under a bound, one datagram per read: the bound is
                 // overshot by at most one datagram's messages (a datagram
                 // is delivered whole, in order).
                 let max = if room.is_some() { 1 } else { 64 };
                 let got = m.poll(max, &mut |seq, id, snap, data| {
+                    if nobody {
+                        dropped += 1;
+                        return;
+                    }
                     handle.credits.count();
-                    out.send(&pid, |env| {
+                    out.send_all(owner.iter().chain(view.pids()), |env| {
                         let bus = handle.encode(env);
                         bus_msg(env, bus, seq, id, snap, data)
                     });
                 });
                 out.end_batch();
+                if dropped > 0 {
+                    handle.unheard.bump(dropped);
+                    if let (Some(n), Some(to)) =
+                        (unheard.count(dropped, Instant::now()), &handle.report)
+                    {
+                        notify_unheard(&mut out, to, m.member_id(), n);
+                    }
+                }
                 match got {
                     Ok(n) if n > 0 => {
                         send_events(|env| handle.encode(env), &handle, &mut out);
@@ -370,6 +425,11 @@ fn bus_stats<'a>(env: Env<'a>, res: &BusResource) -> NifResult<Term<'a>> {
     }
     let m = crate::terms::fields_map(env, &res.member.stats())
         .map_put(atom(env, "acked"), res.credits.acked().encode(env))?
-        .map_put(atom(env, "in_flight"), res.credits.in_flight().encode(env))?;
+        .map_put(atom(env, "in_flight"), res.credits.in_flight().encode(env))?
+        .map_put(atom(env, "unheard"), res.unheard.get().encode(env))?
+        .map_put(
+            atom(env, "subscribers"),
+            (res.receivers.len() as u64).encode(env),
+        )?;
     Ok((atoms::ok(), m).encode(env))
 }

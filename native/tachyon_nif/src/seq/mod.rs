@@ -43,6 +43,7 @@ use crate::udp::{decode_addr, decode_ip, decode_socket_opts, decode_wait, encode
 mod bus;
 mod node;
 mod publish;
+mod receivers;
 
 pub use bus::BusResource;
 pub use node::SeqResource;
