@@ -72,6 +72,23 @@ defmodule Tachyon.Sequencer do
   the price of possible forks, which members report (`Tachyon.Bus`,
   "Events").
 
+  ## Durability
+
+  With `durability: :replicated` (the default) a message is committed, and
+  delivered, once it is in the page cache of a majority of the nodes; with
+  `durability: :fsync`, once it is on the disk of a majority: each node
+  acknowledges only what its syncer thread has synced (one sync per receive
+  batch that appended, off the sequencing thread; the entries that arrive
+  during a sync go with the next one: group commit). What that costs, from
+  `mix tachyon.bench sequencer --durability fsync` on a 2-core VM shared
+  with other builds (docs/BENCHMARKS.md, "Sequencer with durability:
+  :fsync"): one node, load average 2.6, a bus round trip took 79 us (p50)
+  instead of 9 us, about one `fdatasync` of the same disk (58 us on its
+  own) more, and the bus carried 208,513 messages/s one per datagram against
+  274,421 (0.76x); a group of three with a load average of 6, every wait for
+  the disk also waiting for a core, took 2.2 ms (p50). A node's
+  `stats/1` says what its disk takes: `:syncs` and `:sync_time_us`.
+
   ## Options
 
   #{Tachyon.Options.docs(Tachyon.Sequencer.Options.sequencer_schema())}
@@ -91,7 +108,11 @@ defmodule Tachyon.Sequencer do
   goodbye, dropped: they would bind its id again), `:wrong_session`, `:oversized`,
   `:send_errors`, `:store_errors`, `:members` (unicast fan-out),
   `:backpressure`, `:not_primary`, `:taken`, `:elections`, `:terms_led`,
-  `:stepped_down`, `:truncated`, `:copied`, `:acks`, `:session`. The same
+  `:stepped_down`, `:truncated`, `:copied`, `:acks`, `:session`, and for
+  `durability: :fsync` `:durable` (the entries on the disk: what the
+  node's acknowledgements cover), `:sync_requests`, `:syncs` (done),
+  `:sync_time_us` (the time the syncs done took, in all) and `:sync_errors`
+  (failed, retried). The same
   map is the measurement of `[:tachyon, :sequencer, :stats]` every
   `:stats_interval_ms`; role changes, campaigns, votes and truncations are
   events of their own (see `Tachyon.Telemetry`).
