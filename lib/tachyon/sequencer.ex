@@ -81,6 +81,23 @@ defmodule Tachyon.Sequencer do
   the price of possible forks, which members report (`Tachyon.Bus`,
   "Events").
 
+  ## Durability
+
+  With `durability: :replicated` (the default) a message is committed, and
+  delivered, once it is in the page cache of a majority of the nodes; with
+  `durability: :fsync`, once it is on the disk of a majority: each node
+  acknowledges only what its syncer thread has synced (one sync per receive
+  batch that appended, off the sequencing thread; the entries that arrive
+  during a sync go with the next one: group commit). What that costs, from
+  `mix tachyon.bench sequencer --durability fsync` on a 2-core VM shared
+  with other builds (docs/BENCHMARKS.md, "Sequencer with durability:
+  :fsync"): one node, load average 2.6, a bus round trip took 79 us (p50)
+  instead of 9 us, about one `fdatasync` of the same disk (58 us on its
+  own) more, and the bus carried 208,513 messages/s one per datagram against
+  274,421 (0.76x); a group of three with a load average of 6, every wait for
+  the disk also waiting for a core, took 2.2 ms (p50). A node's
+  `stats/1` says what its disk takes: `:syncs` and `:sync_time_us`.
+
   ## Options
 
   #{Tachyon.Options.docs(Tachyon.Sequencer.Options.sequencer_schema())}
@@ -105,7 +122,8 @@ defmodule Tachyon.Sequencer do
   `[:tachyon, :sequencer, :learner]`), `:probes` and `:learner_refusals`
   (votes refused as a learner); `:durable` (the end of what the node's
   acknowledgements cover: what is synced with `durability: :fsync`, the
-  log's end otherwise), `:sync_requests`, `:syncs`, `:sync_errors`;
+  log's end otherwise), `:sync_requests`, `:syncs`, `:sync_time_us` (the time the syncs done
+  took, in all), `:sync_errors`;
   `:disk_full` (appends refused for want of space), `:stale_replays`
   (replay jobs of another term or log dropped). The same
   map is the measurement of `[:tachyon, :sequencer, :stats]` every
