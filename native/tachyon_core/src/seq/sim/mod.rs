@@ -38,6 +38,7 @@ pub mod net;
 pub mod scenarios;
 #[cfg(test)]
 mod tests;
+mod watch;
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
