@@ -156,7 +156,9 @@ impl<'a> Bus<'a> {
                     && bus.count > 0
                     && bus.h.seq.checked_add(bus.count as u64).is_some()
             }
-            BusKind::Heartbeat | BusKind::End => bus.body.is_empty() && bus.count == 0,
+            BusKind::Heartbeat => bus.body.is_empty() && bus.count == 0,
+            // The successor's id, or nothing (none named).
+            BusKind::End => bus.body.len() <= 1 && bus.count == 0,
             BusKind::Welcome => bus.body.len() >= WELCOME_BODY && bus.count == 0,
             BusKind::Nack | BusKind::Full => bus.body.len() == 8 && bus.count == 0,
             BusKind::Trimmed => bus.body.len() == 12 && bus.count == 0,
@@ -165,6 +167,15 @@ impl<'a> Bus<'a> {
             Ok(bus)
         } else {
             Err(Bad::Malformed)
+        }
+    }
+
+    /// The node an END names to campaign at once (Raft thesis §3.10's
+    /// TimeoutNow: one named successor, not a race of every follower).
+    pub fn successor(&self) -> Option<u8> {
+        match self.kind {
+            BusKind::End => self.body.first().copied(),
+            _ => None,
         }
     }
 

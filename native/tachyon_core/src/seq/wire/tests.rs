@@ -69,6 +69,12 @@ fn bus_round_trip_and_truncations_refused() {
     assert_eq!(Bus::parse(&b).unwrap().nacked(), Some(42));
     bus_header(&mut b, BusKind::End, &h, 0);
     assert_eq!(Bus::parse(&b).unwrap().kind, BusKind::End);
+    assert_eq!(Bus::parse(&b).unwrap().successor(), None);
+    // An END may name the node to campaign at once; one byte, no more.
+    b.push(2);
+    assert_eq!(Bus::parse(&b).unwrap().successor(), Some(2));
+    b.push(1);
+    assert!(Bus::parse(&b).is_err());
 }
 
 #[test]

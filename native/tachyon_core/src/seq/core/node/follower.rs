@@ -96,9 +96,13 @@ impl<L: Log> Node<L> {
         self.silent = 0;
         self.since_leader = 0;
         if b.kind == BusKind::End {
-            // The primary stopped: elect the next one now.
+            // The primary stopped: the successor it names (or, if it names
+            // none, every node) campaigns now; the others after their own
+            // timeout if no primary is heard by then.
             self.leader = None;
-            self.silent = self.timeout;
+            if b.successor().is_none_or(|s| s == self.id()) {
+                self.silent = self.timeout;
+            }
             return;
         }
         self.fl.known = self.fl.known.max(b.end());

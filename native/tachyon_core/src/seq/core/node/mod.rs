@@ -464,11 +464,27 @@ impl<L: Log> Node<L> {
             self.leader_flush(now, env);
             let h = self.bus_header(self.ls.next);
             wire::bus_header(&mut self.scratch, wire::BusKind::End, &h, 0);
+            if let Some(s) = self.successor() {
+                self.scratch.push(s);
+            }
             env.send(&self.targets, &self.scratch);
             self.role = Role::Follower;
             self.leader = None;
             self.mirror();
         }
+    }
+
+    /// The voter a stopping primary names to campaign at once: the one
+    /// whose acknowledged log reaches furthest among those heard within an
+    /// election timeout (the lowest id on a tie), so that one election
+    /// follows, not one per follower.
+    fn successor(&self) -> Option<u8> {
+        let me = self.id();
+        self.membership()
+            .voters()
+            .filter(|&v| v != me)
+            .filter(|&v| self.ld.peer_silent[v as usize] < self.cfg.election_timeout)
+            .max_by_key(|&v| (self.ld.matched[v as usize], std::cmp::Reverse(v)))
     }
 
     fn bus_header(&self, seq: u64) -> wire::BusHeader {
