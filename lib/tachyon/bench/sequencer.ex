@@ -51,7 +51,7 @@ defmodule Tachyon.Bench.Sequencer do
   alias Tachyon.{Bench, Bus}
   alias Tachyon.Bench.Echo.Peers
   alias Tachyon.Bench.Report
-  alias Tachyon.Bench.Sequencer.{Durability, Floors, Goals, Messages}
+  alias Tachyon.Bench.Sequencer.{Cost, Durability, Floors, Goals, Messages}
   alias Tachyon.Sequencer.OSProcess
 
   @defaults [
@@ -383,7 +383,10 @@ defmodule Tachyon.Bench.Sequencer do
       )
 
     try do
+      cost = Cost.start([{p, "primary"}])
+
       fun.(%{bus: p.address, primary: p.address, note: ""})
+      |> Cost.finish(cost)
       |> sync_stats(cfg, [{p, "primary"}])
     after
       OSProcess.kill(p)
@@ -399,12 +402,16 @@ defmodule Tachyon.Bench.Sequencer do
     {primary, others, group} = OSProcess.start_group(dirs, args)
 
     try do
+      nodes = [{primary, "primary"} | Enum.map(others, &{&1, "follower"})]
+      cost = Cost.start(nodes)
+
       fun.(%{
         bus: group,
         primary: primary.address,
         note: "; group of #{n} OS processes, primary node #{primary.id}"
       })
-      |> sync_stats(cfg, [{primary, "primary"} | Enum.map(others, &{&1, "follower"})])
+      |> Cost.finish(cost)
+      |> sync_stats(cfg, nodes)
     after
       Enum.each([primary | others], &OSProcess.kill/1)
     end
@@ -574,7 +581,20 @@ defmodule Tachyon.Bench.Sequencer do
       ["case", "", "p50 one", "p50 group", "ratio", "p99 one", "p99 group", "ratio"] ++
         ["p99.9 one", "p99.9 group", "ratio"]
 
-    Report.print_rows(header, rows)
-    IO.puts("  (throughput rows: msg/s one, msg/s group, ratio in the p50 columns)")
+    cpu =
+      for kind <- @kinds,
+          one = by["tachyon.sequencer.#{kind}"],
+          grp = by["tachyon.sequencer.group#{n}.#{kind}"],
+          one[:cpu_us_per_msg] && grp[:cpu_us_per_msg] do
+        [kind, "cpu us/msg", "#{one.cpu_us_per_msg}", "#{grp.cpu_us_per_msg}"] ++
+          [Report.ratio(grp.cpu_us_per_msg, one.cpu_us_per_msg)] ++ List.duplicate("", 6)
+      end
+
+    Report.print_rows(header, rows ++ cpu)
+
+    IO.puts(
+      "  (throughput rows: msg/s one, msg/s group, ratio in the p50 columns; cpu us/msg: " <>
+        "the CPU time of every node's OS process and of this VM per committed message)"
+    )
   end
 end
