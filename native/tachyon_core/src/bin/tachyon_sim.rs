@@ -7,7 +7,7 @@
 //! tachyon_sim [--seeds N] [--from S] [--seed S] [--trace] [--faults crash,pause,...]
 //!             [--no-swarm] [--nodes N] [--two-nodes safe|available]
 //!             [--durability replicated|fsync] [--members M] [--late-members M]
-//!             [--seconds S] [--loss P] [--large P] [--slow MS] [--uplink US[:QUEUE]]
+//!             [--seconds S] [--loss P] [--large P] [--slow MS] [--uplink US[:QUEUE]] [--cost US] [--latency]
 //!             [--scenario NAME|all]
 //! ```
 
@@ -28,6 +28,7 @@ fn main() {
     let mut group = Group::new(3);
     let mut slow_ms = f64::INFINITY;
     let mut scenarios: Vec<Scenario> = Vec::new();
+    let mut latency = false;
     while let Some(a) = args.next() {
         let mut val = || args.next().unwrap_or_else(|| usage(&a));
         match a.as_str() {
@@ -83,6 +84,11 @@ fn main() {
                 });
             }
             "--slow" => slow_ms = val().parse().unwrap_or_else(|_| usage("--slow")),
+            "--cost" => {
+                let us: f64 = val().parse().unwrap_or_else(|_| usage("--cost"));
+                cfg.cost = (us * 1000.0) as u64;
+            }
+            "--latency" => latency = true,
             "--nodes" => group.nodes = val().parse().unwrap_or_else(|_| usage("--nodes")),
             "--two-nodes" => {
                 group.two_nodes = match val().as_str() {
@@ -96,6 +102,10 @@ fn main() {
     }
     if !scenarios.is_empty() {
         run_scenarios(&scenarios, &group, from, seeds, trace);
+        return;
+    }
+    if latency {
+        run_latency(cfg, &group, from, seeds);
         return;
     }
     let proto: Box<dyn Protocol> = Box::new(group);
@@ -208,6 +218,69 @@ fn main() {
     }
 }
 
+/// The latency model: the same seeds, no fault, with one node and with
+/// `base`'s group; publish-to-delivery percentiles (the median over the
+/// seeds of each seed's) and the group's against one node's.
+fn run_latency(mut cfg: SimConfig, base: &Group, from: u64, seeds: u64) {
+    cfg.faults = Vec::new();
+    cfg.swarm = false;
+    if cfg.cost == 0 {
+        cfg.cost = 5_000;
+    }
+    println!(
+        "tachyon_sim --latency: no faults, {} us per datagram read or sent by any process, \
+         links 20-50 us each way, seeds {from}..{}",
+        cfg.cost as f64 / 1e3,
+        from + seeds - 1
+    );
+    let mut rows = Vec::new();
+    for nodes in [1, base.nodes.max(2)] {
+        let mut g = Group::new(nodes);
+        g.durability = base.durability;
+        g.two_nodes = base.two_nodes;
+        g.retention = false;
+        let mut per: [Vec<u64>; 4] = Default::default();
+        for seed in from..from + seeds {
+            cfg.seed = seed;
+            let r = sim::run(&cfg, &g);
+            if !r.ok() {
+                println!(
+                    "seed {seed}: {} ({})",
+                    r.violations[0].kind, r.violations[0].detail
+                );
+            }
+            if let Some(l) = r.latency {
+                for (v, x) in per.iter_mut().zip(l) {
+                    v.push(x);
+                }
+            }
+        }
+        let med: Vec<u64> = per
+            .iter_mut()
+            .map(|v| {
+                v.sort_unstable();
+                v.get(v.len() / 2).copied().unwrap_or(0)
+            })
+            .collect();
+        println!(
+            "{nodes} node(s): publish to delivery p50 {:.1} us, p99 {:.1} us, p99.9 {:.1} us, max {:.1} us",
+            med[0] as f64 / 1e3,
+            med[1] as f64 / 1e3,
+            med[2] as f64 / 1e3,
+            med[3] as f64 / 1e3
+        );
+        rows.push(med);
+    }
+    let r = |k: usize| rows[1][k] as f64 / rows[0][k].max(1) as f64;
+    println!(
+        "group of {} / one node: p50 {:.2}x, p99 {:.2}x, p99.9 {:.2}x",
+        base.nodes.max(2),
+        r(0),
+        r(1),
+        r(2)
+    );
+}
+
 /// Runs each scenario over `seeds` seeds; prints each violating seed.
 fn run_scenarios(list: &[Scenario], base: &Group, from: u64, seeds: u64, trace: bool) {
     let mut failed = 0;
@@ -259,7 +332,7 @@ fn usage(bad: &str) -> ! {
         "tachyon_sim: bad argument {bad:?}\nusage: tachyon_sim [--seeds N] [--from S] [--seed S] [--trace] \
          [--faults KIND,...] [--no-swarm] [--nodes N] [--two-nodes safe|available] \
          [--durability replicated|fsync] [--members M] [--late-members M] [--seconds S] [--loss P] \
-         [--large P] [--slow MS] [--uplink US[:QUEUE]] [--scenario NAME|all]\nfault kinds: {}",
+         [--large P] [--slow MS] [--uplink US[:QUEUE]] [--cost US] [--latency] [--scenario NAME|all]\nfault kinds: {}",
         Fault::ALL.iter().map(|f| f.name()).collect::<Vec<_>>().join(",")
     );
     std::process::exit(2)

@@ -75,6 +75,9 @@ pub(super) struct Sim<'a> {
     pub primary: usize,
     /// When the first primary was elected.
     pub(super) first_primary: Option<Nanos>,
+    /// When what the process being handled sends leaves (the latency
+    /// model; 0: now).
+    send_at: Nanos,
     pub faults: BTreeMap<&'static str, u64>,
     retention: BTreeMap<&'static str, u64>,
     /// The fault kinds this seed draws from.
@@ -193,6 +196,7 @@ impl<'a> Sim<'a> {
             heals: Vec::new(),
             primary: 0,
             first_primary: None,
+            send_at: 0,
             faults: BTreeMap::new(),
             retention: BTreeMap::new(),
             mix,
@@ -423,7 +427,8 @@ impl<'a> Sim<'a> {
                 self.watch_node_datagram(i, from, to, d);
             }
             if let Some(&j) = self.by_addr.get(&to) {
-                self.net.send(&mut self.rng, self.now, i, from, j, to, d);
+                let at = self.now.max(self.send_at);
+                self.net.send(&mut self.rng, at, i, from, j, to, d);
             }
         }
         self.out = out;
@@ -491,7 +496,24 @@ impl<'a> Sim<'a> {
         a.end_batch(now, &mut self.out, &mut self.ev);
         self.procs[i].actor = Some(a);
         self.procs[i].next_tick = self.now;
+        self.busy(i, b.len());
         self.after(i);
+        self.send_at = 0;
+    }
+
+    /// The latency model ([`SimConfig::cost`]): process `i` read `read`
+    /// datagrams and queued `self.out`: it is busy for their cost, and
+    /// what it queued leaves at the end.
+    fn busy(&mut self, i: usize, read: usize) {
+        let cost = self.cfg.cost * (read + self.out.len()) as u64;
+        if cost == 0 {
+            return;
+        }
+        self.send_at = self.now + cost;
+        let p = &mut self.procs[i];
+        if p.paused.is_none() {
+            p.paused = Some((self.now + cost, false));
+        }
     }
 
     pub fn tick(&mut self, i: usize) {
@@ -505,7 +527,9 @@ impl<'a> Sim<'a> {
         // ticked again in the next step.
         let at = self.procs[i].clock.to_sim(due);
         self.procs[i].next_tick = at.max(self.now + MICRO);
+        self.busy(i, 0);
         self.after(i);
+        self.send_at = 0;
     }
 
     fn ticks(&mut self) {

@@ -119,6 +119,12 @@ pub struct SimConfig {
     /// A scripted run instead of random faults.
     pub scenario: Option<Scenario>,
     pub trace: bool,
+    /// The latency model's CPU cost of each datagram a process reads or
+    /// sends (0: none, every step takes no time): a process is busy that
+    /// long after each receive batch or tick (what arrives meanwhile waits
+    /// and is read as one batch), and what it sends leaves when its work
+    /// is done.
+    pub cost: Nanos,
 }
 
 impl SimConfig {
@@ -138,6 +144,7 @@ impl SimConfig {
             uplink: None,
             scenario: None,
             trace: false,
+            cost: 0,
         }
     }
 }

@@ -219,3 +219,29 @@ fn under_light_loss_the_delivery_tail_is_a_few_round_trips() {
         );
     }
 }
+
+/// The latency model (`SimConfig::cost`): every datagram a process reads
+/// or sends costs CPU time, so a round trip pays for each hop. One node:
+/// member, primary, member (two links of 20-50 us and the costs); a group
+/// adds the followers' hop (`tachyon_sim --latency` prints the ratio). The
+/// same seed with no cost is faster, and everything is still delivered.
+#[test]
+fn the_latency_model_charges_every_hop() {
+    let p50 = |nodes: usize, cost: Nanos| {
+        let mut cfg = SimConfig::new(7_100);
+        cfg.faults = Vec::new();
+        cfg.late_members = 0;
+        cfg.cost = cost;
+        let r = run(&cfg, &Group::new(nodes));
+        assert!(r.ok(), "{nodes} node(s): {:?}", r.violations.first());
+        r.latency.expect("deliveries")[0]
+    };
+    let (free, one, group) = (p50(1, 0), p50(1, 5 * MICRO), p50(3, 5 * MICRO));
+    assert!(one > free, "one node: {one} ns with a cost, {free} without");
+    // Two links of at least 20 us, and at least four datagrams handled.
+    assert!(one >= 60 * MICRO, "one node: p50 {one} ns");
+    assert!(
+        group > one,
+        "a group ({group} ns) faster than one node ({one} ns)"
+    );
+}
