@@ -316,6 +316,7 @@ fn bus_open<'a>(env: Env<'a>, opts: Term<'a>, owner: LocalPid) -> NifResult<Term
             ("fragment_size", res.member.fragment_size().encode(env)),
             ("mode", atom(env, if poll { "poll" } else { "messages" })),
             ("snapshot", res.member.snapshot_as_of().encode(env)),
+            ("joined_seq", res.member.joined_seq().encode(env)),
         ],
     )?;
     Ok((atoms::ok(), res, info).encode(env))

@@ -75,6 +75,9 @@ pub struct Member {
     /// Opened `from_snapshot` and the welcome named one: its position
     /// (`as_of`), its messages delivered first.
     snapshot: Option<u64>,
+    /// The bus's next sequence number when the member was welcomed: its
+    /// own publishes are sequenced from there on.
+    joined_seq: u64,
 }
 
 impl Member {
@@ -99,6 +102,7 @@ impl Member {
         let (tx, rx) = core::from_welcome(&cfg, &w, unicast, clock::now())?;
         Ok(Member {
             snapshot: (cfg.from_snapshot && w.snap.0 > 0).then_some(w.snap.2),
+            joined_seq: w.next,
             deferred: SpinMutex::new(Vec::new()),
             closed: AtomicBool::new(false),
             shut: AtomicBool::new(false),
@@ -136,6 +140,13 @@ impl Member {
     /// log's beginning) or it was not asked for.
     pub fn snapshot_as_of(&self) -> Option<u64> {
         self.snapshot
+    }
+
+    /// The bus's next sequence number when the member was welcomed: what
+    /// it publishes is sequenced from there on (what it delivers below
+    /// it, its own id's included, was published before it joined).
+    pub fn joined_seq(&self) -> u64 {
+        self.joined_seq
     }
 
     pub fn session(&self) -> u64 {
