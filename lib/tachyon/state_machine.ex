@@ -23,7 +23,7 @@ defmodule Tachyon.StateMachine do
     * `c:restore/2` - `restore(snapshot, state)`: the state a snapshot
       holds; `state` is what `c:init/1` returned (its resources), to be
       replaced by the snapshot's content.
-    * `c:applied/1` (optional) - for a state kept on disk: the last
+    * `c:last_applied/1` (optional) - for a state kept on disk: the last
       sequence number the state returned by `c:init/1` holds (0: none).
       The runner then reads the log from the next one (or, if retention
       removed it, restores the latest snapshot). Without it, every start
@@ -96,12 +96,12 @@ defmodule Tachyon.StateMachine do
   @callback restore(snapshot :: binary(), state()) :: state()
 
   @doc "A state kept on disk: the last sequence number `c:init/1`'s state holds."
-  @callback applied(state()) :: non_neg_integer()
+  @callback last_applied(state()) :: non_neg_integer()
 
   @doc "The runner stops."
   @callback terminate(state()) :: term()
 
-  @optional_callbacks applied: 1, terminate: 1
+  @optional_callbacks last_applied: 1, terminate: 1
 
   @doc """
   Starts a runner (see "Options"); raises `ArgumentError` for a bad
@@ -181,7 +181,12 @@ defmodule Tachyon.StateMachine do
   """
   @spec sync(server(), non_neg_integer(), timeout()) :: :ok | {:error, :timeout | :noproc}
   def sync(server, seq, timeout \\ 5000) when is_integer(seq),
-    do: call(server, {:sync, seq, timeout}, timeout + 1000)
+    do:
+      call(
+        server,
+        {:sync, seq, timeout},
+        if(timeout == :infinity, do: :infinity, else: timeout + 1000)
+      )
 
   @doc """
   Publishes a snapshot of the state now (besides those of

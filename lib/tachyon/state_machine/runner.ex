@@ -4,7 +4,7 @@ defmodule Tachyon.StateMachine.Runner do
   # in init/1, `delivery: :messages`, the runner the owner: the member's
   # thread sends it every message), the machine's state, and:
   #
-  #   * the start: a machine that knows its position (`applied/1`, a state
+  #   * the start: a machine that knows its position (`last_applied/1`, a state
   #     on disk) reads the log after it; otherwise (or if retention removed
   #     that part: `{:error, {:trimmed, _}}`) the member opens
   #     `from: :snapshot`. With a snapshot (`info.snapshot`, its position
@@ -104,7 +104,7 @@ defmodule Tachyon.StateMachine.Runner do
     Process.flag(:trap_exit, true)
     mod = opts[:module]
     mstate = mod.init(opts[:args])
-    applied = if function_exported?(mod, :applied, 1), do: mod.applied(mstate), else: 0
+    applied = if function_exported?(mod, :last_applied, 1), do: mod.last_applied(mstate), else: 0
 
     case open(opts[:bus], applied) do
       {:ok, bus, info, from} ->
@@ -176,7 +176,9 @@ defmodule Tachyon.StateMachine.Runner do
     if s.restoring == nil and s.applied >= seq do
       {:reply, :ok, s}
     else
-      ref = Process.send_after(self(), {:sync_timeout, from}, timeout)
+      ref =
+        if timeout != :infinity, do: Process.send_after(self(), {:sync_timeout, from}, timeout)
+
       {:noreply, %{s | syncs: [{seq, from, ref} | s.syncs]}}
     end
   end
@@ -293,7 +295,7 @@ defmodule Tachyon.StateMachine.Runner do
     {done, waiting} = Enum.split_with(s.syncs, fn {n, _, _} -> n <= s.applied end)
 
     for {_, from, ref} <- done do
-      Process.cancel_timer(ref)
+      if ref, do: Process.cancel_timer(ref)
       GenServer.reply(from, :ok)
     end
 
