@@ -169,8 +169,8 @@ defmodule Tachyon.StateMachine.Runner do
   def handle_call({:query, fun}, _from, %{restoring: nil} = s),
     do: {:reply, {:ok, fun.(s.mstate)}, s}
 
-  def handle_call(req, _from, s) when req == :state or elem(req, 0) == :query,
-    do: {:reply, {:error, :restoring}, s}
+  def handle_call(:state, _from, s), do: {:reply, {:error, :restoring}, s}
+  def handle_call({:query, _}, _from, s), do: {:reply, {:error, :restoring}, s}
 
   def handle_call({:sync, seq, timeout}, from, s) do
     if s.restoring == nil and s.applied >= seq do
