@@ -571,3 +571,6 @@ pub(crate) fn welcome(
         }
     }
 }
+
+#[cfg(test)]
+mod snapshot_tests;
