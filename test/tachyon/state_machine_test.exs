@@ -125,6 +125,62 @@ defmodule Tachyon.StateMachineTest do
     for {k, v} <- bigs, do: assert(state_a.map[k] == v)
   end
 
+  test "Bus: a snapshot of several chunks, delivered to members opened from: :snapshot only (messages and poll)" do
+    alias Tachyon.Bus
+    addr = sequencer(tmp_dir("bus-snap"))
+    {:ok, a} = Bus.open(sequencer: addr, member_id: 1, delivery: :poll)
+    {:ok, _} = Bus.publish(a, "before")
+    {:ok, [{s1, 1, "before"}]} = Bus.recv(a, 5000)
+    state = :crypto.strong_rand_bytes(150_000)
+    assert {:ok, _member_seq} = Bus.publish_snapshot(a, s1 + 1, [state, "!"])
+    {:ok, _} = Bus.publish(a, "after")
+    assert {:ok, _} = Bus.recv(a, 5000)
+
+    {:ok, b, %{snapshot: as_of, joined_seq: joined}} =
+      Bus.open_info(sequencer: addr, member_id: 2, from: :snapshot)
+
+    assert as_of == s1 + 1 and joined > as_of
+
+    chunks = receive_snapshot(b, [])
+    assert length(chunks) == 3
+    assert Enum.all?(chunks, &match?({_, 1, ^as_of, _, _}, &1))
+    assert [false, false, true] == Enum.map(chunks, &elem(&1, 4))
+    assert IO.iodata_to_binary(Enum.map(chunks, &elem(&1, 3))) == state <> "!"
+    assert_receive {:tachyon_bus, ^b, _, 1, "after"}, 5000
+    refute_received {:tachyon_bus, ^b, _, _, "before"}
+
+    {:ok, p} = Bus.open(sequencer: addr, member_id: 3, from: :snapshot, delivery: :poll)
+    items = recv_until(p, "after", [])
+
+    assert [
+             {:snapshot, ^as_of, _, false},
+             {:snapshot, ^as_of, _, false},
+             {:snapshot, ^as_of, _, true}
+           ] = for({_, 1, {:snapshot, _, _, _} = x} <- items, do: x)
+
+    # A member not opened from: :snapshot never sees one.
+    {:ok, c} = Bus.open(sequencer: addr, member_id: 4, from: 1, delivery: :poll)
+    assert Enum.all?(recv_until(c, "after", []), &is_binary(elem(&1, 2)))
+  end
+
+  defp receive_snapshot(b, acc) do
+    receive do
+      {:tachyon_bus_snapshot, ^b, seq, id, as_of, chunk, true} ->
+        Enum.reverse([{seq, id, as_of, chunk, true} | acc])
+
+      {:tachyon_bus_snapshot, ^b, seq, id, as_of, chunk, false} ->
+        receive_snapshot(b, [{seq, id, as_of, chunk, false} | acc])
+    after
+      5000 -> flunk("no snapshot after #{length(acc)} chunks")
+    end
+  end
+
+  defp recv_until(bus, last, acc) do
+    {:ok, l} = Tachyon.Bus.recv(bus, 5000)
+    acc = acc ++ l
+    if Enum.any?(l, &(elem(&1, 2) == last)), do: acc, else: recv_until(bus, last, acc)
+  end
+
   test "bad options raise ArgumentError naming the option" do
     bus = [sequencer: {{127, 0, 0, 1}, 1}, member_id: 1]
 
