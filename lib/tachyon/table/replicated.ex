@@ -182,12 +182,9 @@ defmodule Tachyon.Table.Replicated do
 
       :ok = Tachyon.Table.Replicated.sync(r, 42)
   """
-  @spec sync(server(), non_neg_integer(), timeout()) :: :ok | {:error, :timeout}
+  @spec sync(server(), non_neg_integer(), timeout()) :: :ok | {:error, :timeout | :noproc}
   def sync(server, seq, timeout \\ 5000) do
-    case StateMachine.sync(server, seq, timeout) do
-      :ok -> :ok
-      {:error, _} -> {:error, :timeout}
-    end
+    StateMachine.sync(server, seq, timeout)
   end
 
   @doc """
