@@ -38,7 +38,8 @@ defmodule Tachyon.StateMachine do
   or from the log's start when there is none; it restores the snapshot
   (holding the messages that come before the snapshot is whole), then
   applies every message in order. Every `:snapshot_every` messages it
-  applies, it publishes a snapshot of its state (`Tachyon.Bus.publish_snapshot/4`)
+  applies (or every `:snapshot_interval_ms`), it publishes a snapshot of
+  its state (`Tachyon.Bus.publish_snapshot/4`)
   as of the next sequence number. Messages published by members that do
   not run the machine are applied too: every message on the bus is a
   command of the machine.

@@ -17,8 +17,10 @@ defmodule Tachyon.StateMachine.Runner do
   #     messages of its member id are an earlier incarnation's). So the
   #     callers wait in a FIFO queue, and each message of its own id from
   #     `joined_seq` on answers the oldest.
-  #   * snapshots every `snapshot_every` messages applied, as of the next
-  #     sequence number, published from this process (a dirty NIF).
+  #   * snapshots every `snapshot_every` messages applied, or at a
+  #     `:snapshot_tick` every `snapshot_interval_ms` if any was applied
+  #     since the last, as of the next sequence number, published from this
+  #     process (a dirty NIF).
   #   * `:trimmed` and `:fork` events: the state is not the log's any more;
   #     the process stops with `{:lost, kind}` (a supervisor restarts it:
   #     it restores the latest snapshot).
@@ -62,6 +64,14 @@ defmodule Tachyon.StateMachine.Runner do
         when `publish_snapshot/2` asks). One or two runners of a group
         snapshotting is enough: every snapshot is in the log, and every
         runner started from a snapshot receives the later ones too.
+        """
+      ],
+      snapshot_interval_ms: [
+        type: :interval,
+        default: nil,
+        doc: """
+        also publish a snapshot every this many milliseconds, if messages
+        were applied since the last snapshot (`nil`: no timer).
         """
       ],
       name: [
@@ -117,6 +127,7 @@ defmodule Tachyon.StateMachine.Runner do
           applied: if(from == :snapshot, do: 0, else: applied),
           restoring: nil,
           every: opts[:snapshot_every],
+          interval: opts[:snapshot_interval_ms],
           since: 0,
           callers: :queue.new(),
           syncs: [],
@@ -129,6 +140,7 @@ defmodule Tachyon.StateMachine.Runner do
           }
         }
 
+        tick(s.interval)
         {:ok, restoring(s, from, info.snapshot)}
 
       {:error, reason} ->
@@ -229,6 +241,19 @@ defmodule Tachyon.StateMachine.Runner do
     {:stop, {:lost, kind}, s}
   end
 
+  def handle_info(:snapshot_tick, s) do
+    tick(s.interval)
+
+    if s.since > 0 and s.restoring == nil do
+      case snapshot(s) do
+        {:ok, _, s} -> {:noreply, s}
+        {:error, _} -> {:noreply, s}
+      end
+    else
+      {:noreply, s}
+    end
+  end
+
   def handle_info({:sync_timeout, from}, s) do
     {gone, syncs} = Enum.split_with(s.syncs, fn {_, f, _} -> f == from end)
     if gone != [], do: GenServer.reply(from, {:error, :timeout})
@@ -254,6 +279,9 @@ defmodule Tachyon.StateMachine.Runner do
     if function_exported?(s.mod, :terminate, 1), do: s.mod.terminate(s.mstate)
     result
   end
+
+  defp tick(nil), do: :ok
+  defp tick(ms), do: Process.send_after(self(), :snapshot_tick, ms)
 
   defp restore(s, r) do
     bin = r.chunks |> Enum.reverse() |> IO.iodata_to_binary()
