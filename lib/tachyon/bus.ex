@@ -136,6 +136,22 @@ defmodule Tachyon.Bus do
       `from: n` below the first message kept gets `{:error, {:trimmed,
       first}}` instead.
 
+  ## State machine snapshots
+
+  A member that applies every message in order (a `Tachyon.StateMachine`,
+  which does all this) publishes its state now and then with
+  `publish_snapshot/4`. A member opened with `from: :snapshot` starts from
+  the latest committed snapshot (its position is `info.snapshot` of the
+  open; `nil`: none, it starts at the log's start) and receives, in
+  sequence order, the messages from the snapshot's position on as usual
+  (those sequenced before the snapshot's own messages come first: hold
+  them until it is whole) and `{:tachyon_bus_snapshot, bus, seq,
+  member_id, as_of, chunk, last}` for each message of a snapshot
+  (`delivery: :poll`: `{seq, member_id, {:snapshot, as_of, chunk,
+  last}}`). The state is the chunks of one `member_id` and `as_of` joined
+  up to `last`; later snapshots (anyone's) come too and can be ignored.
+  Other members never see snapshot messages.
+
   ## Options
 
   #{Tachyon.Options.docs(Tachyon.Sequencer.Options.bus_schema())}
@@ -146,7 +162,7 @@ defmodule Tachyon.Bus do
   """
 
   alias Tachyon.{Named, Native}
-  alias Tachyon.Bus.Owner
+  alias Tachyon.Bus.{Owner, Subscribers}
   alias Tachyon.Sequencer.Options
 
   @typedoc "A member of the bus (a reference)."
@@ -206,7 +222,8 @@ defmodule Tachyon.Bus do
       |> Map.merge(%{
         sequencer: hd(o.sequencer),
         alternates: tl(o.sequencer),
-        from: if(o.from == :live, do: nil, else: o.from),
+        from: if(o.from in [:live, :snapshot], do: nil, else: o.from),
+        from_snapshot: o.from == :snapshot,
         # The NIF's names: `mode`, times in microseconds.
         mode: o.delivery,
         max_datagram: o.max_datagram_size,
@@ -320,7 +337,7 @@ defmodule Tachyon.Bus do
       end
   """
   @spec subscribe(atom() | pid()) :: :ok | {:error, :noproc | :not_messages}
-  def subscribe(server), do: Tachyon.Bus.Subscribers.subscribe(key!(server), self())
+  def subscribe(server), do: Subscribers.subscribe(Subscribers.key!(server), self())
 
   @doc """
   Ends the calling process's subscription (`:ok` also if it had none);
@@ -331,24 +348,7 @@ defmodule Tachyon.Bus do
       :ok = Tachyon.Bus.unsubscribe(:orders)
   """
   @spec unsubscribe(atom() | pid()) :: :ok
-  def unsubscribe(server), do: Tachyon.Bus.Subscribers.unsubscribe(key!(server), self())
-
-  # A subscription's key: the member's name (given, or that of its pid).
-  defp key!(name) when is_atom(name) and name != nil, do: name
-
-  defp key!(pid) when is_pid(pid) do
-    case Process.info(pid, :registered_name) do
-      {:registered_name, name} when is_atom(name) -> name
-      _ -> {:pid, pid}
-    end
-  end
-
-  defp key!(other),
-    do:
-      raise(
-        ArgumentError,
-        "subscribe/1 takes the name or pid of a Tachyon.Bus process, got: #{inspect(other)}"
-      )
+  def unsubscribe(server), do: Subscribers.unsubscribe(Subscribers.key!(server), self())
 
   @doc """
   The child specification (id `{Tachyon.Bus, name}`, `:transient`).
@@ -424,6 +424,43 @@ defmodule Tachyon.Bus do
 
   def publish_many(server, list) when is_list(list) and list != [] do
     with {:ok, bus} <- resolve(server), do: Native.bus_publish_many(bus, list)
+  end
+
+  @doc """
+  Publishes a state machine's snapshot (see "State machine snapshots"):
+  `state` (iodata, any size) is the state after every message below
+  sequence number `as_of` (the last applied plus one). It goes as messages
+  of 64 KiB at most (in fragments under the datagram size); once all are
+  committed, members opened `from: :snapshot` start from it, and retention
+  keeps the log from `as_of` on. Returns `{:ok, member_seq}` of its last
+  message, or an error as `publish/2`. A `:messages` member waits while
+  too many commands are pending, at most `timeout` ms (default 5000)
+  without room; a `:poll` member returns `{:error, :busy}`. A snapshot cut
+  short by an error is ignored: publish the next at a later position.
+  Runs on a dirty I/O scheduler.
+
+  ## Example
+
+      state = :erlang.term_to_binary(%{"a" => 1})
+      {:ok, _member_seq} = Tachyon.Bus.publish_snapshot(bus, 42, state)
+  """
+  @spec publish_snapshot(server(), pos_integer(), iodata(), timeout()) ::
+          {:ok, pos_integer()}
+          | {:error, :too_large | :busy | :enospc | :closed | :member_id_taken | :noproc}
+  def publish_snapshot(bus, as_of, state, timeout \\ 5000)
+
+  def publish_snapshot(bus, as_of, state, timeout)
+      when is_reference(bus) and is_integer(as_of) and as_of > 0,
+      do:
+        Native.bus_publish_snapshot(
+          bus,
+          as_of,
+          IO.iodata_to_binary(state),
+          timeout_ms(timeout)
+        )
+
+  def publish_snapshot(server, as_of, state, timeout) do
+    with {:ok, bus} <- resolve(server), do: publish_snapshot(bus, as_of, state, timeout)
   end
 
   @doc """

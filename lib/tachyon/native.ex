@@ -92,6 +92,7 @@ defmodule Tachyon.Native do
   def bus_open(_opts, _owner), do: err()
   def bus_publish(_bus, _data), do: err()
   def bus_publish_many(_bus, _list), do: err()
+  def bus_publish_snapshot(_bus, _as_of, _state, _timeout_ms), do: err()
   def bus_recv(_bus, _max, _polled_ns), do: err()
   def bus_select(_bus), do: err()
   def bus_close(_bus), do: err()

@@ -85,4 +85,56 @@ defmodule Tachyon.ReplicatedTableTest do
       assert R.applied(r) == last
     end
   end
+
+  test "a replica started after writes and snapshots restores the latest snapshot, applies the rest, has every key" do
+    dir = tmp_dir("replicated-snap")
+
+    {:ok, seq} =
+      start_supervised(
+        {Sequencer, path: Path.join(dir, "seq"), wait: :park, stats_interval_ms: nil}
+      )
+
+    addr = Sequencer.address(seq)
+
+    {:ok, a} =
+      R.start_link(path: Path.join(dir, "a"), sequencer: addr, member_id: 1, snapshot_every: 100)
+
+    for i <- 1..350, do: :ok = R.put(a, "k#{i}", "v#{i}")
+    :ok = R.delete(a, "k7")
+
+    late = replica(dir, addr, 2)
+    :ok = R.put(late, "late", "yes")
+    assert :ok = R.sync(a, R.applied(late))
+
+    {:ok, st} = Tachyon.StateMachine.stats(late)
+    assert st.restored != nil and st.restored > 300
+    assert st.messages < 60, "applied #{st.messages} writes after a snapshot at #{st.restored}"
+
+    want = Map.new(1..350, &{"k#{&1}", "v#{&1}"}) |> Map.delete("k7") |> Map.put("late", "yes")
+    assert R.to_map(late) == want
+    assert R.to_map(a) == want
+    assert R.applied(late) == R.applied(a)
+
+    # Restarted on its table: it resumes from its own position (no restore).
+    GenServer.stop(late)
+    late = replica(dir, addr, 2)
+    assert :ok = R.sync(late, R.applied(a))
+    assert {:ok, %{restored: nil, messages: 0}} = Tachyon.StateMachine.stats(late)
+    assert R.to_map(late) == want
+  end
+
+  test "bad options raise ArgumentError" do
+    assert_raise ArgumentError, ~r/:member_id/, fn ->
+      R.start_link(path: "/tmp/x", sequencer: {{127, 0, 0, 1}, 1})
+    end
+
+    assert_raise ArgumentError, ~r/:snapshot_every/, fn ->
+      R.start_link(
+        path: "/tmp/x",
+        sequencer: {{127, 0, 0, 1}, 1},
+        member_id: 1,
+        snapshot_every: -1
+      )
+    end
+  end
 end

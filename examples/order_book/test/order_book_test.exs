@@ -34,8 +34,8 @@ defmodule OrderBookTest do
 
     # Desk b has applied everything desk a has (and the reverse).
     book_a = Desk.book(:desk_a)
-    last = Tachyon.Table.Replicated.applied(GenServer.call(:desk_a, :book))
-    :ok = Tachyon.Table.Replicated.sync(GenServer.call(:desk_b, :book), last)
+    {:ok, %{applied: last}} = Tachyon.StateMachine.stats(GenServer.call(:desk_a, :book))
+    :ok = Tachyon.StateMachine.sync(GenServer.call(:desk_b, :book), last)
     assert Desk.book(:desk_b) == book_a
     assert book_a[{"ACME", :buy}] == 101
     assert book_a[{"ACME", :sell}] == 104

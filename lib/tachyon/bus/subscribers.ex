@@ -26,6 +26,23 @@ defmodule Tachyon.Bus.Subscribers do
 
   alias Tachyon.{Named, Native}
 
+  @doc "A subscription's key: the member's name (given, or that of its pid)."
+  def key!(name) when is_atom(name) and name != nil, do: name
+
+  def key!(pid) when is_pid(pid) do
+    case Process.info(pid, :registered_name) do
+      {:registered_name, name} when is_atom(name) -> name
+      _ -> {:pid, pid}
+    end
+  end
+
+  def key!(other),
+    do:
+      raise(
+        ArgumentError,
+        "subscribe/1 takes the name or pid of a Tachyon.Bus process, got: #{inspect(other)}"
+      )
+
   def start_link(_opts), do: GenServer.start_link(__MODULE__, nil, name: __MODULE__)
 
   @doc "Subscribes `pid` to `key`: `:ok`, `{:error, :noproc}` or `{:error, :not_messages}`."

@@ -239,9 +239,15 @@ defmodule Tachyon.Sequencer.Options do
         """
       ],
       from: [
-        type: {:or, [{:in, [:live]}, {:integer, 0, :infinity}]},
+        type: {:or, [{:in, [:live, :snapshot]}, {:integer, 0, :infinity}]},
         default: :live,
-        doc: "`:live` (messages sequenced from now on), or a sequence number to rewind from."
+        doc: """
+        `:live` (messages sequenced from now on), a sequence number to rewind
+        from, or `:snapshot`: from the latest state machine snapshot on the
+        bus (`publish_snapshot/3`), if there is one (its messages are
+        delivered, with the messages from its position on: see "State
+        machine snapshots"), else from the log's start.
+        """
       ],
       delivery: [
         type: {:in, [:messages, :poll]},

@@ -7,12 +7,19 @@ defmodule Tachyon.Table.Replicated do
   Each replica is a process with a bus member (its `:member_id`) and a
   local table (its `:path`). `put/4` and `delete/3` return once the write
   is applied to this replica's table, that is after one round trip through
-  the sequencer; every other replica applies it in the same order. The
-  last applied sequence number is kept in the table itself (under the key
-  `"\\0tachyon.applied"`), so a replica that restarts resumes from the log
-  where it stopped, and a replica started late (an empty table) rewinds the
-  whole log. Writes are idempotent (a put or a delete of a given key), so a
-  write applied again after a crash leaves the same table.
+  the sequencer; every other replica applies it in the same order.
+  The last applied sequence number is kept in the table itself (under the
+  key `"\\0tachyon.applied"`), so a replica that restarts resumes from
+  the log where it stopped. Writes are idempotent (a put or a delete of a
+  given key), so a write applied again after a crash leaves the same
+  table.
+
+  A replica is a `Tachyon.StateMachine` (its process is the runner): with
+  `:snapshot_every`, it publishes its whole table as a snapshot every so
+  many writes, and a replica started late (an empty table, or one behind
+  what the sequencer's retention kept) restores the latest snapshot and
+  applies only the writes after it; without any snapshot on the bus, it
+  reads the whole log.
 
   ## Example
 
@@ -28,11 +35,13 @@ defmodule Tachyon.Table.Replicated do
 
   Options: `:path` (the local table), `:sequencer` (as `Tachyon.Bus`),
   `:member_id`, `:bus` (`:unicast` or multicast, as `Tachyon.Bus`),
-  `:table` (options of `Tachyon.Table.open/2`), `:name`.
+  `:table` (options of `Tachyon.Table.open/2`), `:snapshot_every` (as
+  `Tachyon.StateMachine`: a snapshot every so many writes applied; `nil`,
+  the default: none), `:name`. A bad option raises `ArgumentError`.
   """
-  use GenServer
+  @behaviour Tachyon.StateMachine
 
-  alias Tachyon.{Bus, Table}
+  alias Tachyon.{StateMachine, Table}
 
   @applied_key "\0tachyon.applied"
 
@@ -47,16 +56,35 @@ defmodule Tachyon.Table.Replicated do
   """
   @spec start_link(keyword()) :: GenServer.on_start()
   def start_link(opts) do
-    opts =
-      Keyword.validate!(opts, [:path, :sequencer, :member_id, :name, bus: :unicast, table: []])
+    o = Tachyon.Options.validate!(opts, schema(), "Tachyon.Table.Replicated")
 
-    for k <- [:path, :sequencer, :member_id],
-        opts[k] == nil,
-        do: raise(ArgumentError, "Tachyon.Table.Replicated needs #{inspect(k)}")
-
-    gen = if opts[:name], do: [name: opts[:name]], else: []
-    GenServer.start_link(__MODULE__, opts, gen)
+    StateMachine.start_link(
+      module: __MODULE__,
+      args: %{path: o[:path], table: o[:table]},
+      bus: [sequencer: o[:sequencer], member_id: o[:member_id], bus: o[:bus]],
+      snapshot_every: o[:snapshot_every],
+      name: o[:name]
+    )
   end
+
+  defp schema do
+    any = fn what -> {:custom, &{:ok, &1}, what} end
+
+    [
+      path: [type: :path, required: true],
+      sequencer: [type: any.("as Tachyon.Bus's :sequencer"), required: true],
+      member_id: [type: {:integer, 1, 4_294_967_295}, required: true],
+      bus: [type: any.("as Tachyon.Bus's :bus"), default: :unicast],
+      table: [type: {:custom, &keyword/1, "a keyword list"}, default: []],
+      snapshot_every: [type: {:or, [nil, {:integer, 1, :infinity}]}, default: nil],
+      name: [
+        type: {:custom, &Tachyon.UDP.Options.gen_name/1, "nil or a process name"},
+        default: nil
+      ]
+    ]
+  end
+
+  defp keyword(v), do: if(Keyword.keyword?(v), do: {:ok, v}, else: :error)
 
   @doc """
   The child specification (id `{Tachyon.Table.Replicated, name}`).
@@ -83,7 +111,7 @@ defmodule Tachyon.Table.Replicated do
   """
   @spec put(server(), binary(), binary(), timeout()) :: :ok | {:error, atom()}
   def put(server, key, value, timeout \\ 5000) when is_binary(key) and is_binary(value),
-    do: GenServer.call(server, {:write, {:put, key, value}}, timeout)
+    do: write(server, {:put, key, value}, timeout)
 
   @doc """
   Removes `key` on every replica; returns once applied here.
@@ -94,7 +122,16 @@ defmodule Tachyon.Table.Replicated do
   """
   @spec delete(server(), binary(), timeout()) :: :ok | {:error, atom()}
   def delete(server, key, timeout \\ 5000) when is_binary(key),
-    do: GenServer.call(server, {:write, {:delete, key}}, timeout)
+    do: write(server, {:delete, key}, timeout)
+
+  # The op's first element was a per-replica id (the runner matches the
+  # replies now); kept in the format for readers of the log.
+  defp write(server, op, timeout) do
+    case StateMachine.command(server, :erlang.term_to_binary({0, op}), timeout) do
+      {:ok, :ok} -> :ok
+      {:error, _} = e -> e
+    end
+  end
 
   @doc """
   Reads `key` from this replica's table (no round trip through the bus; a
@@ -117,7 +154,12 @@ defmodule Tachyon.Table.Replicated do
       t = Tachyon.Table.Replicated.table(r)
   """
   @spec table(server()) :: Table.t()
-  def table(server), do: GenServer.call(server, :table)
+  def table(server) do
+    # (Once a restore, if any, is done.)
+    :ok = StateMachine.sync(server, 0, :infinity)
+    {:ok, t} = StateMachine.query(server, & &1.table)
+    t
+  end
 
   @doc """
   The last sequence number applied to this replica.
@@ -127,7 +169,10 @@ defmodule Tachyon.Table.Replicated do
       n = Tachyon.Table.Replicated.applied(r)
   """
   @spec applied(server()) :: non_neg_integer()
-  def applied(server), do: GenServer.call(server, :applied)
+  def applied(server) do
+    {:ok, %{applied: n}} = StateMachine.stats(server)
+    n
+  end
 
   @doc """
   Waits until this replica has applied sequence number `seq` (default
@@ -137,8 +182,10 @@ defmodule Tachyon.Table.Replicated do
 
       :ok = Tachyon.Table.Replicated.sync(r, 42)
   """
-  @spec sync(server(), non_neg_integer(), timeout()) :: :ok | {:error, :timeout}
-  def sync(server, seq, timeout \\ 5000), do: GenServer.call(server, {:sync, seq}, timeout + 100)
+  @spec sync(server(), non_neg_integer(), timeout()) :: :ok | {:error, :timeout | :noproc}
+  def sync(server, seq, timeout \\ 5000) do
+    StateMachine.sync(server, seq, timeout)
+  end
 
   @doc """
   The table's entries (the bookkeeping key aside), as a map.
@@ -152,35 +199,46 @@ defmodule Tachyon.Table.Replicated do
     table(server) |> Table.stream() |> Map.new() |> Map.delete(@applied_key)
   end
 
-  # -- GenServer -------------------------------------------------------------------
+  # -- Tachyon.StateMachine ----------------------------------------------------------
 
-  @impl true
-  def init(opts) do
-    Process.flag(:trap_exit, true)
+  @impl StateMachine
+  def init(%{path: path, table: opts}) do
+    {:ok, table} = open_table(path, opts, 100)
+    %{table: table}
+  end
 
-    with {:ok, table} <- open_table(opts[:path], opts[:table], 100),
-         applied = read_applied(table),
-         {:ok, bus} <-
-           Bus.open(
-             sequencer: opts[:sequencer],
-             member_id: opts[:member_id],
-             bus: opts[:bus],
-             from: applied + 1
-           ) do
-      {:ok,
-       %{
-         table: table,
-         bus: bus,
-         me: opts[:member_id],
-         applied: applied,
-         next_op: 1,
-         pending: %{},
-         syncs: []
-       }}
-    else
-      {:error, reason} -> {:stop, reason}
+  @impl StateMachine
+  def last_applied(%{table: t}) do
+    case Table.get(t, @applied_key) do
+      {:ok, <<n::64>>} -> n
+      _ -> 0
     end
   end
+
+  @impl StateMachine
+  def apply(%{seq: seq}, data, %{table: t} = s) do
+    # Something else published on this bus: not a write, skipped.
+    {_id, op} = decode(data)
+    :ok = apply_op(t, op, {@applied_key, <<seq::64>>})
+    {:ok, s}
+  end
+
+  # The whole table, the applied sequence number with it.
+  @impl StateMachine
+  def snapshot(%{table: t}), do: t |> Table.stream() |> Enum.to_list() |> :erlang.term_to_binary()
+
+  # The table becomes the snapshot's: what it held is deleted first (a
+  # crash in between leaves it without an applied number: restored again).
+  @impl StateMachine
+  def restore(bin, %{table: t} = s) do
+    pairs = :erlang.binary_to_term(bin, [:safe])
+    for {k, _} <- Table.stream(t), do: :ok = Table.delete(t, k)
+    if pairs != [], do: :ok = Table.put_many(t, pairs)
+    s
+  end
+
+  @impl StateMachine
+  def terminate(%{table: t}), do: Table.close(t)
 
   # A replica restarted at once may find its table still closing (only
   # the last try's failure is logged).
@@ -193,64 +251,6 @@ defmodule Tachyon.Table.Replicated do
       other ->
         other
     end
-  end
-
-  defp read_applied(table) do
-    case Table.get(table, @applied_key) do
-      {:ok, <<n::64>>} -> n
-      _ -> 0
-    end
-  end
-
-  @impl true
-  def handle_call({:write, op}, from, s) do
-    id = s.next_op
-
-    case Bus.publish(s.bus, :erlang.term_to_binary({id, op})) do
-      {:ok, _} -> {:noreply, %{s | next_op: id + 1, pending: Map.put(s.pending, id, from)}}
-      {:error, _} = e -> {:reply, e, s}
-    end
-  end
-
-  def handle_call(:table, _from, s), do: {:reply, s.table, s}
-  def handle_call(:applied, _from, s), do: {:reply, s.applied, s}
-
-  def handle_call({:sync, seq}, from, s) do
-    if s.applied >= seq,
-      do: {:reply, :ok, s},
-      else: {:noreply, %{s | syncs: [{seq, from} | s.syncs]}}
-  end
-
-  @impl true
-  def handle_info({:tachyon_bus, bus, seq, member_id, data}, %{bus: bus} = s) do
-    # Something else published on this bus: not a write, skipped.
-    {id, op} = decode(data)
-    :ok = apply_op(s.table, op, {@applied_key, <<seq::64>>})
-    s = %{s | applied: seq}
-
-    s =
-      case member_id == s.me and Map.pop(s.pending, id) do
-        {from, pending} when from != nil ->
-          GenServer.reply(from, :ok)
-          %{s | pending: pending}
-
-        _ ->
-          s
-      end
-
-    {done, waiting} = Enum.split_with(s.syncs, fn {n, _} -> n <= seq end)
-    for {_, from} <- done, do: GenServer.reply(from, :ok)
-    {:noreply, %{s | syncs: waiting}}
-  end
-
-  def handle_info({:EXIT, _pid, :normal}, s), do: {:noreply, s}
-  def handle_info({:EXIT, _pid, reason}, s), do: {:stop, reason, s}
-  def handle_info(_msg, s), do: {:noreply, s}
-
-  @impl true
-  def terminate(_reason, s) do
-    Bus.close(s.bus)
-    Table.close(s.table)
   end
 
   defp decode(data) do

@@ -6,7 +6,7 @@ defmodule OrderBook.Application do
   # a Sequencer, a bus member in the static child list (:order_feed, no
   # owner) with a subscriber (OrderBook.Tape, the tape of every order), and
   # two desks (OrderBook.Desk), each a bus member that keeps the same book
-  # in a Tachyon.Table.Replicated.
+  # in a Tachyon.StateMachine (OrderBook.Book).
   use Application
 
   @impl true

@@ -1,12 +1,12 @@
 defmodule OrderBook.Desk do
   @moduledoc """
   A trading desk: places orders on the bus and keeps the book (best price
-  per instrument and side) in a replicated table, so every desk holds the
-  same book in the same order of events.
+  per instrument and side) in a `Tachyon.StateMachine` (`OrderBook.Book`),
+  so every desk holds the same book, built in the same order of events.
   """
   use GenServer
 
-  alias Tachyon.Table.Replicated
+  alias Tachyon.StateMachine
 
   def start_link(opts), do: GenServer.start_link(__MODULE__, opts, name: opts[:name])
 
@@ -17,28 +17,29 @@ defmodule OrderBook.Desk do
 
   @doc "The best price for `instrument` and `side` on this desk's book."
   def best(desk, instrument, side) do
-    case Replicated.get(GenServer.call(desk, :book), key(instrument, side)) do
-      {:ok, <<price::64>>} -> price
-      :error -> nil
-    end
+    {:ok, price} =
+      StateMachine.query(GenServer.call(desk, :book), &Map.get(&1, {instrument, side}))
+
+    price
   end
 
   @doc "The whole book: %{{instrument, side} => price}."
   def book(desk) do
-    GenServer.call(desk, :book)
-    |> Replicated.to_map()
-    |> Map.new(fn {k, <<p::64>>} -> {:erlang.binary_to_term(k), p} end)
+    {:ok, book} = StateMachine.state(GenServer.call(desk, :book))
+    book
   end
 
   @impl true
   def init(opts) do
     addr = Tachyon.Sequencer.address(:order_sequencer)
 
+    # Desk a snapshots the book every 1000 orders: a desk started later
+    # restores it and applies only the orders after it.
     {:ok, book} =
-      Replicated.start_link(
-        path: Path.join(opts[:dir], "book-#{opts[:member_id]}"),
-        sequencer: addr,
-        member_id: opts[:member_id]
+      StateMachine.start_link(
+        module: OrderBook.Book,
+        bus: [sequencer: addr, member_id: opts[:member_id]],
+        snapshot_every: if(opts[:member_id] == 1, do: 1000)
       )
 
     {:ok, %{book: book}}
@@ -63,21 +64,10 @@ defmodule OrderBook.Desk do
 
     :ok = Tachyon.Table.put(:trader_counts, trader, <<count + 1::64>>)
 
-    better? = fn old -> if side == :buy, do: price > old, else: price < old end
+    # The book decides, in the bus's order, whether the price is better.
+    {:ok, :ok} =
+      StateMachine.command(s.book, OrderBook.Book.encode(instrument, side, price, trader))
 
-    reply =
-      case Replicated.get(s.book, key(instrument, side)) do
-        {:ok, <<old::64>>} ->
-          if better?.(old),
-            do: Replicated.put(s.book, key(instrument, side), <<price::64>>),
-            else: :ok
-
-        :error ->
-          Replicated.put(s.book, key(instrument, side), <<price::64>>)
-      end
-
-    {:reply, reply, s}
+    {:reply, :ok, s}
   end
-
-  defp key(instrument, side), do: :erlang.term_to_binary({instrument, side})
 end

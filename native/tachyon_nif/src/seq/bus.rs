@@ -73,16 +73,33 @@ fn close_now(res: &Obj<'_, BusResource>, env: Env<'_>) {
 
 /// Builds `{:tachyon_bus, bus, seq, member_id, data}`, or for a message
 /// of a state machine's snapshot (`snap`: its SNAP flags)
-/// `{:tachyon_bus_snapshot, bus, seq, member_id, data, last}`.
+/// `{:tachyon_bus_snapshot, bus, seq, member_id, as_of, chunk, last}`.
 fn bus_msg<'a>(env: Env<'a>, bus: Term<'a>, seq: u64, id: u32, snap: u8, data: &[u8]) -> Term<'a> {
     let mut bin = NewBinary::new(env, data.len());
     bin.as_mut_slice().copy_from_slice(data);
     let bin: Binary = bin.into();
     if snap != 0 {
-        let last = snap & tachyon_core::seq::wire::SNAP_END != 0;
-        return (seq_atoms::tachyon_bus_snapshot(), bus, seq, id, bin, last).encode(env);
+        let (as_of, chunk, last) = snapshot_part(env, bin, snap);
+        let tag = seq_atoms::tachyon_bus_snapshot();
+        return (tag, bus, seq, id, as_of, chunk, last).encode(env);
     }
     (seq_atoms::tachyon_bus(), bus, seq, id, bin).encode(env)
+}
+
+/// A snapshot message's data (`bin`: its position `as_of`, a u64 little
+/// endian, then a chunk of the state) as `(as_of, chunk, last)`, the chunk
+/// a sub-binary; data too short for a position is a chunk of position 0.
+fn snapshot_part<'a>(env: Env<'a>, bin: Binary<'a>, snap: u8) -> (u64, Term<'a>, bool) {
+    let last = snap & tachyon_core::seq::wire::SNAP_END != 0;
+    let whole = bin.to_term(env);
+    let Some(b) = bin.as_slice().get(..8) else {
+        return (0, whole, last);
+    };
+    let as_of = u64::from_le_bytes(b.try_into().unwrap_or([0; 8]));
+    let chunk = bin
+        .make_subbinary(8, bin.len() - 8)
+        .map_or(whole, |c| c.to_term(env));
+    (as_of, chunk, last)
 }
 
 /// A member's event as `{:tachyon_bus_event, bus, kind, fields}` (the
@@ -158,7 +175,9 @@ where
 /// `connect_timeout`). `opts`: sequencer ({ip, port}), bus, ip (own
 /// address), member_id, from (nil or a sequence number), mode (`:messages`
 /// or `:poll`), wait, core, spin_us, max_datagram, max_message_size,
-/// resend_after_us, retransmit_after_us, hello_after_us, connect_timeout_us,
+/// from_snapshot (start from the latest snapshot: `info.snapshot` is its
+/// position, nil if none), resend_after_us, retransmit_after_us,
+/// hello_after_us, connect_timeout_us,
 /// loss, events (a pid or nil: gets the events too), owner_receives (the
 /// owner gets the messages), receivers (more pids that get them, `:messages`
 /// mode), report (a pid or nil: told of messages delivered to nobody).
@@ -174,6 +193,7 @@ fn bus_open<'a>(env: Env<'a>, opts: Term<'a>, owner: LocalPid) -> NifResult<Term
         cfg.bind = SocketAddr::new(decode_ip(ip)?, 0);
     }
     cfg.from = get(env, opts, "from")?;
+    cfg.from_snapshot = get(env, opts, "from_snapshot")?;
     cfg.max_datagram = get::<u64>(env, opts, "max_datagram")? as usize;
     cfg.max_message_size = get::<u64>(env, opts, "max_message_size")? as usize;
     cfg.resend_after = micros(env, opts, "resend_after_us")?;
@@ -295,6 +315,8 @@ fn bus_open<'a>(env: Env<'a>, opts: Term<'a>, owner: LocalPid) -> NifResult<Term
             ("member_id", res.member.member_id().encode(env)),
             ("fragment_size", res.member.fragment_size().encode(env)),
             ("mode", atom(env, if poll { "poll" } else { "messages" })),
+            ("snapshot", res.member.snapshot_as_of().encode(env)),
+            ("joined_seq", res.member.joined_seq().encode(env)),
         ],
     )?;
     Ok((atoms::ok(), res, info).encode(env))
@@ -352,9 +374,9 @@ fn bus_recv<'a>(
             out.push(if snap == 0 {
                 (seq, id, data).encode(env)
             } else {
-                let last = snap & tachyon_core::seq::wire::SNAP_END != 0;
-                let kind = if last { "snapshot_end" } else { "snapshot" };
-                (seq, id, (atom(env, kind), data)).encode(env)
+                let (as_of, chunk, last) = snapshot_part(env, data, snap);
+                let item = (seq_atoms::snapshot(), as_of, chunk, last);
+                (seq, id, item).encode(env)
             });
         }
         Ok(Some(out.encode(env)))

@@ -54,6 +54,7 @@ mod seq_atoms {
         tachyon_bus_ready,
         tachyon_bus_event,
         tachyon_bus_snapshot,
+        snapshot,
         not_poll,
         undelivered,
         unicast,

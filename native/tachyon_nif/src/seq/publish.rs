@@ -90,3 +90,24 @@ fn publish_many_dirty<'a>(env: Env<'a>, args: &[Term<'a>]) -> NifResult<Term<'a>
 }
 
 crate::dirty_nif!(bus_publish_many_dirty, publish_many_dirty);
+
+/// Publishes a state machine's snapshot as of `as_of` (`state`, a binary
+/// of any size): `{:ok, member_seq}` of its last message, or `{:error,
+/// reason}`. Cut in messages by `Member::publish_snapshot_all`; a
+/// `:messages` member (its thread drives it) waits while too many
+/// commands are pending, at most `timeout_ms` without room; a `:poll`
+/// member returns `{:error, :busy}` then. Blocks: on a dirty I/O scheduler.
+#[rustler::nif(schedule = "DirtyIo")]
+fn bus_publish_snapshot<'a>(
+    env: Env<'a>,
+    res: Obj<'a, BusResource>,
+    as_of: u64,
+    state: Binary<'a>,
+    timeout_ms: u64,
+) -> Term<'a> {
+    let wait = (!res.is_poll()).then(|| Duration::from_millis(timeout_ms.min(3_600_000)));
+    let r = res
+        .member
+        .publish_snapshot_all(as_of, state.as_slice(), wait);
+    publish_result(env, r)
+}

@@ -40,6 +40,12 @@ use crate::worker::may_block;
 /// gives up (another publish holds it: a few microseconds for a small one).
 const TRY_LOCK_FOR: Duration = Duration::from_micros(20);
 
+/// The most bytes of a state machine's snapshot in one message
+/// ([`Member::publish_snapshot_all`]): a large snapshot is a few messages
+/// per megabyte (each sent in fragments under the datagram size), well
+/// under the default `max_message_size` of the members that restore it.
+pub const SNAPSHOT_CHUNK: usize = 64 * 1024;
+
 /// The receive buffers and the ordering state, under one lock.
 struct RxAll {
     batches: Batches,
@@ -66,6 +72,12 @@ pub struct Member {
     frag: AtomicUsize,
     txc: Arc<CachePadded<TxCounters>>,
     rxc: Arc<CachePadded<RxCounters>>,
+    /// Opened `from_snapshot` and the welcome named one: its position
+    /// (`as_of`), its messages delivered first.
+    snapshot: Option<u64>,
+    /// The bus's next sequence number when the member was welcomed: its
+    /// own publishes are sequenced from there on.
+    joined_seq: u64,
 }
 
 impl Member {
@@ -89,6 +101,8 @@ impl Member {
         }
         let (tx, rx) = core::from_welcome(&cfg, &w, unicast, clock::now())?;
         Ok(Member {
+            snapshot: (cfg.from_snapshot && w.snap.0 > 0).then_some(w.snap.2),
+            joined_seq: w.next,
             deferred: SpinMutex::new(Vec::new()),
             closed: AtomicBool::new(false),
             shut: AtomicBool::new(false),
@@ -118,6 +132,21 @@ impl Member {
 
     pub fn member_id(&self) -> u32 {
         self.cfg.member_id
+    }
+
+    /// Opened `from_snapshot`: the position (`as_of`) of the snapshot it
+    /// starts from (its messages come first, with the messages from
+    /// `as_of` on around them); `None` if there was none (it starts at the
+    /// log's beginning) or it was not asked for.
+    pub fn snapshot_as_of(&self) -> Option<u64> {
+        self.snapshot
+    }
+
+    /// The bus's next sequence number when the member was welcomed: what
+    /// it publishes is sequenced from there on (what it delivers below
+    /// it, its own id's included, was published before it joined).
+    pub fn joined_seq(&self) -> u64 {
+        self.joined_seq
     }
 
     pub fn session(&self) -> u64 {
@@ -208,6 +237,40 @@ impl Member {
         let r = tx.publish_flagged(clock::now(), std::iter::once(&data[..]), kind, &mut sink);
         self.apply_deferred(&mut tx, &mut sink);
         r
+    }
+
+    /// Publishes a whole snapshot (`state`, of any size) as of `as_of`: in
+    /// messages of [`SNAPSHOT_CHUNK`] bytes at most (less if the member's
+    /// `max_message_size` is smaller), the last flagged. When too many
+    /// commands are pending (`Busy`) and `wait` is given (another thread
+    /// drives the member), waits for room, giving up after `wait` without
+    /// any; the error of a snapshot left incomplete is returned (its
+    /// messages are ignored: members start from complete snapshots only;
+    /// publish the next one at a later position). Returns the
+    /// `member_seq` of the last message. Blocks: from the BEAM, on a dirty
+    /// scheduler.
+    pub fn publish_snapshot_all(
+        &self,
+        as_of: u64,
+        state: &[u8],
+        wait: Option<Duration>,
+    ) -> Result<u64, PublishError> {
+        let size = SNAPSHOT_CHUNK.min(self.cfg.max_message_size.saturating_sub(8).max(1));
+        let n = state.len().div_ceil(size).max(1);
+        let mut member_seq = 0;
+        for i in 0..n {
+            let chunk = &state[(i * size).min(state.len())..((i + 1) * size).min(state.len())];
+            let t0 = Instant::now();
+            member_seq = loop {
+                match self.publish_snapshot(as_of, chunk, i + 1 == n) {
+                    Err(PublishError::Busy) if wait.is_some_and(|w| t0.elapsed() < w) => {
+                        std::thread::sleep(Duration::from_micros(200))
+                    }
+                    r => break r?,
+                }
+            };
+        }
+        Ok(member_seq)
     }
 
     fn publish_locked<'a, I>(&self, mut tx: SpinGuard<'_, Tx>, msgs: I) -> Result<u64, PublishError>
@@ -508,3 +571,6 @@ pub(crate) fn welcome(
         }
     }
 }
+
+#[cfg(test)]
+mod snapshot_tests;
