@@ -82,6 +82,19 @@ fn a_member_from_a_snapshot_gets_its_chunks_whole_then_what_follows() {
     assert!(got.iter().all(|m| m.0 >= as_of));
     assert_eq!(got.iter().filter(|m| m.2 == 0).count(), 1);
 
+    // A later snapshot is not for b (it has its state): only what follows.
+    a.publish_snapshot_all(as_of + 2, b"later state", None)
+        .expect("second snapshot");
+    a.publish(b"after the second").expect("publish");
+    drive(&b, &mut got, |g| {
+        g.iter().any(|m| m.3 == b"after the second")
+    });
+    assert_eq!(
+        got.iter().filter(|m| m.2 != 0).count(),
+        4,
+        "a later snapshot reached b"
+    );
+
     // Without a snapshot asked for, none is seen.
     let c = Member::open(MemberConfig::new(seq.local_addr(), 3)).expect("member");
     assert_eq!(c.snapshot_as_of(), None);

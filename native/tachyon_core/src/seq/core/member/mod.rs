@@ -103,10 +103,12 @@ pub fn from_welcome(
         // where the messages it does not hold begin; or the log's
         // beginning (the hello asked about it).
         let c = cfg.to_mut();
-        c.snapshots = true;
         c.from = Some(1);
         let (from, epoch, as_of) = w.snap;
         if from > 0 {
+            // Its snapshot's messages only (none: the whole log, no
+            // snapshot needed).
+            c.snapshots = true;
             c.from = Some(from);
             c.deliver_from = Some(as_of);
             w.to_mut().epoch = epoch;

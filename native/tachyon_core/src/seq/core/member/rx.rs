@@ -144,6 +144,7 @@ impl Rx {
                 own: w.last,
                 partial: HashMap::new(),
                 snapshots: cfg.snapshots,
+                snapshot_as_of: cfg.deliver_from.filter(|_| cfg.snapshots),
                 c: c.clone(),
             },
             commit: w.commit,

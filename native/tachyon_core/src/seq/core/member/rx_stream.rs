@@ -74,6 +74,10 @@ pub(super) struct Stream {
     pub(super) partial: HashMap<u32, Vec<u8>>,
     /// Deliver snapshot messages (SNAP), flagged; others never see them.
     pub(super) snapshots: bool,
+    /// The position of the snapshot this member starts from: once its
+    /// last message is delivered, later snapshots are not (the member has
+    /// its state; they would only cost it their size).
+    pub(super) snapshot_as_of: Option<u64>,
     pub(super) c: Arc<CachePadded<RxCounters>>,
 }
 
@@ -104,6 +108,7 @@ impl Stream {
             if seq >= self.deliver_from {
                 self.c.delivered.bump(1);
                 deliver(seq, m.member_id, snap, m.data);
+                self.snapshot_done(snap, m.data);
             }
             return;
         }
@@ -126,6 +131,20 @@ impl Stream {
         } else if seq >= self.deliver_from {
             self.c.delivered.bump(1);
             deliver(seq, m.member_id, snap, &v);
+            self.snapshot_done(snap, &v);
+        }
+    }
+
+    /// After a delivery: the last message of the snapshot this member
+    /// starts from ends its snapshots (a snapshot message's data begins
+    /// with its position).
+    fn snapshot_done(&mut self, snap: u8, data: &[u8]) {
+        let as_of = data
+            .get(..8)
+            .and_then(|b| b.try_into().ok())
+            .map(u64::from_le_bytes);
+        if snap & SNAP_END != 0 && as_of.is_some() && as_of == self.snapshot_as_of {
+            self.snapshots = false;
         }
     }
 }
