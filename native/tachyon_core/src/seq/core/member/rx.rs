@@ -531,6 +531,10 @@ impl Rx {
         st.partial.clear();
         self.ring.clear();
         self.ooo = self.ooo.split_off(&first);
+        // What was held from `first` on is next now: into the ring (else
+        // it waits for a datagram at `first` that no gap request asks for:
+        // the gap starts where the held entries do).
+        self.unblock();
         self.fill.reset();
         self.c.next_seq.set(first);
     }

@@ -232,3 +232,43 @@ fn a_message_delivered_in_part_is_not_acknowledged_to_the_publishing_side() {
     assert_eq!(got, vec![b"hello".to_vec()]);
     assert_eq!(rx.own_seen(), 3);
 }
+
+/// Retention removed what a slow member still lacked, while it held later
+/// entries beyond the gap: told TRIMMED, it goes on from the first entry,
+/// and what it held from there is delivered (before, it waited for a
+/// datagram at `first` that no gap request asked for, for ever).
+#[test]
+fn a_trimmed_member_delivers_what_it_held_from_the_first_entry() {
+    let mut rx = rx();
+    let mut got: Vec<u64> = Vec::new();
+    let mut on = |seq: u64, _: u32, _: u8, _: &[u8]| got.push(seq);
+    // Entry 1 delivered; 2..=9 lost; 10 and 11 held beyond the gap.
+    rx.on_datagram(
+        MS,
+        &data(1, 1, 2, &[(2, 1, 0, b"a")]),
+        Some(primary()),
+        &mut on,
+    );
+    let held = data(1, 10, 2, &[(2, 10, 0, b"j"), (2, 11, 0, b"k")]);
+    rx.on_datagram(2 * MS, &held, Some(primary()), &mut on);
+    assert_eq!(rx.next_seq(), 2);
+    // The primary's log starts at 10 now.
+    let mut t = Vec::new();
+    wire::trimmed(&mut t, &header(), 10, 1);
+    rx.on_datagram(3 * MS, &t, Some(primary()), &mut on);
+    // Committed up to 12: 10 and 11 go out, without another datagram of them.
+    let mut hb = Vec::new();
+    let h = BusHeader {
+        seq: 12,
+        commit: 12,
+        ..header()
+    };
+    wire::bus_header(&mut hb, BusKind::Heartbeat, &h, 0);
+    rx.on_datagram(4 * MS, &hb, Some(primary()), &mut on);
+    assert_eq!(got, vec![1, 10, 11]);
+    assert_eq!(rx.next_seq(), 12);
+    assert!(rx
+        .take_events()
+        .iter()
+        .any(|e| matches!(e, MemberEvent::Trimmed { from: 2, first: 10 })));
+}
