@@ -100,10 +100,13 @@ impl Protocol for Group {
         let mut cfg = if i < self.nodes {
             NodeConfig::new(i as u8, group.to_vec())
         } else {
-            // A node that joins the running group, through its first nodes.
+            // A node that joins the running group, through one node of
+            // the first ones (drawn per run and node: often a follower,
+            // which passes the request on to its primary).
             let mut c = NodeConfig::new(u8::MAX, Vec::new());
             c.addr = addrs[i];
-            c.join = group.to_vec();
+            let k = (self.session.get() as usize).wrapping_add(i) % group.len();
+            c.join = vec![group[k]];
             c
         };
         cfg.two_nodes = self.two_nodes;

@@ -156,6 +156,7 @@ impl<L: Log> Node<L> {
                     PeerKind::Sync => self.on_sync(from, p, env),
                     PeerKind::SyncReply => self.on_sync_reply(now, from, p, env),
                     PeerKind::Retain => self.on_retain(p),
+                    PeerKind::JoinVia => self.on_join_via(now, p, env),
                     PeerKind::CheckpointReq => self.on_checkpoint_req(from, p, env),
                     PeerKind::Checkpoint => self.on_checkpoint(now, from, p, payload, env),
                     _ => {}
