@@ -81,6 +81,19 @@ defmodule Tachyon.Sequencer do
   the price of possible forks, which members report (`Tachyon.Bus`,
   "Events").
 
+  ## Membership
+
+  The group changes one node at a time, through its primary (Raft's
+  thesis, chapter 4; docs/FAILOVER.md, "Replacing a host"):
+  `remove_node/3` takes a node out (a dead one first: it still counts in
+  every majority), and a node started with `join: "ip:port"` (any node of
+  the group) on an empty directory asks to join: the primary adds it as a
+  non-voter, and makes it a voter once it has copied the log.
+  `add_node/3` adds an address ahead of its start; `membership/1` lists
+  the group as the node knows it. Members take bus datagrams from the
+  nodes their `:sequencer` list names (and from others of the same bus
+  once one has sent to them): list the new node's address there too.
+
   ## Options
 
   #{Tachyon.Options.docs(Tachyon.Sequencer.Options.sequencer_schema())}
@@ -110,7 +123,7 @@ defmodule Tachyon.Sequencer do
   (replay jobs of another term or log dropped). The same
   map is the measurement of `[:tachyon, :sequencer, :stats]` every
   `:stats_interval_ms`; role changes, campaigns, votes, truncations, a
-  learner's start and catch-up, and a full disk are events of their own
+  learner's start and catch-up, a full disk and membership changes are events of their own
   (see `Tachyon.Telemetry`), sent as messages too to the `:events_to`
   process if given.
   """

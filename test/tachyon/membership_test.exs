@@ -204,6 +204,15 @@ defmodule Tachyon.MembershipTest do
         Enum.find_value(seen, fn {_, l} -> l.line == :event and l.kind == :learner and l end)
 
       assert learner.fields.reason == "new_disk"
+      # Every node says so (the follower that passed the request on too).
+      assert {:ok, _, _} =
+               OSProcess.await_event(
+                 [f],
+                 :membership,
+                 10_000,
+                 &(&1.voters == 3 and &1.nodes == 3)
+               )
+
       assert {:ok, %{node_id: ^voter, nodes: nodes}} = OSProcess.membership(new)
       assert length(nodes) == 3 and Enum.all?(nodes, & &1.voter)
       Traffic.await_more(ms, 200, 30_000)

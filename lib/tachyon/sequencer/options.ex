@@ -174,7 +174,7 @@ defmodule Tachyon.Sequencer.Options do
         process; `kind` and `fields` as the telemetry event
         `[:tachyon, :sequencer, kind]` and its measurements: `:role`,
         `:campaign`, `:voted`, `:truncated`, `:learner`, `:caught_up`,
-        `:disk_full`, `:disk_space`), from the node's start on: for a
+        `:disk_full`, `:disk_space`, `:membership`, ...), from the node's start on: for a
         host without `:telemetry`, and for `mix tachyon.sequencer`, which
         prints them.
         """

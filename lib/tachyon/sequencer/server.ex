@@ -107,7 +107,7 @@ defmodule Tachyon.Sequencer.Server do
 
   # `[:tachyon, :sequencer, kind]` for every report (`:role`, `:campaign`,
   # `:voted`, `:truncated`, `:learner`, `:caught_up`, `:disk_full`,
-  # `:disk_space`), and the same to `:events_to` if set.
+  # `:disk_space`, `:membership`, ...), and the same to `:events_to` if set.
   @impl true
   def report(kind, fields, state) do
     state =

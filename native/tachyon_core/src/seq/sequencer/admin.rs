@@ -7,7 +7,7 @@
 //! its timeout: from the BEAM, on a dirty scheduler.
 //!
 //! After each step the thread also publishes the membership when it
-//! changed ([`Sequencer::membership`]).
+//! changed ([`Sequencer::membership`]), and reports it (`membership`).
 
 use std::collections::VecDeque;
 use std::net::SocketAddr;
@@ -16,6 +16,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use super::{Sequencer, Shared};
+use crate::report::{Report, Reporter, Value};
 use crate::seq::core::node::{ChangeError, Node, NodeEntry};
 use crate::seq::core::{Env, Nanos};
 use crate::seq::nodelog::NodeLog;
@@ -169,8 +170,9 @@ impl Admin {
     }
 
     /// After a step: answers the changes now committed (or cut), and
-    /// publishes the membership if it changed.
-    pub fn after_step(&mut self, node: &Node<NodeLog>, sh: &Shared) {
+    /// publishes the membership if it changed (and reports it: a
+    /// `membership` report, not at start).
+    pub fn after_step(&mut self, node: &Node<NodeLog>, sh: &Shared, report: &mut Option<Reporter>) {
         if !self.pending.is_empty() {
             let (commit, next) = (node.commit(), node.next_seq());
             self.pending.retain(|p| {
@@ -186,12 +188,24 @@ impl Admin {
         }
         let now = (node.membership_index(), node.id());
         if self.published != Some(now) {
+            let started = self.published.is_some();
             self.published = Some(now);
             let m = node.membership();
             let view = MembershipView {
                 node_id: m.id_of(node.config().addr),
                 nodes: m.nodes().to_vec(),
             };
+            if let (true, Some(r)) = (started, report.as_mut()) {
+                r(Report::new(
+                    "membership",
+                    vec![
+                        ("node_id", view.node_id.map(|i| i as u64).into()),
+                        ("nodes", Value::U64(m.nodes().len() as u64)),
+                        ("voters", Value::U64(m.n_voters() as u64)),
+                        ("at", now.0.into()),
+                    ],
+                ));
+            }
             *sh.membership.lock().unwrap_or_else(|p| p.into_inner()) = view;
         }
     }

@@ -234,7 +234,7 @@ pub(super) fn run(
     // its majority) still runs check-quorum and the election timers.
     let mut due: Nanos = 0;
     let mut admin = Admin::default();
-    admin.after_step(node, sh);
+    admin.after_step(node, sh, report);
     loop {
         let mut env = NodeEnv {
             sink: QueueSink {
@@ -285,7 +285,7 @@ pub(super) fn run(
             if now < due {
                 env.sink.flush();
                 sh.after_step(node);
-                admin.after_step(node, sh);
+                admin.after_step(node, sh, env.report);
                 continue;
             }
         }
@@ -293,7 +293,7 @@ pub(super) fn run(
         due = node.tick(now, &mut env);
         env.sink.flush();
         sh.after_step(node);
-        admin.after_step(node, sh);
+        admin.after_step(node, sh, env.report);
         if n > 0 {
             continue;
         }
