@@ -130,8 +130,9 @@ struct Pending {
 #[derive(Default)]
 pub(super) struct Admin {
     pending: Vec<Pending>,
-    /// What was published last: the membership's index and this node's id.
-    published: Option<(Option<u64>, u8)>,
+    /// What was published last: the membership's index and this node's id
+    /// in it.
+    published: Option<(Option<u64>, Option<u8>)>,
 }
 
 impl Admin {
@@ -186,13 +187,13 @@ impl Admin {
                 false
             });
         }
-        let now = (node.membership_index(), node.id());
+        let m = node.membership();
+        let now = (node.membership_index(), m.id_of(node.config().addr));
         if self.published != Some(now) {
             let started = self.published.is_some();
             self.published = Some(now);
-            let m = node.membership();
             let view = MembershipView {
-                node_id: m.id_of(node.config().addr),
+                node_id: now.1,
                 nodes: m.nodes().to_vec(),
             };
             if let (true, Some(r)) = (started, report.as_mut()) {
