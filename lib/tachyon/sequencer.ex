@@ -433,7 +433,7 @@ defmodule Tachyon.Sequencer do
   @spec add_node(server(), address() | String.t(), non_neg_integer()) ::
           {:ok, node_id()} | {:error, change_error()}
   def add_node(server, address, timeout \\ 5000) when is_integer(timeout) and timeout >= 0 do
-    change(server, {:add, address!(address, "add_node/3")}, timeout)
+    change(server, {:add, address!(address, "add_node/3", "a node's address")}, timeout)
   end
 
   @doc """
@@ -456,7 +456,11 @@ defmodule Tachyon.Sequencer do
   @spec remove_node(server(), node_id() | address() | String.t(), non_neg_integer()) ::
           {:ok, node_id()} | {:error, change_error()}
   def remove_node(server, node, timeout \\ 5000) when is_integer(timeout) and timeout >= 0 do
-    node = if is_integer(node) and node in 0..63, do: node, else: address!(node, "remove_node/3")
+    node =
+      if is_integer(node) and node in 0..63,
+        do: node,
+        else: address!(node, "remove_node/3", "a node's id (0..63), or its address")
+
     change(server, {:remove, node}, timeout)
   end
 
@@ -493,14 +497,14 @@ defmodule Tachyon.Sequencer do
     :exit, {reason, {GenServer, :call, _}} when reason in [:noproc, :normal] -> {:error, :noproc}
   end
 
-  defp address!(address, fun) do
+  defp address!(address, fun, what) do
     case Options.address(address) do
       {:ok, a} ->
         a
 
       :error ->
         raise ArgumentError,
-              "Tachyon.Sequencer.#{fun} takes a node's address as {ip, port} or \"ip:port\", got: " <>
+              "Tachyon.Sequencer.#{fun} takes #{what} as {ip, port} or \"ip:port\", got: " <>
                 inspect(address)
     end
   end

@@ -83,7 +83,11 @@ defmodule Tachyon.MembershipTest do
         end
       end
 
-      assert_raise ArgumentError, ~r/remove_node\/3/, fn -> Sequencer.remove_node(s0, 64) end
+      assert_raise ArgumentError,
+                   ~r/remove_node\/3 takes a node's id \(0..63\), or its address/,
+                   fn ->
+                     Sequencer.remove_node(s0, 64)
+                   end
 
       # A follower refuses, naming the primary (once it has heard it).
       primary = Enum.at(group, i)

@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 
 use super::{Sequencer, Shared};
 use crate::report::{Report, Reporter, Value};
-use crate::seq::core::node::{ChangeError, Node, NodeEntry};
+use crate::seq::core::node::{ChangeError, Membership, Node, NodeEntry};
 use crate::seq::core::{Env, Nanos};
 use crate::seq::nodelog::NodeLog;
 use crate::wait::{WaitStrategy, Waiter, Wake};
@@ -120,9 +120,9 @@ pub struct MembershipView {
 /// A change appended and not committed yet.
 struct Pending {
     id: u8,
-    /// Its entry's index (`None`: nothing was appended, the membership
-    /// already was so).
-    at: Option<u64>,
+    /// Its entry's index and the membership it holds (`None`: nothing was
+    /// appended, the membership already was so).
+    at: Option<(u64, Membership)>,
     reply: Arc<Reply>,
 }
 
@@ -162,7 +162,9 @@ impl Admin {
             match r {
                 Ok(id) => self.pending.push(Pending {
                     id,
-                    at: node.membership_index(),
+                    at: node
+                        .membership_index()
+                        .map(|i| (i, node.membership().clone())),
                     reply: a.reply,
                 }),
                 Err(e) => a.reply.send(Err(refusal(node, a.change, e))),
@@ -170,23 +172,11 @@ impl Admin {
         }
     }
 
-    /// After a step: answers the changes now committed (or cut), and
-    /// publishes the membership if it changed (and reports it: a
-    /// `membership` report, not at start).
+    /// After a step: publishes the membership if it changed (and reports
+    /// it: a `membership` report, not at start), then answers the changes
+    /// now committed (or cut).
     pub fn after_step(&mut self, node: &Node<NodeLog>, sh: &Shared, report: &mut Option<Reporter>) {
-        if !self.pending.is_empty() {
-            let (commit, next) = (node.commit(), node.next_seq());
-            self.pending.retain(|p| {
-                let answer = match p.at {
-                    None => Ok(p.id),
-                    Some(at) if commit > at => Ok(p.id),
-                    Some(at) if next <= at => Err(MembershipError::Aborted),
-                    Some(_) => return true,
-                };
-                p.reply.send(answer);
-                false
-            });
-        }
+        // The membership first: a caller answered reads it at once.
         let m = node.membership();
         let now = (node.membership_index(), m.id_of(node.config().addr));
         if self.published != Some(now) {
@@ -208,6 +198,26 @@ impl Admin {
                 ));
             }
             *sh.membership.lock().unwrap_or_else(|p| p.into_inner()) = view;
+        }
+        if !self.pending.is_empty() {
+            let commit = node.commit();
+            self.pending.retain(|p| {
+                let answer = match &p.at {
+                    None => Ok(p.id),
+                    // Still this change at its index (not cut, nor replaced
+                    // by another primary's entry): committed once the
+                    // commit index passes it.
+                    Some((at, m)) if node.membership_at(*at) == Some(m) => {
+                        if commit <= *at {
+                            return true;
+                        }
+                        Ok(p.id)
+                    }
+                    Some(_) => Err(MembershipError::Aborted),
+                };
+                p.reply.send(answer);
+                false
+            });
         }
     }
 
