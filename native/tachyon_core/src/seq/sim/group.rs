@@ -100,13 +100,12 @@ impl Protocol for Group {
         let mut cfg = if i < self.nodes {
             NodeConfig::new(i as u8, group.to_vec())
         } else {
-            // A node that joins the running group, through one node of
-            // the first ones (drawn per run and node: often a follower,
-            // which passes the request on to its primary).
+            // A node that joins the running group, through its first nodes
+            // (the followers among them pass the request on to their
+            // primary: JOIN_VIA).
             let mut c = NodeConfig::new(u8::MAX, Vec::new());
             c.addr = addrs[i];
-            let k = (self.session.get() as usize).wrapping_add(i) % group.len();
-            c.join = vec![group[k]];
+            c.join = group.to_vec();
             c
         };
         cfg.two_nodes = self.two_nodes;
