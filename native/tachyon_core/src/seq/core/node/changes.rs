@@ -50,8 +50,17 @@ impl<L: Log> Node<L> {
     fn change(&mut self, now: Nanos, m: &Membership, env: &mut dyn Env) -> Result<(), ChangeError> {
         let mut data = Vec::with_capacity(64);
         m.encode(&mut data);
+        let old = self.membership().clone();
         self.emit(0, 0, CONTROL | CONFIG, &data, env)
             .map_err(|_| ChangeError::Log)?;
+        // An id removed, or reused for another address (the lowest free
+        // id is given): what its earlier holder acknowledged must not make
+        // the new node a voter, nor count in a majority.
+        for id in 0..super::MAX_NODES as u8 {
+            if old.addr(id) != m.addr(id) {
+                self.ld.forget(id);
+            }
+        }
         self.c.changes.bump(1);
         self.leader_flush(now, env);
         self.follow_membership(now, env);
@@ -107,8 +116,9 @@ impl<L: Log> Node<L> {
         }
     }
 
-    /// A follower passed on a JOIN (a peer datagram of a node of the group,
-    /// of this term): only a primary takes it, and never passes it again.
+    /// A node passed on a JOIN (checked no more than a JOIN: the joiner may
+    /// have asked a node removed since): only a primary takes it, and never
+    /// passes it again.
     pub(super) fn on_join_via(&mut self, now: Nanos, p: &wire::Peer, env: &mut dyn Env) {
         match wire::body_addr(p.a, p.b, p.c) {
             Some(joiner) if self.role == Role::Leader => self.on_join(now, joiner, env),
@@ -337,5 +347,29 @@ mod tests {
             Err(ChangeError::NotFound)
         );
         assert_eq!(net.nodes[0].remove_node(net.now, 3, &mut out), Ok(()));
+    }
+
+    #[test]
+    fn a_reused_id_starts_with_nothing_acknowledged() {
+        let mut net = Net::new(3, &[]);
+        assert!(net.run_until(500, |n| n.nodes[0].is_leader() && n.nodes[0].commit() > 1));
+        assert!(net.nodes[0].ld.matched[2] > 0, "node 2 acknowledged");
+        let mut out = Out::default();
+        assert_eq!(net.nodes[0].remove_node(net.now, 2, &mut out), Ok(()));
+        net.take(0, out);
+        let at = net.nodes[0].membership_index().unwrap();
+        assert!(net.run_until(500, |n| n.nodes[0].commit() > at));
+        // The lowest free id, 2, goes to a node at another address, which
+        // never answers: the removed node's acknowledgements must not make
+        // it a voter (it would count in majorities with an empty log).
+        let mut out = Out::default();
+        assert_eq!(net.nodes[0].add_node(net.now, addr(9), &mut out), Ok(2));
+        net.take(0, out);
+        assert_eq!(
+            (net.nodes[0].ld.matched[2], net.nodes[0].ld.ident[2]),
+            (0, None)
+        );
+        net.run_until(200, |_| false);
+        assert!(!net.nodes[0].membership().is_voter(2));
     }
 }

@@ -36,6 +36,10 @@ impl<L: Log> Node<L> {
             PEER_MAGIC => match Peer::parse(d) {
                 Ok(p) if p.h.kind == PeerKind::Join => self.on_join(now, from, env),
                 Ok(p) if p.h.kind == PeerKind::JoinReply => self.on_join_reply(from, &p),
+                // From whichever node the joiner asked: one removed since
+                // (its id perhaps given to another) passes it on too, and
+                // a JOIN is taken from anyone anyway.
+                Ok(p) if p.h.kind == PeerKind::JoinVia => self.on_join_via(now, &p, env),
                 Ok(p) => {
                     if !self.sent_by_node(from, p.h.node) || p.h.node == self.id() {
                         self.c.strangers.bump(1);
@@ -156,7 +160,6 @@ impl<L: Log> Node<L> {
                     PeerKind::Sync => self.on_sync(from, p, env),
                     PeerKind::SyncReply => self.on_sync_reply(now, from, p, env),
                     PeerKind::Retain => self.on_retain(p),
-                    PeerKind::JoinVia => self.on_join_via(now, p, env),
                     PeerKind::CheckpointReq => self.on_checkpoint_req(from, p, env),
                     PeerKind::Checkpoint => self.on_checkpoint(now, from, p, payload, env),
                     _ => {}
