@@ -89,6 +89,8 @@ defmodule Tachyon.Native do
   def seq_takeover(_ref), do: err()
   def seq_witness_down(_ref, _id), do: err()
   def seq_report_to(_ref, _pid), do: err()
+  def seq_change(_ref, _change, _timeout_ms), do: err()
+  def seq_membership(_ref), do: err()
   def bus_open(_opts, _owner), do: err()
   def bus_publish(_bus, _data), do: err()
   def bus_publish_many(_bus, _list), do: err()

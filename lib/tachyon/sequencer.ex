@@ -98,6 +98,19 @@ defmodule Tachyon.Sequencer do
   the disk also waiting for a core, took 2.2 ms (p50). A node's
   `stats/1` says what its disk takes: `:syncs` and `:sync_time_us`.
 
+  ## Membership
+
+  The group changes one node at a time, through its primary (Raft's
+  thesis, chapter 4; docs/FAILOVER.md, "Replacing a host"):
+  `remove_node/3` takes a node out (a dead one first: it still counts in
+  every majority), and a node started with `join: "ip:port"` (any node of
+  the group) on an empty directory asks to join: the primary adds it as a
+  non-voter, and makes it a voter once it has copied the log.
+  `add_node/3` adds an address ahead of its start; `membership/1` lists
+  the group as the node knows it. Members take bus datagrams from the
+  nodes their `:sequencer` list names (and from others of the same bus
+  once one has sent to them): list the new node's address there too.
+
   ## Options
 
   #{Tachyon.Options.docs(Tachyon.Sequencer.Options.sequencer_schema())}
@@ -128,7 +141,7 @@ defmodule Tachyon.Sequencer do
   (replay jobs of another term or log dropped). The same
   map is the measurement of `[:tachyon, :sequencer, :stats]` every
   `:stats_interval_ms`; role changes, campaigns, votes, truncations, a
-  learner's start and catch-up, and a full disk are events of their own
+  learner's start and catch-up, a full disk and membership changes are events of their own
   (see `Tachyon.Telemetry`), sent as messages too to the `:events_to`
   process if given.
   """
@@ -165,6 +178,7 @@ defmodule Tachyon.Sequencer do
       |> Map.new()
 
     check_group!(opts)
+    check_join!(opts)
 
     nif =
       opts
@@ -214,6 +228,28 @@ defmodule Tachyon.Sequencer do
 
       length(Enum.uniq(group)) != length(group) ->
         raise ArgumentError, "the :group of a Tachyon.Sequencer lists an address twice"
+
+      true ->
+        :ok
+    end
+  end
+
+  defp check_join!(%{join: []}), do: :ok
+
+  defp check_join!(%{join: join, group: group, ip: ip, port: port}) do
+    cond do
+      group != [] ->
+        raise ArgumentError,
+              "a Tachyon.Sequencer takes :join or :group, not both (a joining node learns the group from its log)"
+
+      port == 0 or ip in [{0, 0, 0, 0}, {0, 0, 0, 0, 0, 0, 0, 0}] ->
+        raise ArgumentError,
+              "a Tachyon.Sequencer started with :join needs its own :ip and a non-zero :port " <>
+                "(the address the group will know it by)"
+
+      {ip, port} in join ->
+        raise ArgumentError,
+              "the :join option lists this node's own address #{inspect({ip, port})}"
 
       true ->
         :ok
@@ -360,6 +396,135 @@ defmodule Tachyon.Sequencer do
   @spec take_over(server()) :: :ok
   def take_over(server) do
     Native.seq_takeover(GenServer.call(server, :handle).ref)
+  end
+
+  @typedoc "A node's id in its group (its index in the initial `:group`, or given when it joined)."
+  @type node_id :: 0..63
+
+  @typedoc """
+  Why a membership change did not happen: `{:not_primary, leader}` (ask
+  the primary: its address, or `nil` while none is known),
+  `:change_in_progress` (the last change is not committed yet, or the
+  primary was just elected: one at a time, ask again), `:not_found` (no
+  such node), `:last_voter`, `:group_full` (64 nodes), `:store_error` (the
+  primary's log refused the entry: a full disk), `:aborted` (the entry was
+  cut from the log before it was committed: the primary lost its term),
+  `:timeout` (neither committed nor refused in time: no majority, say; it
+  may still commit), `:closed`, `:busy` (changes queue on the node),
+  `:noproc`.
+  """
+  @type change_error ::
+          {:not_primary, address() | nil}
+          | :change_in_progress
+          | :not_found
+          | :last_voter
+          | :group_full
+          | :store_error
+          | :aborted
+          | :timeout
+          | :closed
+          | :busy
+          | :noproc
+
+  @doc """
+  Adds a node at `address` (`{ip, port}` or `"ip:port"`) to the group;
+  call it on the primary. The node is added as a non-voter: it copies the
+  log and counts in no majority until it holds the primary's commit
+  position, when the primary makes it a voter (Raft's thesis, §4.2.1).
+  Returns `{:ok, node_id}` once the change is committed (at once if the
+  address is a node already), `{:error, reason}` (`t:change_error/0`)
+  otherwise. Start the new node with `join:` (the address of any node
+  of the group); a node started so asks to join by itself, and the
+  primary adds it without this call. One change at a time: a second
+  while the first is not committed is `{:error, :change_in_progress}`.
+  The caller waits up to `timeout` ms, on a dirty scheduler. Raises
+  `ArgumentError` for an address that is not one.
+
+  ## Example
+
+      dir = Path.join(System.tmp_dir!(), "seq-#{System.unique_integer([:positive])}")
+      {:ok, seq} = Tachyon.Sequencer.start_link(path: dir, wait: :park)
+      {:ok, 1} = Tachyon.Sequencer.add_node(seq, "127.0.0.1:7999")
+      {:ok, 1} = Tachyon.Sequencer.remove_node(seq, 1)
+      :ok = Tachyon.Sequencer.close(seq)
+  """
+  @spec add_node(server(), address() | String.t(), non_neg_integer()) ::
+          {:ok, node_id()} | {:error, change_error()}
+  def add_node(server, address, timeout \\ 5000) when is_integer(timeout) and timeout >= 0 do
+    change(server, {:add, address!(address, "add_node/3", "a node's address")}, timeout)
+  end
+
+  @doc """
+  Removes a node (by id, or by address: `{ip, port}` or `"ip:port"`) from
+  the group; call it on the primary. Remove a dead node before adding its
+  replacement: a dead voter still counts in every majority. A primary that
+  removes itself steps down once the change is committed, and the others
+  elect one of them. Returns `{:ok, node_id}` once the change is committed,
+  `{:error, reason}` (`t:change_error/0`) otherwise; waits up to `timeout`
+  ms, on a dirty scheduler. Raises `ArgumentError` for neither an id nor
+  an address.
+
+  ## Example
+
+      dir = Path.join(System.tmp_dir!(), "seq-#{System.unique_integer([:positive])}")
+      {:ok, seq} = Tachyon.Sequencer.start_link(path: dir, wait: :park)
+      {:error, :not_found} = Tachyon.Sequencer.remove_node(seq, 5)
+      {:error, :last_voter} = Tachyon.Sequencer.remove_node(seq, 0)
+  """
+  @spec remove_node(server(), node_id() | address() | String.t(), non_neg_integer()) ::
+          {:ok, node_id()} | {:error, change_error()}
+  def remove_node(server, node, timeout \\ 5000) when is_integer(timeout) and timeout >= 0 do
+    node =
+      if is_integer(node) and node in 0..63,
+        do: node,
+        else: address!(node, "remove_node/3", "a node's id (0..63), or its address")
+
+    change(server, {:remove, node}, timeout)
+  end
+
+  @doc """
+  The group as this node knows it (the latest membership in its log,
+  committed or not): `{:ok, %{node_id: id, nodes: [%{id: id, address:
+  {ip, port}, voter: boolean}]}}` (`node_id` is `nil` while a node that
+  joins is not added yet), or `{:error, :noproc}`.
+
+  ## Example
+
+      dir = Path.join(System.tmp_dir!(), "seq-#{System.unique_integer([:positive])}")
+      {:ok, seq} = Tachyon.Sequencer.start_link(path: dir, wait: :park)
+      {:ok, %{node_id: 0, nodes: [%{id: 0, voter: true}]}} = Tachyon.Sequencer.membership(seq)
+  """
+  @spec membership(server()) ::
+          {:ok,
+           %{
+             node_id: node_id() | nil,
+             nodes: [%{id: node_id(), address: address(), voter: boolean()}]
+           }}
+          | {:error, :noproc}
+  def membership(server) do
+    with {:ok, ref} <- handle(server), do: {:ok, Native.seq_membership(ref)}
+  end
+
+  defp change(server, change, timeout) do
+    with {:ok, ref} <- handle(server), do: Native.seq_change(ref, change, timeout)
+  end
+
+  defp handle(server) do
+    {:ok, GenServer.call(server, :handle).ref}
+  catch
+    :exit, {reason, {GenServer, :call, _}} when reason in [:noproc, :normal] -> {:error, :noproc}
+  end
+
+  defp address!(address, fun, what) do
+    case Options.address(address) do
+      {:ok, a} ->
+        a
+
+      :error ->
+        raise ArgumentError,
+              "Tachyon.Sequencer.#{fun} takes #{what} as {ip, port} or \"ip:port\", got: " <>
+                inspect(address)
+    end
   end
 
   @doc """

@@ -40,6 +40,7 @@ defmodule Tachyon.Telemetry do
   | `[:tachyon, :sequencer, :disk_space]` | a node whose disk was full has room again |
   | `[:tachyon, :sequencer, :trimmed]` | retention removed the log's oldest segments (a checkpoint sums them up) |
   | `[:tachyon, :sequencer, :installed]` | a node too far behind installed its primary's checkpoint |
+  | `[:tachyon, :sequencer, :membership]` | the group's membership in the node's log changed (a node added, made a voter or removed) |
   | `[:tachyon, :bus, :stats]` | every `:stats_interval_ms` (member process) |
   | `[:tachyon, :bus, :epoch]` | a member heard a new primary |
   | `[:tachyon, :bus, :renumbered]` | a member resent commands a new primary lacked |
@@ -215,6 +216,17 @@ defmodule Tachyon.Telemetry do
       entry its primary keeps: it installed the primary's checkpoint
       (Raft's InstallSnapshot) and copies the log from `:first` on.
       * Measurements: `:first`.
+      * Metadata: as for `:start`.
+
+    * `[:tachyon, :sequencer, :membership]` - the latest membership in the
+      node's log changed (a change appended or copied, or cut by a
+      truncation; `Tachyon.Sequencer.add_node/3`, `remove_node/3`, a node
+      started with `:join`, and the primary making a caught-up node a
+      voter), or a joining node learnt its id. `:node_id` is this node's
+      id (`nil` while it is not in the group: joining, or removed),
+      `:nodes` the nodes, `:voters` those that vote, `:at` the change's
+      log index. `Tachyon.Sequencer.membership/1` lists them.
+      * Measurements: `:node_id`, `:nodes`, `:voters`, `:at`.
       * Metadata: as for `:start`.
 
     * `[:tachyon, :bus, :stats]` - periodic, from a member started with

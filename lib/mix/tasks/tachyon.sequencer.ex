@@ -13,6 +13,8 @@ defmodule Mix.Tasks.Tachyon.Sequencer do
   `--core N`, `--max-datagram BYTES`, `--no-batching`, `--heartbeat MS`,
   `--heartbeat-after US`, `--group IP:PORT,IP:PORT,...` (every node's
   address, this one's included, the same list on every node),
+  `--join IP:PORT[,IP:PORT]` (a new node of a running group, on an empty
+  `--path`, instead of `--group`: see `:join`; give `--ip` and `--port`),
   `--election-timeout MS`, `--two-nodes safe|available`, `--no-eager`,
   `--durability replicated|fsync` (`:durability`: what a node's
   acknowledgement promises, the same on every node of a group; `fsync`:
@@ -36,6 +38,14 @@ defmodule Mix.Tasks.Tachyon.Sequencer do
   the host's clock, `System.os_time(:microsecond)`, comparable between OS
   processes of one host. A line `stats` on its standard input (from
   `Tachyon.Sequencer.OSProcess.stats/2`) prints a stats line at once.
+
+  Membership changes, as lines on its standard input (run on the primary;
+  docs/FAILOVER.md, "Replacing a host"): `add_node IP:PORT`, `remove_node
+  ID` or `remove_node IP:PORT` print `tachyon.sequencer change OP WHAT ok
+  ID at_us T` once the change is committed, or `tachyon.sequencer change
+  OP WHAT error REASON [LEADER] at_us T` (`Tachyon.Sequencer.add_node/3`,
+  `remove_node/3`); `membership` prints `tachyon.sequencer membership
+  node_id I nodes ID:IP:PORT:voter|nonvoter,... at_us T`.
   """
   use Mix.Task
 
@@ -52,6 +62,7 @@ defmodule Mix.Tasks.Tachyon.Sequencer do
     heartbeat: :integer,
     heartbeat_after: :integer,
     group: :string,
+    join: :string,
     election_timeout: :integer,
     two_nodes: :string,
     eager: :boolean,
@@ -77,6 +88,7 @@ defmodule Mix.Tasks.Tachyon.Sequencer do
       |> put(:heartbeat_ms, opts[:heartbeat])
       |> put(:heartbeat_after_us, opts[:heartbeat_after])
       |> put(:group, opts[:group] && Enum.map(String.split(opts[:group], ","), &address/1))
+      |> put(:join, opts[:join] && String.split(opts[:join], ","))
       |> put(:election_timeout_ms, opts[:election_timeout])
       |> put(:two_nodes, opts[:two_nodes] && String.to_atom(opts[:two_nodes]))
       |> put(:eager, opts[:eager])
@@ -89,7 +101,7 @@ defmodule Mix.Tasks.Tachyon.Sequencer do
     %{address: {ip, port}, session: s, next_seq: n} = info = Tachyon.Sequencer.info(seq)
 
     IO.puts(
-      "tachyon.sequencer ready #{:inet.ntoa(ip)}:#{port} session #{s || 0} next_seq #{n} node #{info.node_id}"
+      "tachyon.sequencer ready #{:inet.ntoa(ip)}:#{port} session #{s || 0} next_seq #{n} node #{info.node_id || -1}"
     )
 
     Process.register(self(), Tachyon.Sequencer.OSProcess.stdin_name())
@@ -110,6 +122,19 @@ defmodule Mix.Tasks.Tachyon.Sequencer do
 
         {:stdin, "stats"} ->
           print_stats(w.seq)
+          w
+
+        {:stdin, "membership"} ->
+          print_membership(w.seq)
+          w
+
+        {:stdin, "add_node " <> addr} ->
+          change(w.seq, "add_node", addr, &Tachyon.Sequencer.add_node(&1, addr))
+          w
+
+        {:stdin, "remove_node " <> which} ->
+          node = if which =~ ~r/^[0-9]+$/, do: String.to_integer(which), else: which
+          change(w.seq, "remove_node", which, &Tachyon.Sequencer.remove_node(&1, node))
           w
       after
         1 -> poll(w)
@@ -149,6 +174,39 @@ defmodule Mix.Tasks.Tachyon.Sequencer do
   end
 
   defp now_us, do: System.os_time(:microsecond)
+
+  # A change waits for its commit (on a dirty scheduler): in a process of
+  # its own, so that the events go on being printed meanwhile.
+  defp change(seq, op, what, fun) do
+    spawn(fn ->
+      result =
+        try do
+          case fun.(seq) do
+            {:ok, id} -> "ok #{id}"
+            {:error, {:not_primary, leader}} -> "error not_primary #{hostport(leader)}"
+            {:error, reason} -> "error #{reason}"
+          end
+        rescue
+          e in ArgumentError -> "error badarg #{inspect(Exception.message(e))}"
+        end
+
+      IO.puts("tachyon.sequencer change #{op} #{what} #{result} at_us #{now_us()}")
+    end)
+  end
+
+  defp print_membership(seq) do
+    with {:ok, %{node_id: me, nodes: nodes}} <- Tachyon.Sequencer.membership(seq) do
+      list =
+        Enum.map_join(nodes, ",", fn n ->
+          "#{n.id}:#{hostport(n.address)}:#{if n.voter, do: "voter", else: "nonvoter"}"
+        end)
+
+      IO.puts("tachyon.sequencer membership node_id #{me || -1} nodes #{list} at_us #{now_us()}")
+    end
+  end
+
+  defp hostport(nil), do: "nil"
+  defp hostport({ip, port}), do: "#{:inet.ntoa(ip)}:#{port}"
 
   # " key value key value ...", keys sorted.
   defp pairs(map) do

@@ -99,6 +99,20 @@ defmodule Tachyon.Sequencer.Options do
         standby (see `:two_nodes`).
         """
       ],
+      join: [
+        type:
+          {:custom, &__MODULE__.join/1, "an \"ip:port\" string, an {ip, port}, or a list of them"},
+        default: [],
+        doc: """
+        start as a new node of a running group: the address of a node of it
+        (or several), `"10.0.0.1:7000"` or `{{10, 0, 0, 1}, 7000}`. Without
+        `:group`, on an empty directory, with this node's own `:ip` and
+        `:port` (the address the group will know it by). The node asks to
+        join; the primary adds it as a non-voter and makes it a voter once
+        it has copied the log (docs/FAILOVER.md, "Replacing a host"). See
+        also `Tachyon.Sequencer.add_node/3`.
+        """
+      ],
       election_timeout_ms: [
         type: {:integer, 1, 3_600_000},
         default: {:native, :sequencer, :election_timeout_ms},
@@ -160,7 +174,7 @@ defmodule Tachyon.Sequencer.Options do
         process; `kind` and `fields` as the telemetry event
         `[:tachyon, :sequencer, kind]` and its measurements: `:role`,
         `:campaign`, `:voted`, `:truncated`, `:learner`, `:caught_up`,
-        `:disk_full`, `:disk_space`), from the node's start on: for a
+        `:disk_full`, `:disk_space`, `:membership`, ...), from the node's start on: for a
         host without `:telemetry`, and for `mix tachyon.sequencer`, which
         prints them.
         """
@@ -375,6 +389,19 @@ defmodule Tachyon.Sequencer.Options do
   def group(_), do: :error
 
   @doc false
+  def join(list) when is_list(list) do
+    list = Enum.map(list, &address/1)
+
+    if Enum.all?(list, &match?({:ok, _}, &1)),
+      do: {:ok, Enum.map(list, &elem(&1, 1))},
+      else: :error
+  end
+
+  def join(one) do
+    with {:ok, a} <- address(one), do: {:ok, [a]}
+  end
+
+  @doc false
   def nodes(list) when is_list(list) do
     if Enum.all?(list, &is_atom/1), do: {:ok, list}, else: :error
   end
@@ -386,6 +413,16 @@ defmodule Tachyon.Sequencer.Options do
     case U.ip(ip) do
       {:ok, ip} -> {:ok, {ip, port}}
       :error -> :error
+    end
+  end
+
+  # "ip:port" ("[v6]:port" for an IPv6 address)
+  def address(s) when is_binary(s) do
+    with [host, port] <- String.split(s, ~r/:(?=[0-9]+$)/),
+         {port, ""} <- Integer.parse(port) do
+      address({String.trim(host, "[") |> String.trim("]"), port})
+    else
+      _ -> :error
     end
   end
 

@@ -318,6 +318,45 @@ defmodule Tachyon.Sequencer.OSProcess do
     end
   end
 
+  @doc """
+  A membership change on the node in `p` (`"add_node 127.0.0.1:7003"`,
+  `"remove_node 2"`), asked on its standard input: `{:ok, id}`, `{:error,
+  reason}` (a string: `"not_primary 127.0.0.1:7001"`, `"change_in_progress"`,
+  ...) or `{:error, :no_answer}` after `timeout` ms. Drops the process's
+  other output lines received meanwhile.
+  """
+  def change(p, command, timeout \\ 10_000) do
+    Port.command(p.port, command <> "\n")
+    [op, what] = String.split(command, " ", parts: 2)
+
+    case await_line(p, "tachyon.sequencer change #{op} #{what} ", timeout) do
+      {:ok, "ok " <> rest} -> {:ok, rest |> String.split(" ") |> hd() |> String.to_integer()}
+      {:ok, "error " <> rest} -> {:error, rest |> String.split(" at_us ") |> hd()}
+      {:error, :timeout} -> {:error, :no_answer}
+    end
+  end
+
+  @doc """
+  The group as the node in `p` knows it, asked on its standard input:
+  `{:ok, %{node_id: id | -1, nodes: [%{id, address: "ip:port", voter}]}}`
+  or `{:error, :timeout}`.
+  """
+  def membership(p, timeout \\ 5000) do
+    Port.command(p.port, "membership\n")
+
+    with {:ok, rest} <- await_line(p, "tachyon.sequencer membership ", timeout) do
+      ["node_id", me, "nodes", list | _] = String.split(rest, " ")
+
+      nodes =
+        for n <- String.split(list, ",", trim: true) do
+          [id, ip, port, kind] = String.split(n, ":")
+          %{id: String.to_integer(id), address: "#{ip}:#{port}", voter: kind == "voter"}
+        end
+
+      {:ok, %{node_id: String.to_integer(me), nodes: nodes}}
+    end
+  end
+
   @doc "The name the process reading an OS process's standard input lines sends to."
   def stdin_name, do: :tachyon_os_process_stdin
 

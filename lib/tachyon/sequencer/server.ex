@@ -107,7 +107,7 @@ defmodule Tachyon.Sequencer.Server do
 
   # `[:tachyon, :sequencer, kind]` for every report (`:role`, `:campaign`,
   # `:voted`, `:truncated`, `:learner`, `:caught_up`, `:disk_full`,
-  # `:disk_space`), and the same to `:events_to` if set.
+  # `:disk_space`, `:membership`, ...), and the same to `:events_to` if set.
   @impl true
   def report(kind, fields, state) do
     state =
@@ -116,7 +116,7 @@ defmodule Tachyon.Sequencer.Server do
           put_in(state.data.info.role, :follower)
 
         {:role, %{role: role, epoch: e} = f} ->
-          leader = if role == :primary, do: state.data.info.node_id, else: Map.get(f, :leader)
+          leader = if role == :primary, do: own_id(state), else: Map.get(f, :leader)
           info = %{state.data.info | role: role, epoch: e, leader: leader}
           answer_waiters(put_in(state.data.info, info))
 
@@ -128,6 +128,12 @@ defmodule Tachyon.Sequencer.Server do
     if to = state.data.events_to, do: send(to, {:tachyon_sequencer_event, self(), kind, fields})
     state
   end
+
+  # A node that joined has its id from its primary, not from its start.
+  defp own_id(%{data: %{info: %{node_id: nil}}, handle: %{ref: ref}}),
+    do: Native.seq_membership(ref).node_id
+
+  defp own_id(state), do: state.data.info.node_id
 
   @impl true
   def message({:nodedown, node}, %{data: %{watch: watch}} = state)

@@ -14,7 +14,7 @@ use crate::ring::{PushError, RingError};
 use crate::segment::dir::DirError;
 use crate::seq::core::member::config::PublishError;
 use crate::seq::core::LogError;
-use crate::seq::SeqError;
+use crate::seq::{MembershipError, SeqError};
 use crate::store::StoreError;
 use crate::table::TableError;
 use crate::udp::SendError;
@@ -73,6 +73,8 @@ pub enum Error {
     /// What was asked for is below the first entry kept: retention
     /// removed it (`first` is the first one there is).
     Trimmed { first: u64 },
+    /// A sequencer's membership change that did not happen.
+    Membership(MembershipError),
     /// The operating system refused (the errno names the reason).
     Io(io::Error),
 }
@@ -81,7 +83,8 @@ pub enum Error {
 /// atom, `{:corrupt, segment, offset}`, `{:corrupt, segment, offset,
 /// records, bytes}` (what a repair would cut), `{:corrupt, :manifest}`,
 /// `{:wrong_kind, kind}`, `{:unsupported_format, version}`,
-/// `{:trimmed, first}` or `{:bad_config, message}`.
+/// `{:trimmed, first}`, `{:not_primary, address | nil}` or `{:bad_config,
+/// message}`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Reason {
     Atom(&'static str),
@@ -100,6 +103,8 @@ pub enum Reason {
     UnsupportedFormat(u32),
     BadConfig(&'static str),
     Trimmed(u64),
+    /// Not the sequencer group's primary; the primary's address if known.
+    NotPrimary(Option<std::net::SocketAddr>),
 }
 
 impl Error {
@@ -147,6 +152,8 @@ impl Error {
             }
             Error::Dir(DirError::UnsupportedFormat(v)) => return Reason::UnsupportedFormat(*v),
             Error::Trimmed { first } => return Reason::Trimmed(*first),
+            Error::Membership(MembershipError::NotPrimary(a)) => return Reason::NotPrimary(*a),
+            Error::Membership(e) => e.name(),
             Error::Dir(DirError::BadManifest) => return Reason::BadManifest,
             Error::BadConfig(m) => return Reason::BadConfig(m),
         })
@@ -181,6 +188,12 @@ impl fmt::Display for Error {
 }
 
 impl std::error::Error for Error {}
+
+impl From<MembershipError> for Error {
+    fn from(e: MembershipError) -> Error {
+        Error::Membership(e)
+    }
+}
 
 impl From<io::Error> for Error {
     fn from(e: io::Error) -> Error {

@@ -61,6 +61,13 @@ impl Encoder for ReasonTerm {
             Reason::WrongKind(k) => (atom(env, "wrong_kind"), atom(env, k)).encode(env),
             Reason::UnsupportedFormat(v) => (atom(env, "unsupported_format"), v).encode(env),
             Reason::Trimmed(first) => (atom(env, "trimmed"), first).encode(env),
+            Reason::NotPrimary(a) => {
+                let leader = match a {
+                    Some(a) => crate::udp::encode_addr(env, &a),
+                    None => rustler::types::atom::nil().encode(env),
+                };
+                (atom(env, "not_primary"), leader).encode(env)
+            }
             Reason::BadConfig(m) => (atom(env, "bad_config"), m).encode(env),
         }
     }

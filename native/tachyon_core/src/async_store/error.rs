@@ -62,6 +62,7 @@ impl Failure {
             Reason::UnsupportedFormat(_) => "unsupported_format",
             Reason::BadConfig(_) => "bad_config",
             Reason::Trimmed(_) => "trimmed",
+            Reason::NotPrimary(_) => "not_primary",
         }
     }
 

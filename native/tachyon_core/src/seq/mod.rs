@@ -43,7 +43,9 @@ pub mod clock {
         BASE.get_or_init(Instant::now).elapsed().as_nanos() as u64
     }
 }
-pub use sequencer::{Sequencer, SequencerConfig, SequencerStats};
+pub use sequencer::{
+    Change, MembershipError, MembershipView, Sequencer, SequencerConfig, SequencerStats,
+};
 
 use crate::store::StoreError;
 

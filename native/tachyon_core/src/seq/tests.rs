@@ -592,3 +592,57 @@ fn two_nodes_available_a_fork_is_reported_and_the_member_goes_on_in_the_new_orde
         let _ = std::fs::remove_dir_all(d);
     }
 }
+
+#[test]
+fn a_node_started_with_join_is_added_and_made_a_voter_and_changes_answer_once_committed() {
+    let (da, db) = (tmp("join-a"), tmp("join-b"));
+    let a_addr = SocketAddr::from(([127, 0, 0, 1], free_port()));
+    let b_addr = SocketAddr::from(([127, 0, 0, 1], free_port()));
+    let a = group_node(&da, &[a_addr], 0);
+    wait_until("a primary", || a.stats().role == "primary");
+    let t = Duration::from_secs(5);
+    assert_eq!(
+        a.remove_node(Change::Remove(0), t),
+        Err(MembershipError::LastVoter)
+    );
+    assert_eq!(
+        a.remove_node(Change::Remove(9), t),
+        Err(MembershipError::NotFound)
+    );
+    let m = member(&a, 1, None);
+    for i in 0..50 {
+        m.publish(format!("1:{i}").as_bytes()).unwrap();
+    }
+    let mut got = Got::new();
+    collect(&m, 50, &mut got);
+
+    let mut cfg = SequencerConfig::new(b_addr, &db);
+    cfg.join = vec![a_addr];
+    cfg.store = small_store();
+    cfg.wait = WaitStrategy::Park;
+    let b = Sequencer::start(cfg).expect("a joining node");
+    wait_until("b a voter", || {
+        a.membership()
+            .nodes
+            .iter()
+            .any(|n| n.addr == b_addr && n.voter)
+    });
+    assert_eq!(b.membership().node_id, Some(1));
+    wait_until("b holds the log", || {
+        b.stats().next_seq == a.stats().next_seq
+    });
+    // Asked of the follower: the primary's address.
+    assert_eq!(
+        b.add_node(SocketAddr::from(([127, 0, 0, 1], 9)), t),
+        Err(MembershipError::NotPrimary(Some(a_addr)))
+    );
+    // The primary's own address is its id; removing b answers once committed.
+    assert_eq!(a.add_node(a_addr, t), Ok(0));
+    assert_eq!(a.remove_node(Change::RemoveAt(b_addr), t), Ok(1));
+    assert_eq!(a.membership().nodes.len(), 1);
+    b.stop();
+    a.stop();
+    assert_eq!(a.add_node(b_addr, t), Err(MembershipError::Closed));
+    let _ = std::fs::remove_dir_all(&da);
+    let _ = std::fs::remove_dir_all(&db);
+}

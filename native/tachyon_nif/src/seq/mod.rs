@@ -26,7 +26,7 @@ use tachyon_core::report::{Report, Reporter};
 use tachyon_core::seq::core::node::Durability;
 use tachyon_core::seq::member::PublishError;
 use tachyon_core::seq::{
-    BusMode, Member, MemberConfig, MemberEvent, Sequencer, SequencerConfig, TwoNodes,
+    BusMode, Change, Member, MemberConfig, MemberEvent, Sequencer, SequencerConfig, TwoNodes,
 };
 use tachyon_core::wait::Waiter;
 use tachyon_core::worker::{self, Slot, Worker};

@@ -57,7 +57,8 @@ fn seq_reporter(events: Arc<Mutex<Events>>) -> Reporter {
 /// Starts a sequencer node. `opts`: ip, port, path, bus, wait, core, batch,
 /// max_datagram, batching, heartbeat_us, heartbeat_after_us, replay_max,
 /// segment_size, recbuf, sndbuf, reuseaddr, group (a list of `{ip, port}`,
-/// empty for a group of one), election_timeout_us, two_nodes (`:safe` or
+/// empty for a group of one), join (a list of `{ip, port}`: nodes of a
+/// running group to join; empty otherwise), election_timeout_us, two_nodes (`:safe` or
 /// `:available`), durability (`:replicated` or `:fsync`), eager,
 /// report_id. Returns `{:ok, ref, info}` or `{:error, reason}`.
 #[rustler::nif(schedule = "DirtyIo")]
@@ -79,6 +80,9 @@ fn seq_start<'a>(env: Env<'a>, opts: Term<'a>) -> NifResult<Term<'a>> {
     cfg.socket = decode_socket_opts(env, opts)?;
     for (ip, port) in get::<Vec<(Term, u16)>>(env, opts, "group")? {
         cfg.group.push(SocketAddr::new(decode_ip(ip)?, port));
+    }
+    for (ip, port) in get::<Vec<(Term, u16)>>(env, opts, "join")? {
+        cfg.join.push(SocketAddr::new(decode_ip(ip)?, port));
     }
     cfg.election_timeout = micros(env, opts, "election_timeout_us")?;
     let two: Atom = get(env, opts, "two_nodes")?;
@@ -114,7 +118,7 @@ fn seq_start<'a>(env: Env<'a>, opts: Term<'a>) -> NifResult<Term<'a>> {
             ("recovered_members", s.recovered_members().encode(env)),
             ("next_seq", s.first_next().encode(env)),
             ("epoch", st.epoch.encode(env)),
-            ("node_id", s.id().encode(env)),
+            ("node_id", (s.id() != u8::MAX).then_some(s.id()).encode(env)),
             ("learner", st.learner.encode(env)),
             ("core", p.core.encode(env)),
             ("pinned", p.pinned.encode(env)),
@@ -157,6 +161,68 @@ fn seq_takeover(res: &SeqResource) -> Atom {
 fn seq_witness_down(res: &SeqResource, id: u8) -> Atom {
     res.node.witness_down(id);
     atoms::ok()
+}
+
+/// A membership change: `{:add, {ip, port}}`, `{:remove, id}` or
+/// `{:remove, {ip, port}}`; answers once it is committed (`{:ok, id}`) or
+/// failed (`{:error, reason}`), or after `timeout_ms` (`{:error,
+/// :timeout}`). Waits: on a dirty scheduler.
+#[rustler::nif(schedule = "DirtyIo")]
+fn seq_change<'a>(
+    env: Env<'a>,
+    res: &SeqResource,
+    change: Term<'a>,
+    timeout_ms: u64,
+) -> NifResult<Term<'a>> {
+    let (op, what): (Atom, Term) = change.decode()?;
+    let addr = |t: Term| -> NifResult<SocketAddr> {
+        let (ip, port): (Term, u16) = t.decode()?;
+        Ok(SocketAddr::new(decode_ip(ip)?, port))
+    };
+    let timeout = Duration::from_millis(timeout_ms.min(3_600_000));
+    let r = match op.to_term(env).atom_to_string()?.as_str() {
+        "add" => res.node.add_node(addr(what)?, timeout),
+        "remove" => {
+            let which = match what.decode::<u8>() {
+                Ok(id) => Change::Remove(id),
+                Err(_) => Change::RemoveAt(addr(what)?),
+            };
+            res.node.remove_node(which, timeout)
+        }
+        _ => return Err(rustler::Error::BadArg),
+    };
+    Ok(match r {
+        Ok(id) => (atoms::ok(), id).encode(env),
+        Err(e) => error(env, e),
+    })
+}
+
+/// The membership as of the node's last step: `%{node_id: id | nil,
+/// nodes: [%{id: id, address: {ip, port}, voter: bool}]}`.
+#[rustler::nif]
+fn seq_membership<'a>(env: Env<'a>, res: &SeqResource) -> NifResult<Term<'a>> {
+    let m = res.node.membership();
+    let nodes = m
+        .nodes
+        .iter()
+        .map(|n| {
+            map(
+                env,
+                &[
+                    ("id", n.id.encode(env)),
+                    ("address", encode_addr(env, &n.addr)),
+                    ("voter", n.voter.encode(env)),
+                ],
+            )
+        })
+        .collect::<NifResult<Vec<Term>>>()?;
+    map(
+        env,
+        &[
+            ("node_id", m.node_id.encode(env)),
+            ("nodes", nodes.encode(env)),
+        ],
+    )
 }
 
 /// `{:ok, stats}` (with `:role`, `:epoch`, `:leader`, `:commit`), or

@@ -21,6 +21,10 @@ pub struct SequencerConfig {
     /// Every node's command address, this one's included, the same list on
     /// every node (empty: a group of one).
     pub group: Vec<SocketAddr>,
+    /// A node that joins a running group (`group` empty, a new directory):
+    /// addresses of nodes of the group to ask. The node is a non-voter
+    /// until it has caught up; its id and the group come from the log.
+    pub join: Vec<SocketAddr>,
     pub bus: BusMode,
     /// The log's directory.
     pub dir: PathBuf,
@@ -55,6 +59,7 @@ impl SequencerConfig {
         SequencerConfig {
             bind,
             group: Vec::new(),
+            join: Vec::new(),
             bus: BusMode::Unicast,
             dir: dir.into(),
             store: store::Config::default(),
@@ -83,6 +88,11 @@ impl SequencerConfig {
             || self.group.len() > 64
             || !in_group
             || (self.group.len() > 1 && self.bind.port() == 0)
+            || (!self.join.is_empty()
+                && (!self.group.is_empty()
+                    || self.bind.port() == 0
+                    || self.bind.ip().is_unspecified()
+                    || self.join.contains(&self.bind)))
         {
             return Err(SeqError::BadConfig);
         }
@@ -96,9 +106,15 @@ impl SequencerConfig {
         } else {
             self.group.clone()
         };
-        let id = group.iter().position(|a| *a == self.bind).unwrap_or(0) as u8;
-        let mut c = NodeConfig::new(id, group);
-        c.addr = if self.group.is_empty() {
+        let mut c = if self.join.is_empty() {
+            let id = group.iter().position(|a| *a == self.bind).unwrap_or(0) as u8;
+            NodeConfig::new(id, group)
+        } else {
+            let mut c = NodeConfig::new(u8::MAX, Vec::new());
+            c.join = self.join.clone();
+            c
+        };
+        c.addr = if self.group.is_empty() && self.join.is_empty() {
             local
         } else {
             self.bind

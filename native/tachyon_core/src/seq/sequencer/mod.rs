@@ -9,6 +9,7 @@
 //! CPU sees what arrived meanwhile before its timers run (and the protocol
 //! counts such a wait as at most a few milliseconds).
 
+mod admin;
 mod config;
 mod stats;
 mod threads;
@@ -32,6 +33,7 @@ use crate::udp::Placement;
 use crate::worker::{Slot, Worker};
 
 pub use super::core::node::MAX_MEMBERS;
+pub use admin::{Change, MembershipError, MembershipView};
 pub use config::SequencerConfig;
 pub use stats::SequencerStats;
 
@@ -68,6 +70,12 @@ struct Shared {
     /// The syncer's wake-up line, and the node thread's.
     syncer_wake: OnceLock<Arc<crate::wait::Wake>>,
     node_wake: OnceLock<Arc<crate::wait::Wake>>,
+    /// Membership changes for the node thread (`admin`), and whether any
+    /// waits.
+    changes: admin::Queue,
+    changes_asked: AtomicBool,
+    /// The membership as of the node's last step.
+    membership: Mutex<MembershipView>,
 }
 
 impl Shared {
@@ -154,6 +162,9 @@ impl Sequencer {
             sync_ns: Counter::default(),
             syncer_wake: OnceLock::new(),
             node_wake: OnceLock::new(),
+            changes: Mutex::new(VecDeque::new()),
+            changes_asked: AtomicBool::new(false),
+            membership: Mutex::new(MembershipView::default()),
         });
         shared.after_step(&node);
         let sock = Arc::new(socks);

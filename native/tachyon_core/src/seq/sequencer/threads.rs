@@ -11,6 +11,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
+use super::admin::Admin;
 use super::Shared;
 use crate::counter::Counter;
 use crate::report::{Report, Reporter, Value};
@@ -232,6 +233,8 @@ pub(super) fn run(
     // that a socket that never empties (a saturated primary cut off from
     // its majority) still runs check-quorum and the election timers.
     let mut due: Nanos = 0;
+    let mut admin = Admin::default();
+    admin.after_step(node, sh, report);
     loop {
         let mut env = NodeEnv {
             sink: QueueSink {
@@ -247,9 +250,11 @@ pub(super) fn run(
         if ctx.stopped() {
             node.stop(clock::now(), &mut env);
             env.sink.flush();
+            admin.close(sh);
             return;
         }
         let now = clock::now();
+        admin.run(now, node, sh, &mut env);
         let w = sh.witness.swap(u64::MAX, Ordering::AcqRel);
         if w != u64::MAX || sh.take_over.swap(false, Ordering::AcqRel) {
             node.witness_down(now, (w != u64::MAX).then_some(w as u8));
@@ -280,6 +285,7 @@ pub(super) fn run(
             if now < due {
                 env.sink.flush();
                 sh.after_step(node);
+                admin.after_step(node, sh, env.report);
                 continue;
             }
         }
@@ -287,6 +293,7 @@ pub(super) fn run(
         due = node.tick(now, &mut env);
         env.sink.flush();
         sh.after_step(node);
+        admin.after_step(node, sh, env.report);
         if n > 0 {
             continue;
         }

@@ -100,7 +100,9 @@ impl Protocol for Group {
         let mut cfg = if i < self.nodes {
             NodeConfig::new(i as u8, group.to_vec())
         } else {
-            // A node that joins the running group, through its first nodes.
+            // A node that joins the running group, through its first nodes
+            // (the followers among them pass the request on to their
+            // primary: JOIN_VIA).
             let mut c = NodeConfig::new(u8::MAX, Vec::new());
             c.addr = addrs[i];
             c.join = group.to_vec();

@@ -162,6 +162,10 @@ pub enum PeerKind {
     /// The primary's retention floor, `a`: the lowest entry someone still
     /// needs (a follower removes nothing at or above it).
     Retain = 14,
+    /// A follower passes a JOIN to its primary (the joining node may know
+    /// only the follower's address): `a`, `b`, `c` = the joining node's
+    /// address ([`addr_body`]).
+    JoinVia = 15,
 }
 
 /// Why a datagram was refused.

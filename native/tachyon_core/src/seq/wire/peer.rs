@@ -10,7 +10,40 @@
 //! 32 body: up to three u64
 //! ```
 
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+
 use super::*;
+
+/// An address as a peer body: `a` = family (4 or 6) << 16 | port, `b` the
+/// IPv4 address (or the first 8 bytes of the IPv6 one), `c` the IPv6
+/// address's last 8 bytes.
+pub fn addr_body(addr: SocketAddr) -> (u64, u64, u64) {
+    let port = addr.port() as u64;
+    match addr.ip() {
+        IpAddr::V4(ip) => (4 << 16 | port, u32::from(ip) as u64, 0),
+        IpAddr::V6(ip) => {
+            let o = ip.octets();
+            let half = |r: &[u8]| u64::from_be_bytes(r.try_into().unwrap_or([0; 8]));
+            (6 << 16 | port, half(&o[..8]), half(&o[8..]))
+        }
+    }
+}
+
+/// The address of [`addr_body`] (`None` for another family or a port 0).
+pub fn body_addr(a: u64, b: u64, c: u64) -> Option<SocketAddr> {
+    let port = (a & 0xffff) as u16;
+    let ip: IpAddr = match a >> 16 {
+        4 if b <= u32::MAX as u64 && c == 0 => Ipv4Addr::from(b as u32).into(),
+        6 => {
+            let mut o = [0u8; 16];
+            o[..8].copy_from_slice(&b.to_be_bytes());
+            o[8..].copy_from_slice(&c.to_be_bytes());
+            Ipv6Addr::from(o).into()
+        }
+        _ => return None,
+    };
+    (port != 0).then_some(SocketAddr::new(ip, port))
+}
 
 /// A peer datagram's header.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -53,7 +86,10 @@ impl Peer {
     pub(super) fn body_len(kind: PeerKind) -> usize {
         match kind {
             PeerKind::PreVoteReply | PeerKind::VoteReply | PeerKind::Probe | PeerKind::Join => 0,
-            PeerKind::SyncReply | PeerKind::ProbeReply | PeerKind::Checkpoint => 24,
+            PeerKind::SyncReply
+            | PeerKind::ProbeReply
+            | PeerKind::Checkpoint
+            | PeerKind::JoinVia => 24,
             _ => 16,
         }
     }
@@ -98,6 +134,7 @@ impl Peer {
             12 => PeerKind::Checkpoint,
             13 => PeerKind::CheckpointReq,
             14 => PeerKind::Retain,
+            15 => PeerKind::JoinVia,
             _ => return Err(Bad::Malformed),
         };
         let n = Self::body_len(kind);

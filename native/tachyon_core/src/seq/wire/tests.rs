@@ -1,5 +1,7 @@
 //! The wire format: round trips, and garbage refused without a panic.
 
+use std::net::SocketAddr;
+
 use super::*;
 
 fn garbage(len: usize, x: &mut u64) -> Vec<u8> {
@@ -124,6 +126,21 @@ fn commands_round_trip_skip_and_garbage_refused() {
 }
 
 #[test]
+fn addresses_round_trip_in_a_peer_body() {
+    for a in [
+        SocketAddr::from(([127, 0, 0, 1], 7000)),
+        SocketAddr::from(([255, 255, 255, 255], 65535)),
+        SocketAddr::from(([0x2001, 0xdb8, 0, 0, 0, 0, 0xff, 1], 9)),
+    ] {
+        let (x, y, z) = addr_body(a);
+        assert_eq!(body_addr(x, y, z), Some(a));
+    }
+    assert_eq!(body_addr(4 << 16, 1, 0), None, "port 0");
+    assert_eq!(body_addr(5 << 16 | 1, 1, 0), None, "family 5");
+    assert_eq!(body_addr(4 << 16 | 1, 1 << 32, 0), None, "not an IPv4");
+}
+
+#[test]
 fn peers_round_trip() {
     let kinds = [
         PeerKind::PreVote,
@@ -139,6 +156,7 @@ fn peers_round_trip() {
         PeerKind::JoinReply,
         PeerKind::CheckpointReq,
         PeerKind::Retain,
+        PeerKind::JoinVia,
     ];
     let mut d = Vec::new();
     for kind in kinds {

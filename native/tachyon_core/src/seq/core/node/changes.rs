@@ -4,7 +4,8 @@
 //!
 //! * Adding a node: it is started with the address of a node or two of
 //!   the group (`NodeConfig::join`) and asks to join (PEER JOIN, every
-//!   `JOIN_EVERY`); the primary appends a membership with the node as a
+//!   `JOIN_EVERY`); a follower passes the request to its primary
+//!   (JOIN_VIA, with the joining node's address); the primary appends a membership with the node as a
 //!   non-voter and answers with its id (JOIN_REPLY). The node copies the
 //!   log (it is a bus target now) and acknowledges like a follower, but
 //!   no quorum counts it; once it holds the primary's commit position the
@@ -49,8 +50,17 @@ impl<L: Log> Node<L> {
     fn change(&mut self, now: Nanos, m: &Membership, env: &mut dyn Env) -> Result<(), ChangeError> {
         let mut data = Vec::with_capacity(64);
         m.encode(&mut data);
+        let old = self.membership().clone();
         self.emit(0, 0, CONTROL | CONFIG, &data, env)
             .map_err(|_| ChangeError::Log)?;
+        // An id removed, or reused for another address (the lowest free
+        // id is given): what its earlier holder acknowledged must not make
+        // the new node a voter, nor count in a majority.
+        for id in 0..super::MAX_NODES as u8 {
+            if old.addr(id) != m.addr(id) {
+                self.ld.forget(id);
+            }
+        }
         self.c.changes.bump(1);
         self.leader_flush(now, env);
         self.follow_membership(now, env);
@@ -87,14 +97,33 @@ impl<L: Log> Node<L> {
     }
 
     /// A node asks to join from `from`: the primary adds it (or says its
-    /// id again) and answers.
+    /// id again) and answers; a follower passes the request to the primary
+    /// it follows (JOIN_VIA: the joining node may know only this node's
+    /// address), which answers the joining node itself.
     pub(super) fn on_join(&mut self, now: Nanos, from: SocketAddr, env: &mut dyn Env) {
         if self.role != Role::Leader {
+            let me = self.id();
+            if let Some(l) = self.leader.filter(|l| *l != me) {
+                let (a, b, c) = wire::addr_body(from);
+                let term = self.term;
+                self.send_peer(l, PeerKind::JoinVia, term, 0, (a, b), c, env);
+            }
             return;
         }
         if let Ok(id) = self.add_node(now, from, env) {
             let term = self.term;
             self.send_peer_to(from, PeerKind::JoinReply, term, 0, (id as u64, 0), 0, env);
+        }
+    }
+
+    /// A node passed on a JOIN (checked no more than a JOIN: the joiner may
+    /// have asked a node removed since): only a primary takes it, and never
+    /// passes it again.
+    pub(super) fn on_join_via(&mut self, now: Nanos, p: &wire::Peer, env: &mut dyn Env) {
+        match wire::body_addr(p.a, p.b, p.c) {
+            Some(joiner) if self.role == Role::Leader => self.on_join(now, joiner, env),
+            Some(_) => {}
+            None => self.c.malformed.bump(1),
         }
     }
 
@@ -159,5 +188,188 @@ impl<L: Log> Node<L> {
                 let _ = self.change(now, &m, env);
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::net::SocketAddr;
+
+    use super::super::{ChangeError, Node, NodeConfig};
+    use crate::seq::core::{
+        replay_datagrams, CheckpointJob, Env, MemLog, Nanos, NodeEvent, Replay, Sink, MILLI,
+    };
+
+    /// What one step of a node sends and asks for.
+    #[derive(Default)]
+    struct Out {
+        sent: Vec<(SocketAddr, Vec<u8>)>,
+        replays: Vec<Replay>,
+    }
+
+    impl Sink for Out {
+        fn send(&mut self, to: &[SocketAddr], d: &[u8]) {
+            self.sent.extend(to.iter().map(|a| (*a, d.to_vec())));
+        }
+    }
+
+    impl Env for Out {
+        fn replay(&mut self, job: Replay) {
+            self.replays.push(job);
+        }
+        fn event(&mut self, _: NodeEvent) {}
+        fn sync(&mut self, _: u64, _: u64) {}
+        fn trim(&mut self, _: u64, _: std::sync::Arc<Vec<u8>>) {}
+        fn send_checkpoint(&mut self, _: CheckpointJob) {}
+    }
+
+    fn addr(i: usize) -> SocketAddr {
+        SocketAddr::from(([10, 0, 0, 1], 7000 + i as u16))
+    }
+
+    /// Nodes on a lossless network: each millisecond every datagram in
+    /// flight is delivered, then every node ticks.
+    struct Net {
+        nodes: Vec<Node<MemLog>>,
+        wire: Vec<(SocketAddr, SocketAddr, Vec<u8>)>,
+        now: Nanos,
+    }
+
+    impl Net {
+        /// `voters` nodes, and a node that joins by asking those of
+        /// `joiner_asks` (none if empty).
+        fn new(voters: usize, joiner_asks: &[usize]) -> Net {
+            let group: Vec<SocketAddr> = (0..voters).map(addr).collect();
+            let mut nodes = Vec::new();
+            for i in 0..voters {
+                let mut c = NodeConfig::new(i as u8, group.clone());
+                c.eager = i == 0;
+                c.seed = 1 + i as u64;
+                nodes.push(Node::new(c, MemLog::new(), 0).unwrap());
+            }
+            if !joiner_asks.is_empty() {
+                let mut c = NodeConfig::new(u8::MAX, Vec::new());
+                c.addr = addr(voters);
+                c.join = joiner_asks.iter().map(|i| addr(*i)).collect();
+                c.seed = 99;
+                nodes.push(Node::new(c, MemLog::new(), 0).unwrap());
+            }
+            Net {
+                nodes,
+                wire: Vec::new(),
+                now: 0,
+            }
+        }
+
+        fn take(&mut self, i: usize, mut out: Out) {
+            let from = self.nodes[i].config().addr;
+            let mut buf = Vec::new();
+            for job in out.replays.drain(..) {
+                let _ = replay_datagrams(self.nodes[i].log(), &job, &mut buf, &mut |d| {
+                    out.sent.push((job.to_addr, d.to_vec()))
+                });
+            }
+            for (to, d) in out.sent {
+                self.wire.push((from, to, d));
+            }
+        }
+
+        fn step(&mut self) {
+            self.now += MILLI;
+            let now = self.now;
+            let wire = std::mem::take(&mut self.wire);
+            for i in 0..self.nodes.len() {
+                let me = self.nodes[i].config().addr;
+                let mut out = Out::default();
+                for (from, _, d) in wire.iter().filter(|w| w.1 == me) {
+                    self.nodes[i].on_datagram(now, *from, d, &mut out);
+                }
+                self.nodes[i].end_batch(now, &mut out);
+                self.nodes[i].tick(now, &mut out);
+                self.take(i, out);
+            }
+        }
+
+        fn run_until(&mut self, ms: u64, mut done: impl FnMut(&Net) -> bool) -> bool {
+            for _ in 0..ms {
+                if done(self) {
+                    return true;
+                }
+                self.step();
+            }
+            done(self)
+        }
+    }
+
+    #[test]
+    fn a_node_that_asks_a_follower_joins_through_the_primary_and_becomes_a_voter() {
+        let mut net = Net::new(3, &[1]);
+        assert!(net.run_until(500, |n| n.nodes[0].is_leader()
+            && n.nodes[1].leader() == Some(0)));
+        // Only node 1, a follower, hears the JOIN: it passes it on.
+        assert!(net.run_until(2_000, |n| n.nodes[0].membership().get(3).is_some()));
+        assert!(!net.nodes[1].is_leader());
+        assert_eq!(net.nodes[0].membership().addr(3), Some(addr(3)));
+        assert!(
+            net.run_until(3_000, |n| n.nodes[0].membership().is_voter(3)
+                && n.nodes[3].id() == 3),
+            "the new node catches up and is made a voter"
+        );
+        let end = net.nodes[0].next_seq();
+        assert!(net.run_until(1_000, |n| n.nodes[3].next_seq() >= end));
+        assert_eq!(net.nodes[3].membership(), net.nodes[0].membership());
+    }
+
+    #[test]
+    fn changes_are_refused_off_the_primary_and_one_at_a_time() {
+        let mut net = Net::new(3, &[]);
+        assert!(net.run_until(500, |n| n.nodes[0].is_leader() && n.nodes[0].commit() > 1));
+        let now = net.now;
+        let mut out = Out::default();
+        assert_eq!(
+            net.nodes[1].add_node(now, addr(9), &mut out),
+            Err(ChangeError::NotPrimary)
+        );
+        assert_eq!(net.nodes[0].add_node(now, addr(9), &mut out), Ok(3));
+        assert_eq!(
+            net.nodes[0].remove_node(now, 2, &mut out),
+            Err(ChangeError::Pending),
+            "the first change is not committed yet"
+        );
+        // The same address again is its id, not a second change.
+        assert_eq!(net.nodes[0].add_node(now, addr(9), &mut out), Ok(3));
+        net.take(0, out);
+        let at = net.nodes[0].membership_index().unwrap();
+        assert!(net.run_until(500, |n| n.nodes[0].commit() > at));
+        let mut out = Out::default();
+        assert_eq!(
+            net.nodes[0].remove_node(net.now, 7, &mut out),
+            Err(ChangeError::NotFound)
+        );
+        assert_eq!(net.nodes[0].remove_node(net.now, 3, &mut out), Ok(()));
+    }
+
+    #[test]
+    fn a_reused_id_starts_with_nothing_acknowledged() {
+        let mut net = Net::new(3, &[]);
+        assert!(net.run_until(500, |n| n.nodes[0].is_leader() && n.nodes[0].commit() > 1));
+        assert!(net.nodes[0].ld.matched[2] > 0, "node 2 acknowledged");
+        let mut out = Out::default();
+        assert_eq!(net.nodes[0].remove_node(net.now, 2, &mut out), Ok(()));
+        net.take(0, out);
+        let at = net.nodes[0].membership_index().unwrap();
+        assert!(net.run_until(500, |n| n.nodes[0].commit() > at));
+        // The lowest free id, 2, goes to a node at another address, which
+        // never answers: the removed node's acknowledgements must not make
+        // it a voter (it would count in majorities with an empty log).
+        let mut out = Out::default();
+        assert_eq!(net.nodes[0].add_node(net.now, addr(9), &mut out), Ok(2));
+        net.take(0, out);
+        assert_eq!(
+            (net.nodes[0].ld.matched[2], net.nodes[0].ld.ident[2]),
+            (0, None)
+        );
+        net.run_until(200, |_| false);
+        assert!(!net.nodes[0].membership().is_voter(2));
     }
 }

@@ -36,6 +36,10 @@ impl<L: Log> Node<L> {
             PEER_MAGIC => match Peer::parse(d) {
                 Ok(p) if p.h.kind == PeerKind::Join => self.on_join(now, from, env),
                 Ok(p) if p.h.kind == PeerKind::JoinReply => self.on_join_reply(from, &p),
+                // From whichever node the joiner asked: one removed since
+                // (its id perhaps given to another) passes it on too, and
+                // a JOIN is taken from anyone anyway.
+                Ok(p) if p.h.kind == PeerKind::JoinVia => self.on_join_via(now, &p, env),
                 Ok(p) => {
                     if !self.sent_by_node(from, p.h.node) || p.h.node == self.id() {
                         self.c.strangers.bump(1);

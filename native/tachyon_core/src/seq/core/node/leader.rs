@@ -74,6 +74,19 @@ impl Lead {
         }
     }
 
+    /// Node `n`'s place changed hands (removed, or given to a node at
+    /// another address): nothing an earlier holder acknowledged counts
+    /// for the next.
+    pub fn forget(&mut self, n: u8) {
+        let i = n as usize;
+        if i < self.matched.len() {
+            self.matched[i] = 0;
+            self.ident[i] = None;
+            self.peer_silent[i] = 0;
+            self.down[i] = false;
+        }
+    }
+
     pub fn peer_down(&mut self, n: u8) {
         if let Some(d) = self.down.get_mut(n as usize) {
             *d = true;

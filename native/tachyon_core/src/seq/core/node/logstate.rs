@@ -285,6 +285,11 @@ impl LogState {
         own.min(end)
     }
 
+    /// The membership change at index `at`, if the log holds one there.
+    pub fn config_at(&self, at: u64) -> Option<&Membership> {
+        self.configs.iter().rev().find(|c| c.0 == at).map(|c| &c.1)
+    }
+
     /// The latest membership change in the log, and its index.
     pub fn config(&self) -> Option<(u64, &Membership)> {
         self.configs.last().map(|(i, c)| (*i, c))

@@ -246,6 +246,18 @@ impl<L: Log> Node<L> {
         self.ls.config().map_or(&self.initial, |c| c.1)
     }
 
+    /// The log index of the latest membership change (`None`: the initial
+    /// group): a change is committed once the commit index is past it.
+    pub fn membership_index(&self) -> Option<u64> {
+        self.ls.config().map(|c| c.0)
+    }
+
+    /// The membership change at log index `at`, if the log holds one
+    /// there (a change appended, then cut by a truncation, is gone).
+    pub fn membership_at(&self, at: u64) -> Option<&membership::Membership> {
+        self.ls.config_at(at)
+    }
+
     /// Whether this node is a voter of the membership now.
     pub(super) fn voter(&self) -> bool {
         self.membership().is_voter(self.id())
