@@ -459,9 +459,16 @@ impl<L: Log> Node<L> {
                 // while the primary is silent on the bus too (`tally`): a
                 // monitor's word against a primary still heard is ignored.
                 // ...and heard the primary within two election timeouts
-                // (a later witness may speak of commits it never heard).
+                // (a later witness may speak of commits it never heard);
+                // ...and holds an entry of the primary's term (its epoch
+                // record, so everything before it): a primary that
+                // restarted announces no commit of an earlier term until
+                // one of its own commits, yet it may have committed alone
+                // in that term (the witness said this node was down), and
+                // members delivered it.
                 self.el.in_sync = self.fl.synced
                     && self.ls.next >= self.fl.commit_heard()
+                    && self.ls.last_term() == self.term
                     && self.since_leader < 2 * self.cfg.election_timeout;
                 self.el.witness_until = now + 4 * self.cfg.election_timeout;
                 self.silent = self.silent.max(self.timeout);
