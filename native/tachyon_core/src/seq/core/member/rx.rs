@@ -307,6 +307,11 @@ impl Rx {
             BusKind::Trimmed => {
                 if let Some((first, epoch)) = b.trimmed() {
                     self.trimmed(first, epoch);
+                    // Nothing delivered in this call: the `Trimmed` event
+                    // is taken first, and what follows the gap comes after
+                    // it (at the next datagram).
+                    self.c.next_seq.set(self.st.next);
+                    return;
                 }
             }
             BusKind::Full => {
