@@ -69,7 +69,12 @@ fn populate(p: *mut u8, len: usize) {
                 libc::MADV_POPULATE_WRITE,
             )
         };
-        assert_eq!(rc, 0, "MADV_POPULATE_WRITE: {}", std::io::Error::last_os_error());
+        assert_eq!(
+            rc,
+            0,
+            "MADV_POPULATE_WRITE: {}",
+            std::io::Error::last_os_error()
+        );
         at = end;
     }
 }
@@ -85,7 +90,8 @@ fn pwrite_zeros(f: &File, from: usize, to: usize) {
     let mut at = from;
     while at < to {
         let end = (at + MM_CHUNK).min(to);
-        f.write_all_at(&zeros[..end - at], at as u64).expect("pwrite");
+        f.write_all_at(&zeros[..end - at], at as u64)
+            .expect("pwrite");
         at = end;
     }
 }
@@ -100,7 +106,9 @@ fn main() {
     let dir = PathBuf::from(args.get(1).expect("usage: DIR [ROUNDS] [SIZE_MIB] [MODES]"));
     let rounds: usize = args.get(2).map_or(24, |s| s.parse().expect("ROUNDS"));
     let size: usize = args.get(3).map_or(64, |s| s.parse().expect("SIZE_MIB")) << 20;
-    let modes = args.get(4).map_or("fallocate,pwrite,recycle", |s| s.as_str());
+    let modes = args
+        .get(4)
+        .map_or("fallocate,pwrite,recycle", |s| s.as_str());
     let keep = 4;
     for mode in modes.split(',') {
         let d = dir.join(mode);
@@ -179,7 +187,12 @@ fn run(dir: &Path, mode: &str, rounds: usize, size: usize, keep: usize) {
                         old.file.sync_data().expect("fdatasync");
                         // SAFETY: fadvise on a descriptor we own.
                         unsafe {
-                            libc::posix_fadvise(old.file.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED)
+                            libc::posix_fadvise(
+                                old.file.as_raw_fd(),
+                                0,
+                                0,
+                                libc::POSIX_FADV_DONTNEED,
+                            )
                         };
                     }
                     spare = Some(old);

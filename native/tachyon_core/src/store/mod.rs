@@ -264,7 +264,11 @@ impl Clock {
 
 impl std::fmt::Debug for Clock {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(if self.0.is_some() { "Clock(set)" } else { "Clock(system)" })
+        f.write_str(if self.0.is_some() {
+            "Clock(set)"
+        } else {
+            "Clock(system)"
+        })
     }
 }
 
@@ -456,9 +460,10 @@ impl Store {
             w.active.sync_async();
         }
         let segs = std::mem::take(&mut *self.segs.write());
-        // Retired segments no thread will reuse now: removed (on the
-        // reaper, for a dropped store).
-        self.segs.stop_reuse(wait);
+        // Retired segments no thread will reuse now: their files removed
+        // here, before the lock goes (a few unlinks, even for a dropped
+        // store), so that a reopen never finds what retention took out.
+        self.segs.stop_reuse();
         lock(&self.lock_file).take();
         if !wait {
             // Unmapping every segment takes milliseconds per 64 MiB: not on

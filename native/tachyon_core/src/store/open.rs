@@ -255,7 +255,10 @@ fn open_segments(dir: &Path, rec: &mut Recovery) -> Result<Vec<Arc<Segment>>, St
 /// (`FLAG_RESET`: a crash interrupted [`super::reset_dir`] after it made
 /// that one) out of `segs`, and returns them.
 pub(super) fn drop_before_reset<S: Borrow<Segment>>(segs: &mut Vec<S>) -> Vec<S> {
-    match segs.iter().rposition(|s| s.borrow().flags() & FLAG_RESET != 0) {
+    match segs
+        .iter()
+        .rposition(|s| s.borrow().flags() & FLAG_RESET != 0)
+    {
         Some(i) => segs.drain(..i).collect(),
         None => Vec::new(),
     }

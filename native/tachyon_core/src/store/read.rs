@@ -15,7 +15,9 @@ impl Store {
         let need_list = {
             let segs = self.segs.read();
             segs.last().is_none_or(|s| s.is_sealed())
-                || segs.first().is_some_and(|s| !s.path.exists() || !s.is_current())
+                || segs
+                    .first()
+                    .is_some_and(|s| !s.path.exists() || !s.is_current())
         };
         if need_list {
             let current = self.segs.read().clone();

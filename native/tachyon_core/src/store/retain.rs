@@ -45,14 +45,51 @@ use crate::sys::lock;
 /// zero-filled segment, but 2.5x its time; see `docs/BENCHMARKS.md`).
 const REUSE_MIN_RESIDENT: f64 = 0.5;
 
+/// Retention's limits (see the module's doc).
+#[derive(Debug, Clone, Copy, Default)]
+struct Limits {
+    max_segments: Option<usize>,
+    max_bytes: Option<u64>,
+    max_age_ns: Option<u64>,
+}
+
+impl Limits {
+    /// Why the oldest segment of `segs` must go (`floor`: `trim_below`'s
+    /// index), if it must. Never the last (active) one.
+    fn due(&self, segs: &[Arc<Segment>], floor: u64, now: u64) -> Option<Reason> {
+        let (first, next) = match segs {
+            [first, next, ..] => (first, next),
+            _ => return None,
+        };
+        if floor > 0 && first.base() + first.count() <= floor {
+            return Some(Reason::Trim);
+        }
+        if self.max_segments.is_some_and(|m| segs.len() > m) {
+            return Some(Reason::MaxSegments);
+        }
+        if let Some(m) = self.max_bytes {
+            let bytes: u64 = segs.iter().map(|s| s.layout.file_len as u64).sum();
+            if bytes > m {
+                return Some(Reason::MaxBytes);
+            }
+        }
+        // Sealed when the next one was activated: at least that old.
+        if self
+            .max_age_ns
+            .is_some_and(|a| now.saturating_sub(next.created_ns()) >= a)
+        {
+            return Some(Reason::MaxAge);
+        }
+        None
+    }
+}
+
 /// The log's segments as readers, the writer and the pre-touch thread share
 /// them: the list, its first index, and what retention retired from it.
 pub(super) struct Segs {
     list: RwLock<Vec<Arc<Segment>>>,
     first_index: CachePadded<AtomicU64>,
-    max_segments: Option<usize>,
-    max_bytes: Option<u64>,
-    max_age_ns: Option<u64>,
+    limits: Limits,
     clock: Clock,
     /// Segments out of the log whose files are still there, for the
     /// pre-touch thread to reuse or remove.
@@ -72,9 +109,11 @@ impl Segs {
         Segs {
             list: RwLock::new(list),
             first_index: CachePadded::new(AtomicU64::new(first)),
-            max_segments: cfg.max_segments,
-            max_bytes: cfg.max_bytes,
-            max_age_ns: cfg.max_age_ms.map(|ms| ms.saturating_mul(1_000_000)),
+            limits: Limits {
+                max_segments: cfg.max_segments,
+                max_bytes: cfg.max_bytes,
+                max_age_ns: cfg.max_age_ms.map(|ms| ms.saturating_mul(1_000_000)),
+            },
             clock: cfg.clock.clone(),
             retired: Mutex::new(Vec::new()),
             reuse: AtomicBool::new(cfg.pretouch),
@@ -116,40 +155,11 @@ impl Segs {
         lock(&self.events).drain(..).collect()
     }
 
-    /// Why the oldest segment of `segs` must go (`floor`: `trim_below`'s
-    /// index), if it must. Never the last (active) one.
-    fn due(&self, segs: &[Arc<Segment>], floor: u64, now: u64) -> Option<Reason> {
-        let (first, next) = match segs {
-            [first, next, ..] => (first, next),
-            _ => return None,
-        };
-        if floor > 0 && first.base() + first.count() <= floor {
-            return Some(Reason::Trim);
-        }
-        if self.max_segments.is_some_and(|m| segs.len() > m) {
-            return Some(Reason::MaxSegments);
-        }
-        if let Some(m) = self.max_bytes {
-            let bytes: u64 = segs.iter().map(|s| s.layout.file_len as u64).sum();
-            if bytes > m {
-                return Some(Reason::MaxBytes);
-            }
-        }
-        // Sealed when the next one was activated: at least that old.
-        if self
-            .max_age_ns
-            .is_some_and(|a| now.saturating_sub(next.created_ns()) >= a)
-        {
-            return Some(Reason::MaxAge);
-        }
-        None
-    }
-
     /// Takes the segments due (see [`Segs::due`]) out of `segs` (the list,
     /// write-locked by the caller), oldest first, and hands their files on
     /// (see [`Segs::retire`]). Returns how many went.
     pub(super) fn apply(&self, segs: &mut Vec<Arc<Segment>>, floor: u64) -> u64 {
-        let now = if self.max_age_ns.is_some() {
+        let now = if self.limits.max_age_ns.is_some() {
             self.clock.now_ns()
         } else {
             0
@@ -157,7 +167,7 @@ impl Segs {
         // (segments, bytes) per reason, in `Reason::ALL`'s order.
         let mut went = [(0u64, 0u64); 4];
         let mut out = Vec::new();
-        while let Some(reason) = self.due(segs, floor, now) {
+        while let Some(reason) = self.limits.due(segs, floor, now) {
             let old = segs.remove(0);
             let r = Reason::ALL.iter().position(|&x| x == reason).unwrap_or(0);
             went[r].0 += 1;
@@ -187,7 +197,7 @@ impl Segs {
 
     /// Applies retention now (takes the list's lock).
     pub(super) fn apply_now(&self, floor: u64) -> u64 {
-        if self.max_age_ns.is_none() && floor == 0 && !self.has_limits() {
+        if self.limits.max_age_ns.is_none() && floor == 0 && !self.has_limits() {
             return 0;
         }
         let mut segs = self.write();
@@ -195,14 +205,14 @@ impl Segs {
     }
 
     fn has_limits(&self) -> bool {
-        self.max_segments.is_some() || self.max_bytes.is_some()
+        self.limits.max_segments.is_some() || self.limits.max_bytes.is_some()
     }
 
     /// Whether the age limit has a segment due now (checked under the read
     /// lock, so the pre-touch thread's periodic look costs the writer
     /// nothing when nothing is due).
     pub(super) fn age_due(&self) -> bool {
-        let Some(a) = self.max_age_ns else {
+        let Some(a) = self.limits.max_age_ns else {
             return false;
         };
         let segs = self.read();
@@ -254,15 +264,11 @@ impl Segs {
     }
 
     /// No thread reuses retired segments from now on (the store closes):
-    /// those left are removed, here or (`wait` false) on the reaper.
-    pub(super) fn stop_reuse(&self, wait: bool) {
+    /// the files of those left are removed now.
+    pub(super) fn stop_reuse(&self) {
         self.reuse.store(false, Ordering::Release);
         let out = std::mem::take(&mut *lock(&self.retired));
-        if wait {
-            remove(out);
-        } else if !out.is_empty() {
-            crate::worker::defer(move || remove(out));
-        }
+        remove(out);
     }
 }
 
@@ -292,6 +298,35 @@ impl Store {
             self.wake_pretouch();
         }
         Ok(self.segs.first_index())
+    }
+
+    /// Where retention by `max_bytes` and `max_age_ms` (as in [`Config`])
+    /// would cut the log now, at `floor` at most: the first index of the
+    /// oldest segment it would keep (a segment's base; the first index
+    /// when nothing would go). Nothing is removed: a caller that must
+    /// save something first (a sequencer node's checkpoint) then calls
+    /// [`Store::trim_below`] with it.
+    pub fn retention_point(
+        &self,
+        max_bytes: Option<u64>,
+        max_age_ms: Option<u64>,
+        floor: u64,
+    ) -> u64 {
+        let limits = Limits {
+            max_segments: None,
+            max_bytes,
+            max_age_ns: max_age_ms.map(|ms| ms.saturating_mul(1_000_000)),
+        };
+        let now = self.segs.clock.now_ns();
+        let segs = self.segs.read();
+        let mut i = 0;
+        while limits.due(&segs[i..], 0, now).is_some() {
+            i += 1;
+        }
+        while i > 0 && segs[i].base() > floor {
+            i -= 1;
+        }
+        segs.get(i).map_or(self.segs.first_index(), |s| s.base())
     }
 
     /// Applies retention to the segments found at open.

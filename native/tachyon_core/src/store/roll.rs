@@ -199,8 +199,10 @@ impl Store {
         drop(old.take_writable());
         retire(std::mem::replace(&mut w.wmap, wmap));
         // (Segments retention took out meanwhile need no sync.)
-        w.unsynced
-            .retain(|s| s.upgrade().is_some_and(|s| !s.deleted.load(Ordering::Acquire)));
+        w.unsynced.retain(|s| {
+            s.upgrade()
+                .is_some_and(|s| !s.deleted.load(Ordering::Acquire))
+        });
         w.unsynced.push(Arc::downgrade(&old));
         w.pos = 0;
         w.slot = 0;

@@ -157,7 +157,10 @@ fn retention_by_age_uses_the_time_the_next_segment_was_activated() {
         check_all(&s);
         assert!(s.take_events().iter().any(|e| matches!(
             e,
-            Event::Retention { reason: Reason::MaxAge, .. }
+            Event::Retention {
+                reason: Reason::MaxAge,
+                ..
+            }
         )));
         s.close();
         fs::remove_dir_all(&d).unwrap();
@@ -433,4 +436,45 @@ fn reset_dir_starts_the_log_at_a_base_even_after_a_crash_halfway() {
     s.close();
     fs::remove_dir_all(&d).unwrap();
     fs::remove_dir_all(&e).unwrap();
+}
+
+#[test]
+fn retention_point_says_where_the_policy_would_cut_at_a_floor_at_most() {
+    let d = tmp();
+    // No limits of its own: the caller (a sequencer node) decides.
+    let t = Arc::new(AtomicU64::new(1 << 60));
+    let clock = {
+        let t = t.clone();
+        Clock::new(move || t.load(Ordering::Relaxed))
+    };
+    let s = Store::open(&d, Config { clock, ..cfg() }).unwrap();
+    fill(&s, 3000);
+    let bases: Vec<u64> = s.segs.read().iter().map(|x| x.base()).collect();
+    assert!(bases.len() > 6, "{bases:?}");
+    let file_len = Layout::new(SEG).file_len as u64;
+    assert_eq!(s.retention_point(None, None, u64::MAX), 0);
+    let p = s.retention_point(Some(4 * file_len), None, u64::MAX);
+    // The base of the fourth segment from the end: four files kept.
+    assert_eq!(p, bases[bases.len() - 4], "{bases:?}");
+    // At a floor at most, on a segment boundary.
+    let q = s.retention_point(Some(4 * file_len), None, p - 1);
+    assert_eq!(q, bases[bases.len() - 5]);
+    assert_eq!(s.retention_point(Some(4 * file_len), None, 1), 0);
+    // Nothing went: the caller trims.
+    assert_eq!(s.first_index().unwrap(), 0);
+    assert_eq!(s.trim_below(p).unwrap(), p);
+    assert!(matches!(s.read(p - 1), Err(StoreError::Trimmed(f)) if f == p));
+    assert_eq!(s.read(p).unwrap(), msg(p));
+    // By age (the test's clock): nothing is a second old yet; ten
+    // seconds on, every sealed segment is, never the active one.
+    assert_eq!(s.retention_point(None, Some(1000), u64::MAX), p);
+    t.fetch_add(10_000_000_000, Ordering::Relaxed);
+    let last = *bases.last().unwrap();
+    assert_eq!(s.retention_point(None, Some(1000), u64::MAX), last);
+    assert_eq!(
+        s.retention_point(None, Some(1000), last - 1),
+        bases[bases.len() - 2]
+    );
+    s.close();
+    fs::remove_dir_all(&d).unwrap();
 }
