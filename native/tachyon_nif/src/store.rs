@@ -236,7 +236,7 @@ fn store_stats<'a>(env: Env<'a>, r: Handle<StoreResource>) -> NifResult<Term<'a>
     Ok((atoms::ok(), m).encode(env))
 }
 
-/// Queued roll events, oldest first, as maps.
+/// Queued roll and retention events, oldest first, as maps.
 #[rustler::nif]
 fn store_take_events<'a>(env: Env<'a>, r: Handle<StoreResource>) -> NifResult<Term<'a>> {
     let mut out = Vec::new();
@@ -257,6 +257,21 @@ fn store_take_events<'a>(env: Env<'a>, r: Handle<StoreResource>) -> NifResult<Te
                     ("prepared", (prepared as u64).encode(env)),
                     ("roll_ns", roll_ns.encode(env)),
                     ("deleted_segments", deleted_segments.encode(env)),
+                ],
+            )?),
+            Event::Retention {
+                reason,
+                deleted_segments,
+                deleted_bytes,
+                first_index,
+            } => out.push(map(
+                env,
+                &[
+                    ("event", atom(env, "retention")),
+                    ("reason", atom(env, reason.name())),
+                    ("deleted_segments", deleted_segments.encode(env)),
+                    ("deleted_bytes", deleted_bytes.encode(env)),
+                    ("first_index", first_index.encode(env)),
                 ],
             )?),
         }

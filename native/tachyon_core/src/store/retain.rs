@@ -41,8 +41,9 @@ use crate::sys::lock;
 
 /// A retired file is reused only if at least this fraction of its data
 /// pages is still in the page cache: faulting in a file whose pages went
-/// back to the disk reads it all from there (measured: half the CPU of a
-/// zero-filled segment, but 2.5x its time; see `docs/BENCHMARKS.md`).
+/// back to the disk reads it all from there (a resident one costs a third
+/// of the CPU of a new zero-filled segment: docs/BENCHMARKS.md, "Segment
+/// recycling"; a cold one was not measured).
 const REUSE_MIN_RESIDENT: f64 = 0.5;
 
 /// Retention's limits (see the module's doc).
