@@ -196,6 +196,22 @@ impl Segs {
         n
     }
 
+    /// Makes `seg` the log's only segment (a reset): the others retire.
+    pub(super) fn replace_all(&self, seg: Arc<Segment>) {
+        let first = seg.base();
+        let out = std::mem::replace(&mut *self.write(), vec![seg]);
+        self.set_first_index(first);
+        let bytes = out.iter().map(|s| s.layout.file_len as u64).sum();
+        self.queue_event(Event::Retention {
+            reason: Reason::Trim,
+            deleted_segments: out.len() as u64,
+            deleted_bytes: bytes,
+            first_index: first,
+        });
+        self.deleted.fetch_add(out.len() as u64, Ordering::Relaxed);
+        self.retire(out);
+    }
+
     /// Applies retention now (takes the list's lock).
     pub(super) fn apply_now(&self, floor: u64) -> u64 {
         if self.limits.max_age_ns.is_none() && floor == 0 && !self.has_limits() {

@@ -234,6 +234,48 @@ impl Store {
         Ok(())
     }
 
+    /// Makes the log empty with next index `next` (any index): a follower
+    /// installing its primary's checkpoint. A new segment, after every
+    /// other one, is activated at `next` with `FLAG_RESET` and synced
+    /// (with the directory); then every older segment leaves the log as
+    /// retention's do (a read below `next` is [`StoreError::Trimmed`]).
+    /// A crash after the sync leaves older files an open drops (see
+    /// [`super::reset_dir`], the same on a closed store's directory).
+    pub fn reset_to(&self, next: u64) -> Result<(), StoreError> {
+        let mut g = self.writer.lock();
+        let Some(w) = g.as_mut() else {
+            return Err(self.no_writer());
+        };
+        let seq = w.active.seq + 1;
+        let cap = self.cfg.growth().next(Some(w.active.layout.data_cap));
+        let (seg, _) = self.next_segment(seq, cap)?;
+        let wmap = seg
+            .writable()
+            .ok_or(StoreError::Io(io::Error::other("new segment not writable")))?;
+        seg.mark_reset();
+        seg.activate(next, self.cfg.clock.now_ns());
+        seg.sync_range(0, HEADER_SIZE)?;
+        crate::sys::fsync_dir(&self.dir)?;
+        let seg = Arc::new(seg);
+        w.active.seal(w.slot as u64, w.pos as u64);
+        let old = std::mem::replace(&mut w.active, seg.clone());
+        drop(old.take_writable());
+        retire(std::mem::replace(&mut w.wmap, wmap));
+        w.unsynced.clear();
+        (w.pos, w.slot, w.synced_pos, w.synced_slot) = (0, 0, 0, 0);
+        w.header_dirty = false;
+        w.next_index = next;
+        self.next_index.store(next, Ordering::Release);
+        self.segs.replace_all(seg.clone());
+        if let Some(t) = &self.touch {
+            *lock(&t.active) = seg;
+            t.set_write_pos(0);
+        }
+        drop(g);
+        self.wake_pretouch();
+        Ok(())
+    }
+
     /// Segment `seq` of `cap` data bytes, not yet activated: the prepared
     /// one (then `true`), or one created now.
     fn next_segment(&self, seq: u64, cap: usize) -> Result<(Segment, bool), StoreError> {

@@ -10,7 +10,7 @@ use crate::sys::fsync_dir;
 
 impl Store {
     /// Why there is no writer: a reader, or closed.
-    fn no_writer(&self) -> StoreError {
+    pub(super) fn no_writer(&self) -> StoreError {
         if self.cfg.mode == Mode::Read && !self.is_closed() {
             StoreError::ReadOnly
         } else {

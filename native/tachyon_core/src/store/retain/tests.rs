@@ -478,3 +478,44 @@ fn retention_point_says_where_the_policy_would_cut_at_a_floor_at_most() {
     s.close();
     fs::remove_dir_all(&d).unwrap();
 }
+
+#[test]
+fn reset_to_empties_an_open_log_at_an_index_and_a_reopen_keeps_it() {
+    let d = tmp();
+    let s = Store::open(&d, cfg()).unwrap();
+    fill(&s, 1000);
+    let held = s.read(10).unwrap();
+    s.reset_to(5000).unwrap();
+    assert_eq!(
+        (s.first_index().unwrap(), s.next_index().unwrap()),
+        (5000, 5000)
+    );
+    assert!(matches!(s.read(10), Err(StoreError::Trimmed(5000))));
+    assert!(matches!(s.read(5000), Err(StoreError::NotFound)));
+    assert_eq!(held, msg(10));
+    fill(&s, 600);
+    check_all(&s);
+    wait_until("the old files reused or removed", || {
+        activated(&d) as u64 == s.stats().segments
+    });
+    s.close();
+    let s = Store::open(&d, cfg()).unwrap();
+    assert_eq!(
+        (s.first_index().unwrap(), s.next_index().unwrap()),
+        (5000, 5600)
+    );
+    check_all(&s);
+    s.close();
+    // A reader cannot.
+    let r = Store::open(
+        &d,
+        Config {
+            mode: Mode::Read,
+            ..cfg()
+        },
+    )
+    .unwrap();
+    assert!(matches!(r.reset_to(1), Err(StoreError::ReadOnly)));
+    drop(r);
+    fs::remove_dir_all(&d).unwrap();
+}
