@@ -25,7 +25,9 @@ defmodule Tachyon.Options do
   # `{:multiple_of, n, min, max}`, `{:power_of_two, min, max}`, `{:number, min, max}`, `:interval`
   # (milliseconds, `nil` = off: `nil` or an integer in `interval_range/0`),
   # `:wait` (`:busy_spin | :yield | :backoff | :park`; the old `:block`
-  # raises, pointing at `:park`), `{:or, [type]}`, `nil` (the value nil), and `{:custom, fun, what}`
+  # raises, pointing at `:park`), `{:or, [type]}`, `nil` (the value nil),
+  # `{:keyword, [key: type]}` (a keyword list of those keys, each of its
+  # type; returned with every key, nil when absent), and `{:custom, fun, what}`
   # (`fun.(value)` returns `{:ok, value}` or `:error`; `what` completes "must
   # be ...").
 
@@ -232,6 +234,21 @@ defmodule Tachyon.Options do
     end
   end
 
+  @doc """
+  The type of a `:retention` option (`Tachyon.Store`, `Tachyon.Sequencer`):
+  `[max_bytes: n, max_age_ms: n]`, each `nil` (no limit) or at least 1.
+  """
+  def retention_type do
+    limit = {:or, [nil, {:integer, 1, :infinity}]}
+    {:keyword, [max_bytes: limit, max_age_ms: limit]}
+  end
+
+  @doc "The NIF options of `opts` (a map): its validated `:retention` as `max_bytes`, `max_age_ms` keys."
+  def put_retention(opts) do
+    {retention, opts} = Map.pop(opts, :retention, [])
+    Map.merge(opts, Map.new(retention))
+  end
+
   @doc "The Rust default of `key` in `part` (`Tachyon.Native.defaults/0`, cached)."
   def native_default(part, key), do: Map.fetch!(Map.fetch!(native_defaults(), part), key)
 
@@ -304,6 +321,19 @@ defmodule Tachyon.Options do
     end)
   end
 
+  defp conform(v, {:keyword, types}) when is_list(v) do
+    if Keyword.keyword?(v) and Keyword.keys(v) -- Keyword.keys(types) == [] do
+      Enum.reduce_while(types, {:ok, []}, fn {k, t}, {:ok, acc} ->
+        case conform(Keyword.get(v, k), t) do
+          {:ok, x} -> {:cont, {:ok, acc ++ [{k, x}]}}
+          :error -> {:halt, :error}
+        end
+      end)
+    else
+      :error
+    end
+  end
+
   defp conform(v, {:custom, fun, _what}), do: fun.(v)
   defp conform(_v, _type), do: :error
 
@@ -324,5 +354,11 @@ defmodule Tachyon.Options do
   defp describe({:power_of_two, min, max}), do: "a power of two in #{min}..#{max}"
   defp describe({:number, min, max}), do: "a number between #{min} and #{max}"
   defp describe({:or, types}), do: Enum.map_join(types, " or ", &describe/1)
+
+  defp describe({:keyword, types}),
+    do:
+      "a keyword list of " <>
+        Enum.map_join(types, ", ", fn {k, t} -> "#{k}: (#{describe(t)})" end)
+
   defp describe({:custom, _fun, what}), do: what
 end

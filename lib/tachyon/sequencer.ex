@@ -111,6 +111,30 @@ defmodule Tachyon.Sequencer do
   nodes their `:sequencer` list names (and from others of the same bus
   once one has sent to them): list the new node's address there too.
 
+  ## Retention
+
+  A node keeps its whole log unless given `:retention`:
+
+      {:ok, _} =
+        Tachyon.Sequencer.start_link(
+          name: :seq,
+          port: 7000,
+          path: "/var/lib/app/seq",
+          segment_size: 16 * 1024 * 1024,
+          retention: [max_bytes: 1024 * 1024 * 1024, max_age_ms: :timer.hours(24)]
+        )
+
+  Every second, a node cuts its log at a segment boundary where the
+  policy says (about `:max_bytes` of segment files left, or no segment
+  sealed more than `:max_age_ms` ago), but never above what is still
+  needed: what is not committed, what a follower heard lately lacks, what
+  a member that said hello within its lease has still to read, the log
+  from the latest snapshot on. A checkpoint that sums up the removed
+  entries is saved beside the log first; a follower too far behind to be
+  filled from the log installs its primary's checkpoint. A member asking
+  for a removed sequence gets a `:trimmed` event (`Tachyon.Bus`,
+  "Events") and goes on from the first one kept.
+
   ## Options
 
   #{Tachyon.Options.docs(Tachyon.Sequencer.Options.sequencer_schema())}
@@ -200,6 +224,7 @@ defmodule Tachyon.Sequencer do
         report_id: System.unique_integer([:positive]),
         path: Path.expand(opts.path)
       })
+      |> Tachyon.Options.put_retention()
 
     File.mkdir_p(nif.path)
 

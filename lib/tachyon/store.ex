@@ -50,6 +50,8 @@ defmodule Tachyon.Store do
       are logged), `{:error, :corrupt}` (a record that does not verify:
       the segment and offset are logged), and POSIX atoms (`:eacces`, ...)
       for other I/O errors.
+    * `{:error, {:trimmed, first}}`: the index is below the first one the
+      log keeps (see "Retention").
     * `{:error, {:wrong_kind, kind}}`: the directory is another part's
       (`:table`, `:sequencer`; `:unknown` for files of no part or of
       several), and `{:error, {:unsupported_format, version}}`: its files
@@ -93,7 +95,7 @@ defmodule Tachyon.Store do
       prepared 4 MiB one, each with its index); one written to steadily
       holds its data plus up to `:prepared_segments` x `:segment_size`
       ahead of it (256 MiB with the defaults); retention
-      (`:max_segments`, `:max_bytes`) bounds the data.
+      (`:max_segments`, `:retention`) bounds the data.
 
   To size it: `:segment_size` is the unit of retention and of the space
   kept ahead; `:prepared_segments` x `:segment_size` is the burst an
@@ -103,6 +105,29 @@ defmodule Tachyon.Store do
   `:segment_size` (segments all of one size) and accept the disk that
   costs from the start (about `:segment_size` x 2). `stats/1`'s
   `:disk_bytes` is what the log's segments take.
+
+  ## Retention
+
+  A store keeps every message unless told otherwise. With `:retention`
+  (or `:max_segments`) it deletes whole segments, the oldest first, never
+  the active one:
+
+      {:ok, store} =
+        Tachyon.Store.open("/tmp/events",
+          segment_size: 1024 * 1024,
+          retention: [max_bytes: 64 * 1024 * 1024, max_age_ms: :timer.hours(24)]
+        )
+
+  keeps at most 64 MiB of segment files (a segment goes when the others
+  reach the limit) and no segment sealed more than a day ago (a message
+  goes at least a day after it was written, and at most a day after its
+  segment was sealed). `stats/1` and `first_index/1` say where the log
+  starts now; `read/2` or `read_many/4` below it return
+  `{:error, {:trimmed, first}}`, `first` the first index kept (a reopen
+  keeps it). Deleting is off the appender's path: the files of deleted
+  segments go to the pre-touch thread, which reuses them as the next
+  segments (their pages are still in the page cache: nothing is zero-filled
+  again) or removes them.
 
   ## Recovery
 
@@ -216,8 +241,12 @@ defmodule Tachyon.Store do
 
   ## Example
 
-      %{access: :write, segment_size: 67_108_864, initial_segment_size: 2_097_152} =
-        Tachyon.Store.defaults()
+      %{
+        access: :write,
+        segment_size: 67_108_864,
+        initial_segment_size: 2_097_152,
+        retention: [max_bytes: nil, max_age_ms: nil]
+      } = Tachyon.Store.defaults()
   """
   @spec defaults() :: map()
   def defaults, do: Map.new(Tachyon.Store.Options.validate!([]))
@@ -258,7 +287,8 @@ defmodule Tachyon.Store do
     abs = Path.expand(path)
 
     # The NIF's option name for the access is still `mode`.
-    nif_opts = opts |> Map.new() |> Map.put(:mode, opts[:access])
+    nif_opts =
+      opts |> Map.new() |> Map.put(:mode, opts[:access]) |> Tachyon.Options.put_retention()
 
     case Native.store_open(abs, nif_opts) do
       {:ok, ref, rec} ->
@@ -373,6 +403,8 @@ defmodule Tachyon.Store do
 
       {:ok, "first"} = Tachyon.Store.read(store, 0)
       {:error, :not_found} = Tachyon.Store.read(store, 1_000_000)
+      # Below the first index retention kept:
+      {:error, {:trimmed, first}} = Tachyon.Store.read(store, 0)
   """
   @spec read(store(), index()) :: {:ok, binary()} | {:error, reason()}
   def read(store, index) when is_integer(index) and index >= 0 do
@@ -588,11 +620,14 @@ defmodule Tachyon.Store do
   def flush_events(s) do
     for ev <- Native.store_take_events(s.ref) do
       {event, measurements} = Map.pop(ev, :event)
+      # (A retention event's reason is metadata.)
+      {reason, measurements} = Map.split(measurements, [:reason])
 
-      Tachyon.Telemetry.execute([:tachyon, :store, event], measurements, %{
-        path: s.path,
-        name: s.name
-      })
+      Tachyon.Telemetry.execute(
+        [:tachyon, :store, event],
+        measurements,
+        Map.merge(%{path: s.path, name: s.name}, reason)
+      )
     end
 
     :ok

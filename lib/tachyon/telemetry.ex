@@ -18,6 +18,7 @@ defmodule Tachyon.Telemetry do
   | `[:tachyon, :store, :open]` | a store was opened |
   | `[:tachyon, :store, :recover]` | a writer's open finished its recovery scan |
   | `[:tachyon, :store, :roll]` | the writer moved to a new segment (queued, emitted at the tick) |
+  | `[:tachyon, :store, :retention]` | retention deleted segments (queued, emitted at the tick) |
   | `[:tachyon, :store, :sync]` | `Tachyon.Store.sync/1` finished |
   | `[:tachyon, :store, :stats]` | every `:stats_interval_ms` (store process) |
   | `[:tachyon, :async_store, :stats]` | every `:stats_interval_ms` (writer thread's report) |
@@ -91,6 +92,14 @@ defmodule Tachyon.Telemetry do
         `:roll_ns` (time the writer spent switching), `:deleted_segments`
         (segments removed by retention at this roll).
       * Metadata: `:path`, `:name`.
+
+    * `[:tachyon, :store, :retention]` - retention took whole segments out
+      of the log (`Tachyon.Store`, "Retention"); queued and emitted as
+      `:roll` is.
+      * Measurements: `:deleted_segments`, `:deleted_bytes` (their files),
+        `:first_index` (the first index kept now).
+      * Metadata: `:path`, `:name`, `:reason` (`:max_bytes`, `:max_age`,
+        `:max_segments` or `:trim`).
 
     * `[:tachyon, :store, :sync]` - `Tachyon.Store.sync/1` finished.
       * Measurements: `:duration`, `:bytes` (bytes flushed).

@@ -186,10 +186,10 @@ defmodule Tachyon.DirectoriesTest do
   test "a directory of a newer format is refused, unchanged, by every part of its kind" do
     root = tmp_dir("dirs-newer")
     store = store_dir(root)
-    File.write!(Path.join(store, "tachyon.meta"), signed("kind=store\nformat=2\n"))
-    refused(store, {:error, {:unsupported_format, 2}}, fn -> Store.open(store) end)
-    refused(store, {:error, {:unsupported_format, 2}}, fn -> Store.open(store, access: :read) end)
-    refused(store, {:error, {:unsupported_format, 2}}, fn -> AsyncStore.open(store) end)
+    File.write!(Path.join(store, "tachyon.meta"), signed("kind=store\nformat=3\n"))
+    refused(store, {:error, {:unsupported_format, 3}}, fn -> Store.open(store) end)
+    refused(store, {:error, {:unsupported_format, 3}}, fn -> Store.open(store, access: :read) end)
+    refused(store, {:error, {:unsupported_format, 3}}, fn -> AsyncStore.open(store) end)
 
     table = table_dir(root, "table", 1)
     File.write!(Path.join(table, "tachyon.meta"), signed("kind=table\nformat=7\nnew_key=1\n"))
@@ -205,7 +205,7 @@ defmodule Tachyon.DirectoriesTest do
     end)
 
     capture_log(fn ->
-      assert_raise Tachyon.Error, ~r/format 2, newer than this release/, fn ->
+      assert_raise Tachyon.Error, ~r/format 3, newer than this release/, fn ->
         Store.open!(store)
       end
     end)
@@ -247,7 +247,7 @@ defmodule Tachyon.DirectoriesTest do
 
     {:ok, s} = Store.open(Path.join(root, "a/b/store"))
     :ok = Store.close(s)
-    assert manifest(Path.join(root, "a/b/store")) =~ "kind=store\nformat=1\n"
+    assert manifest(Path.join(root, "a/b/store")) =~ "kind=store\nformat=2\n"
 
     empty = Path.join(root, "empty")
     File.mkdir_p!(Path.join(empty, "lost+found"))

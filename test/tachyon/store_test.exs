@@ -27,9 +27,10 @@ defmodule Tachyon.StoreTest do
   defp segment_files(dir),
     do: dir |> File.ls!() |> Enum.filter(&String.ends_with?(&1, ".seg")) |> Enum.sort()
 
+  # (A file the pre-touch thread removes while we look is not one.)
   defp activated_segments(dir) do
     for f <- segment_files(dir),
-        match?(<<"TACHLOG1", _::binary>>, File.read!(Path.join(dir, f))),
+        match?({:ok, <<"TACHLOG1", _::binary>>}, File.read(Path.join(dir, f))),
         do: f
   end
 
@@ -219,10 +220,12 @@ defmodule Tachyon.StoreTest do
       {:ok, stats} = Store.stats(s)
       assert stats.segments == 3
       assert stats.deleted_segments > 0
-      assert length(activated_segments(dir)) == 3
+      # (The files of deleted segments are reused or removed by the
+      # pre-touch thread.)
+      assert wait_until(fn -> length(activated_segments(dir)) == 3 end)
       {:ok, first} = Store.first_index(s)
       assert first > 0
-      assert {:error, :not_found} = Store.read(s, first - 1)
+      assert {:error, {:trimmed, ^first}} = Store.read(s, first - 1)
       assert {:ok, msg(first)} == Store.read(s, first)
       assert Store.stream(s) |> Enum.count() == 5000 - first
       Store.close(s)
@@ -233,9 +236,9 @@ defmodule Tachyon.StoreTest do
       assert {:ok, 4999} = Store.last_index(s)
     end
 
-    test "max_bytes bounds the disk use" do
+    test "retention max_bytes bounds the disk use" do
       dir = tmp_dir("store-maxbytes")
-      s = open!(dir, max_bytes: 4 * (data_start(@seg) + @seg))
+      s = open!(dir, retention: [max_bytes: 4 * (data_start(@seg) + @seg)])
       for i <- 0..9999, do: {:ok, _} = Store.append(s, msg(i))
       {:ok, stats} = Store.stats(s)
       assert stats.segments <= 4

@@ -20,7 +20,9 @@ defmodule Mix.Tasks.Tachyon.Sequencer do
   acknowledgement promises, the same on every node of a group; `fsync`:
   committed messages are on the disk of a majority and survive the power
   loss of every host), `--segment-size BYTES` (of the log's segment
-  files), `--stats-interval MS` (print the stats every `MS`).
+  files), `--retention-bytes N` and `--retention-age-ms N` (`:retention`:
+  the log keeps about `N` bytes of segment files, or segments sealed at
+  most `N` ms ago), `--stats-interval MS` (print the stats every `MS`).
 
       mix tachyon.sequencer --port 7000 --path DIR --durability fsync \\
         --group 10.0.0.1:7000,10.0.0.2:7000,10.0.0.3:7000
@@ -68,6 +70,8 @@ defmodule Mix.Tasks.Tachyon.Sequencer do
     eager: :boolean,
     durability: :string,
     segment_size: :integer,
+    retention_bytes: :integer,
+    retention_age_ms: :integer,
     stats_interval: :integer
   ]
 
@@ -94,6 +98,7 @@ defmodule Mix.Tasks.Tachyon.Sequencer do
       |> put(:eager, opts[:eager])
       |> put(:durability, opts[:durability] && durability(opts[:durability]))
       |> put(:segment_size, opts[:segment_size])
+      |> put(:retention, retention(opts[:retention_bytes], opts[:retention_age_ms]))
       |> put(:bus, bus(opts[:bus], opts[:interface]))
 
     {:ok, seq} = Tachyon.Sequencer.start_link(seq_opts)
@@ -224,6 +229,9 @@ defmodule Mix.Tasks.Tachyon.Sequencer do
     {:ok, ip} = :inet.parse_address(String.to_charlist(host))
     {ip, String.to_integer(port)}
   end
+
+  defp retention(nil, nil), do: nil
+  defp retention(bytes, age_ms), do: [max_bytes: bytes, max_age_ms: age_ms]
 
   defp put(kw, _k, nil), do: kw
   defp put(kw, k, v), do: Keyword.put(kw, k, v)

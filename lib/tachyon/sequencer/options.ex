@@ -77,6 +77,21 @@ defmodule Tachyon.Sequencer.Options do
         `{:error, :enospc}`, with what was asked for and where in the log.
         """
       ],
+      retention: [
+        type: Tachyon.Options.retention_type(),
+        default: [],
+        default_doc: "`[]` (keep the whole log)",
+        doc: """
+        `[max_bytes: n, max_age_ms: n]`: the log's retention (see
+        "Retention"). Whole segments go, the oldest first, never the active
+        one, once the segment files take more than `:max_bytes` or a
+        segment was sealed more than `:max_age_ms` ago, and only below
+        what is still needed (committed, heard by every follower and by
+        the members that said hello lately); a checkpoint saved beside the
+        log sums up what they held. A member that asks for a removed
+        sequence gets a `:trimmed` event.
+        """
+      ],
       recbuf: [
         type: {:or, [nil, {:integer, 1, :infinity}]},
         default: 4 * 1024 * 1024,

@@ -47,11 +47,19 @@ defmodule Tachyon.Store.Options do
       doc:
         "keep at most this many segments; the oldest are deleted when the writer rolls (`nil`: keep all)."
     ],
-    max_bytes: [
-      type: {:or, [nil, {:integer, 1, :infinity}]},
-      default: {:native, :store, :max_bytes},
-      doc:
-        "keep at most this many bytes of segment files; the active segment is always kept (`nil`: no limit)."
+    retention: [
+      type: Options.retention_type(),
+      default: [],
+      default_doc: "`[]` (keep everything)",
+      formerly: [max_bytes: &__MODULE__.max_bytes_retention/1],
+      doc: """
+      `[max_bytes: n, max_age_ms: n]`: whole segments are deleted, the
+      oldest first and never the active one, while the segment files take
+      more than `:max_bytes` bytes, or once a segment was sealed (the next
+      one started) more than `:max_age_ms` milliseconds ago; each `nil` or
+      absent: no limit. A read below the first index kept is
+      `{:error, {:trimmed, first}}`. See "Retention".
+      """
     ],
     pretouch: [
       type: :boolean,
@@ -110,6 +118,9 @@ defmodule Tachyon.Store.Options do
       """
     ]
   ]
+
+  @doc "`max_bytes: n` (deprecated) as `:retention`."
+  def max_bytes_retention(n), do: [max_bytes: n]
 
   @doc "The options of `Tachyon.Store.open/2`."
   def open_schema, do: @open_schema

@@ -33,12 +33,20 @@ pub fn crc32c_append(crc: u32, data: &[u8]) -> u32 {
 /// record's checksum: its length, then its payload).
 #[inline]
 pub fn crc32c_u32_prefixed(prefix: u32, data: &[u8]) -> u32 {
+    crc32c_u32_prefixed_append(0, prefix, data)
+}
+
+/// CRC32C of the bytes whose CRC32C is `crc`, followed by `prefix` as 4
+/// little-endian bytes and `data` (a store record's checksum, chained from
+/// its segment's seed).
+#[inline]
+pub fn crc32c_u32_prefixed_append(crc: u32, prefix: u32, data: &[u8]) -> u32 {
     #[cfg(target_arch = "x86_64")]
     if data.len() <= SMALL && std::arch::is_x86_feature_detected!("sse4.2") {
         // SAFETY: the CPU has SSE 4.2 (checked just above).
-        return unsafe { !hw::update(hw::update_u32(!0, prefix), data) };
+        return unsafe { !hw::update(hw::update_u32(!crc, prefix), data) };
     }
-    crc32c::crc32c_append(crc32c::crc32c(&prefix.to_le_bytes()), data)
+    crc32c::crc32c_append(crc32c::crc32c_append(crc, &prefix.to_le_bytes()), data)
 }
 
 #[cfg(target_arch = "x86_64")]
@@ -97,6 +105,15 @@ mod tests {
             );
             let prefixed = crc32c::crc32c_append(crc32c::crc32c(&(len as u32).to_le_bytes()), d);
             assert_eq!(crc32c_u32_prefixed(len as u32, d), prefixed, "len {len}");
+            let seeded = crc32c::crc32c_append(
+                crc32c::crc32c_append(0xDEAD_BEEF, &(len as u32).to_le_bytes()),
+                d,
+            );
+            assert_eq!(
+                crc32c_u32_prefixed_append(0xDEAD_BEEF, len as u32, d),
+                seeded,
+                "len {len}"
+            );
         }
     }
 

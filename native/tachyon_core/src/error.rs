@@ -24,7 +24,7 @@ use crate::udp::SendError;
 pub enum Error {
     /// The handle was closed (or is closing).
     Closed,
-    /// No such entry (a store index below the first or at/after the end).
+    /// No such entry (a store index at/after the end).
     NotFound,
     /// A message, key, value or batch over the configured limits.
     TooLarge,
@@ -177,6 +177,7 @@ impl fmt::Display for Error {
                  (a repair would cut {records} records, {bytes} bytes)"
             ),
             Error::Dir(d) => write!(f, "{d}"),
+            Error::Trimmed { first } => write!(f, "trimmed: the first index available is {first}"),
             Error::BadConfig(m) => write!(f, "bad config: {m}"),
             Error::Io(e) => write!(f, "{e}"),
             other => match other.reason() {
@@ -219,6 +220,7 @@ impl From<StoreError> for Error {
         match e {
             StoreError::Closed => Error::Closed,
             StoreError::NotFound => Error::NotFound,
+            StoreError::Trimmed(first) => Error::Trimmed { first },
             StoreError::MessageTooLarge => Error::TooLarge,
             StoreError::NoSpace => Error::NoSpace,
             StoreError::Locked => Error::Locked,

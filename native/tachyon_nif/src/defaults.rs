@@ -57,6 +57,7 @@ fn store_defaults<'a>(env: Env<'a>) -> NifResult<Term<'a>> {
             ("max_message_size", (c.max_message_size as u64).encode(env)),
             ("max_segments", opt(env, c.max_segments.map(|n| n as u64))),
             ("max_bytes", opt(env, c.max_bytes)),
+            ("max_age_ms", opt(env, c.max_age_ms)),
             ("pretouch", c.pretouch.encode(env)),
             ("pretouch_ahead", (c.pretouch_ahead as u64).encode(env)),
             (

@@ -27,6 +27,7 @@ fn decode_config<'a>(env: Env<'a>, opts: Term<'a>) -> NifResult<Config> {
     let verify: Atom = get(env, opts, "verify")?;
     let max_segments: Option<u64> = get(env, opts, "max_segments")?;
     let max_bytes: Option<u64> = get(env, opts, "max_bytes")?;
+    let max_age_ms: Option<u64> = get(env, opts, "max_age_ms")?;
     Ok(Config {
         mode: if mode == Atom::from_str(env, "read")? {
             Mode::Read
@@ -38,6 +39,7 @@ fn decode_config<'a>(env: Env<'a>, opts: Term<'a>) -> NifResult<Config> {
         max_message_size: get::<u64>(env, opts, "max_message_size")? as usize,
         max_segments: max_segments.map(|n| n as usize),
         max_bytes,
+        max_age_ms,
         pretouch: get(env, opts, "pretouch")?,
         pretouch_ahead: get::<u64>(env, opts, "pretouch_ahead")? as usize,
         prepared_segments: get::<u64>(env, opts, "prepared_segments")? as usize,
@@ -234,7 +236,7 @@ fn store_stats<'a>(env: Env<'a>, r: Handle<StoreResource>) -> NifResult<Term<'a>
     Ok((atoms::ok(), m).encode(env))
 }
 
-/// Queued roll events, oldest first, as maps.
+/// Queued roll and retention events, oldest first, as maps.
 #[rustler::nif]
 fn store_take_events<'a>(env: Env<'a>, r: Handle<StoreResource>) -> NifResult<Term<'a>> {
     let mut out = Vec::new();
@@ -255,6 +257,21 @@ fn store_take_events<'a>(env: Env<'a>, r: Handle<StoreResource>) -> NifResult<Te
                     ("prepared", (prepared as u64).encode(env)),
                     ("roll_ns", roll_ns.encode(env)),
                     ("deleted_segments", deleted_segments.encode(env)),
+                ],
+            )?),
+            Event::Retention {
+                reason,
+                deleted_segments,
+                deleted_bytes,
+                first_index,
+            } => out.push(map(
+                env,
+                &[
+                    ("event", atom(env, "retention")),
+                    ("reason", atom(env, reason.name())),
+                    ("deleted_segments", deleted_segments.encode(env)),
+                    ("deleted_bytes", deleted_bytes.encode(env)),
+                    ("first_index", first_index.encode(env)),
                 ],
             )?),
         }

@@ -10,8 +10,8 @@
 //! ```text
 //! # Tachyon directory: which part owns it. Checked at every open; do not edit.
 //! kind=store
-//! format=1
-//! crc32c=cf4c8c38
+//! format=2
+//! crc32c=fbab24a1
 //! ```
 //!
 //! * a manifest of another kind is [`DirError::WrongKind`], of a newer
@@ -21,6 +21,10 @@
 //! * a missing or empty directory becomes the opener's: the manifest is
 //!   written (to `tachyon.tmp`, `fdatasync`, renamed, the directory
 //!   `fsync`ed) under the directory's lock, before the first segment;
+//! * a manifest of an older format of the opener's kind is rewritten with
+//!   the current one by a writer, before it writes anything (a store's
+//!   directory of format 1 becomes format 2: its new segments are of
+//!   format 2, which a release reading only format 1 must refuse);
 //! * a directory without a manifest (written by the release before
 //!   manifests) is the opener's if its files are its kind's and nobody
 //!   else's (segment headers, hint files, a node's `vote` or `meta` file:
@@ -80,10 +84,14 @@ impl Kind {
     }
 
     /// The newest format of this kind's files that this release reads
-    /// (and the one it writes).
+    /// (and the one it writes). A store's (and a sequencer's log, a store)
+    /// is 2: record checksums chained from their segment's header, so that
+    /// a reused segment file's old records never verify (format 1
+    /// segments are still read: each header says its own).
     pub fn format(self) -> u32 {
         match self {
-            Kind::Store | Kind::Table | Kind::Sequencer => 1,
+            Kind::Store | Kind::Sequencer => 2,
+            Kind::Table => 1,
         }
     }
 
@@ -299,6 +307,8 @@ pub fn classify(dir: &Path) -> io::Result<Evidence> {
             ("vote", _) | ("meta", _) => vote = true,
             ("compact.del", _) | ("compact.tmp", _) => table = true,
             (_, Some((_, "hint"))) | (_, Some((_, "tmp"))) => table = true,
+            // A store segment whose file was being reused.
+            (_, Some((_, "retired"))) => store = true,
             (_, Some((_, "seg"))) => match segment_magic(&e.path())? {
                 Magic::Zero => {}
                 Magic::Store => store = true,
@@ -350,8 +360,8 @@ fn segment_magic(path: &Path) -> io::Result<Magic> {
 /// What `check` found.
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum Found {
-    /// A manifest that admits the opener.
-    Manifest,
+    /// A manifest that admits the opener, of this format.
+    Manifest(u32),
     /// No manifest: the directory is missing, empty, or holds only the
     /// opener's files (a directory of the release before manifests).
     Unclaimed,
@@ -361,7 +371,7 @@ enum Found {
 fn check(dir: &Path, kind: Kind, reader: bool) -> Result<Found, ReadError> {
     if let Some(m) = read(dir)? {
         m.admits(kind, reader).map_err(ReadError::Dir)?;
-        return Ok(Found::Manifest);
+        return Ok(Found::Manifest(m.format));
     }
     let ev = classify(dir).map_err(ReadError::Io)?;
     if ev.is_empty() {
@@ -378,16 +388,19 @@ fn check(dir: &Path, kind: Kind, reader: bool) -> Result<Found, ReadError> {
 /// module doc; nothing is created or changed in a directory that is
 /// refused), creates it if needed, takes its lock (`Ok(None)`: another
 /// writer has it), checks it again under the lock (another part may have
-/// claimed it meanwhile) and writes the manifest if it has none. Returns
-/// the lock, held as long as the file.
+/// claimed it meanwhile) and writes the manifest if it has none, or one of
+/// an older format (the writer is about to write files of its own format:
+/// a release that reads only the older one must refuse the directory from
+/// now on). Returns the lock, held as long as the file.
 pub fn open_writer(dir: &Path, kind: Kind) -> Result<Option<File>, ReadError> {
     check(dir, kind, false)?;
     fs::create_dir_all(dir).map_err(ReadError::Io)?;
     let Some(lock) = super::lock_dir(dir).map_err(ReadError::Io)? else {
         return Ok(None);
     };
-    if check(dir, kind, false)? == Found::Unclaimed {
-        write(dir, &Manifest::current(kind)).map_err(ReadError::Io)?;
+    match check(dir, kind, false)? {
+        Found::Manifest(f) if f >= kind.format() => {}
+        _ => write(dir, &Manifest::current(kind)).map_err(ReadError::Io)?,
     }
     Ok(Some(lock))
 }

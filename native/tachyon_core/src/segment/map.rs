@@ -181,6 +181,31 @@ impl Maps {
         }
     }
 
+    /// Bytes of `[from, to)` whose pages are in the page cache (`mincore`
+    /// on the read-only map: no page is faulted in).
+    pub fn resident(&self, from: usize, to: usize) -> io::Result<usize> {
+        let from = from & !(PAGE - 1);
+        let to = to.min(self.ro.len());
+        if to <= from {
+            return Ok(0);
+        }
+        let pages = (to - from).div_ceil(PAGE);
+        let mut vec = vec![0u8; pages];
+        // SAFETY: [from, to) lies inside the read-only map, `from` page
+        // aligned; `vec` has one byte per page of it.
+        let rc = unsafe {
+            libc::mincore(
+                self.ro.as_ptr().add(from) as *mut libc::c_void,
+                to - from,
+                vec.as_mut_ptr(),
+            )
+        };
+        if rc != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(vec.iter().filter(|&&b| b & 1 == 1).count() * PAGE)
+    }
+
     /// `msync` (waits) of `[from, to)` of the writable map, or `fdatasync`
     /// of `file` if there is none (its pages are the file's).
     pub fn sync_range(&self, file: &File, from: usize, to: usize) -> io::Result<()> {

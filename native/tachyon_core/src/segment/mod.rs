@@ -282,6 +282,34 @@ pub mod shortfall {
     }
 }
 
+/// Renames `from` to `to` unless `to` exists (`renameat2` with
+/// `RENAME_NOREPLACE`: an existing `to` is `AlreadyExists`, never
+/// replaced). A part reusing a retired segment's file gives it the next
+/// segment's name this way: a file its writer made under that name
+/// meanwhile stays.
+pub fn rename_noreplace(from: &Path, to: &Path) -> io::Result<()> {
+    use std::os::unix::ffi::OsStrExt;
+    let c = |p: &Path| {
+        std::ffi::CString::new(p.as_os_str().as_bytes())
+            .map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))
+    };
+    let (f, t) = (c(from)?, c(to)?);
+    // SAFETY: two NUL-terminated paths that outlive the call.
+    let rc = unsafe {
+        libc::renameat2(
+            libc::AT_FDCWD,
+            f.as_ptr(),
+            libc::AT_FDCWD,
+            t.as_ptr(),
+            libc::RENAME_NOREPLACE,
+        )
+    };
+    if rc != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
 /// Unlinks `path` only if it is still `file` (same device and inode): a
 /// name taken over by someone else is left alone.
 pub fn remove_if_same_file(file: &File, path: &Path) {
@@ -350,6 +378,19 @@ pub(crate) fn test_dir(what: &str) -> PathBuf {
     ));
     let _ = std::fs::remove_dir_all(&d);
     d
+}
+
+/// Waits (at most 10 s, then panics naming `what`) until `f()` holds.
+#[cfg(test)]
+pub(crate) fn wait_until(what: &str, mut f: impl FnMut() -> bool) {
+    let t0 = std::time::Instant::now();
+    while !f() {
+        assert!(
+            t0.elapsed() < std::time::Duration::from_secs(10),
+            "timed out waiting for {what}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
 }
 
 #[cfg(test)]

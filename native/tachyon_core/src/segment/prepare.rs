@@ -17,6 +17,11 @@
 //! The thread sleeps on its worker's wake-up line (woken by a roll or a
 //! writer that wants pages, and by the stop), and when stopped removes the
 //! segments left in the queue.
+//!
+//! It is also where a part's retired segments go ([`Prepare::retire`],
+//! [`Prepare::tidy`]): off the writer's path, a retired file is reused as
+//! the next prepared segment (the store: its pages are still in the page
+//! cache, so faulting them in zeroes nothing) or removed.
 
 use std::collections::VecDeque;
 use std::io;
@@ -49,6 +54,15 @@ pub trait Prepare: Send + 'static {
 
     /// Removes a prepared segment that will not be used.
     fn discard(&self, seg: Self::Seg);
+
+    /// Applies the part's retention (by age: time passes without a roll),
+    /// before the queue is filled, so that [`Prepare::make`] can reuse the
+    /// files of what it retired.
+    fn retire(&mut self) {}
+
+    /// Removes the retired segments [`Prepare::make`] did not reuse (also
+    /// when the thread stops).
+    fn tidy(&mut self) {}
 
     /// Faults the active segment in ahead of the writer. Returns whether
     /// the writer is busy (the thread then looks again in a millisecond
@@ -175,12 +189,15 @@ pub fn run<P: Prepare>(ctx: &Ctx, mut p: P) {
     let mut failed_at: Option<Instant> = None;
     while !ctx.stopped() {
         let busy = p.touch_ahead();
+        p.retire();
         if failed_at.is_none_or(|t| t.elapsed() >= RETRY_AFTER) {
             failed_at = fill(&mut p, || ctx.stopped()).err().map(|_| Instant::now());
         }
+        p.tidy();
         ctx.sleep(if busy { BUSY_NAP } else { p.idle_nap() });
     }
     for s in p.queue().drain() {
         p.discard(s);
     }
+    p.tidy();
 }

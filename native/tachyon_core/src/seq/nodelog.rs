@@ -9,6 +9,13 @@
 //! closes the store, cuts its files durably ([`crate::store::truncate_dir`])
 //! and reopens it: rare, and it keeps the live writer out of it.
 //!
+//! Retention is the node's ([`crate::seq::core::node`]'s `retention`): the
+//! store's `max_bytes` and `max_age_ms` are the log's policy, which
+//! [`Log::retention_point`] reads, and the store itself removes nothing;
+//! [`trim`] removes whole segments after the checkpoint that sums them up
+//! is saved, and [`Log::install`] replaces the log by an empty one at a
+//! checkpoint's index ([`Store::reset_to`]).
+//!
 //! The store is opened with `repair`: a record that does not verify cuts
 //! the log there (the node then starts as a learner and copies what it
 //! lost from its peers). A log written by an older version (16-byte
@@ -90,11 +97,14 @@ pub fn trim(
     checkpoint: &[u8],
 ) -> Result<(), StoreError> {
     save_checkpoint(dir, checkpoint)?;
-    // NOTE(retention): `Store::trim_below` lands with the Store's
-    // retention; until then NodeLog has no retention policy
-    // (`Log::retention_point` is the default) and no trim is asked.
-    let _ = (store, first);
-    Ok(())
+    store.get().trim_below(first).map(|_| ())
+}
+
+/// The log's retention policy (the store's `max_bytes`, `max_age_ms`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+struct Policy {
+    max_bytes: Option<u64>,
+    max_age_ms: Option<u64>,
 }
 
 pub struct NodeLog {
@@ -106,6 +116,7 @@ pub struct NodeLog {
     meta_file: Option<File>,
     lost: u64,
     checkpoint: Option<Vec<u8>>,
+    policy: Policy,
 }
 
 impl NodeLog {
@@ -122,15 +133,22 @@ impl NodeLog {
             return Err(NodeLogError::OldFormat);
         }
         cfg.repair = true;
+        // The node trims (after a checkpoint), the store never on its own.
+        let policy = Policy {
+            max_bytes: cfg.max_bytes.take(),
+            max_age_ms: cfg.max_age_ms.take(),
+        };
+        cfg.max_segments = None;
         // The directory is a sequencer's (a store's or a table's is
         // refused, unchanged); the truncation's reopen keeps the kind.
         cfg.kind = crate::segment::dir::Kind::Sequencer;
         let store = Arc::new(Store::open(dir, cfg.clone())?);
-        if store.next_index().unwrap_or(0) > 0 {
-            // Entry 0 is the session record: a message with a 16-byte
-            // header in the old format, 20 bytes now.
+        let first = store.first_index().unwrap_or(0);
+        if store.next_index().unwrap_or(0) > first {
+            // Entries are messages (entry 0 the session record), with a
+            // 16-byte header in the old format, 20 bytes now.
             let ok = store
-                .read_with(0, |e| crate::seq::wire::Msg::from_entry(e).is_ok())
+                .read_with(first, |e| crate::seq::wire::Msg::from_entry(e).is_ok())
                 .unwrap_or(false);
             if !ok {
                 store.close();
@@ -162,6 +180,7 @@ impl NodeLog {
             meta_file,
             lost,
             checkpoint: load_checkpoint_file(dir),
+            policy,
         })
     }
 
@@ -171,6 +190,22 @@ impl NodeLog {
 
     pub fn store(&self) -> &Arc<Store> {
         &self.store
+    }
+
+    /// Closes the store, changes its files with `f` (the directory, the
+    /// store's config) and reopens it. Readers (the replayer) get `Closed`
+    /// meanwhile, never garbage.
+    fn rewrite(
+        &mut self,
+        f: impl FnOnce(&Path, &store::Config) -> Result<(), StoreError>,
+    ) -> Result<(), LogError> {
+        self.store.close();
+        let done = f(&self.dir, &self.cfg);
+        let reopened = Store::open(&self.dir, self.cfg.clone());
+        let s = Arc::new(reopened?);
+        self.store = s.clone();
+        self.shared.set(s);
+        done.map_err(LogError::from)
     }
 
     fn meta_file(&mut self) -> std::io::Result<&File> {
@@ -262,14 +297,7 @@ impl Log for NodeLog {
     }
 
     fn truncate(&mut self, from: u64) -> Result<(), LogError> {
-        // Readers (the replayer) get `Closed` meanwhile, never garbage.
-        self.store.close();
-        let cut = store::truncate_dir(&self.dir, from);
-        let reopened = Store::open(&self.dir, self.cfg.clone());
-        let s = Arc::new(reopened?);
-        self.store = s.clone();
-        self.shared.set(s);
-        cut.map(|_| ()).map_err(LogError::from)
+        self.rewrite(|dir, _| store::truncate_dir(dir, from).map(|_| ()))
     }
 
     fn load_meta(&self) -> Option<Meta> {
@@ -298,6 +326,25 @@ impl Log for NodeLog {
 
     fn load_checkpoint(&self) -> Option<Vec<u8>> {
         self.checkpoint.clone()
+    }
+
+    fn retention_point(&self, floor: u64) -> u64 {
+        let first = self.first_index();
+        if self.policy == Policy::default() {
+            return first;
+        }
+        let p = self.policy;
+        self.store
+            .retention_point(p.max_bytes, p.max_age_ms, floor)
+            .max(first)
+    }
+
+    fn install(&mut self, base: u64, checkpoint: &[u8]) -> Result<(), LogError> {
+        // The checkpoint first: a crash before the reset leaves the old
+        // log and a checkpoint past it (the node installs again).
+        save_checkpoint(&self.dir, checkpoint).map_err(|e| LogError::Store(e.into()))?;
+        self.checkpoint = Some(checkpoint.to_vec());
+        Ok(self.store.reset_to(base)?)
     }
 
     fn has_space(&mut self) -> bool {
@@ -384,6 +431,7 @@ mod tests {
             learner: false,
         };
         l.save_meta(&m).unwrap();
+        l.store().close(); // (its pre-touch thread joined: no file changes after)
         drop(l);
         let before = listing(&nd);
         assert!(matches!(
@@ -404,6 +452,7 @@ mod tests {
         // And it reopens as a node's log.
         let l = NodeLog::open(&nd, cfg, false).unwrap();
         assert_eq!((l.next_index(), l.load_meta()), (1, Some(m)));
+        l.store().close();
         drop(l);
         std::fs::remove_dir_all(&root).unwrap();
     }
@@ -438,6 +487,7 @@ mod tests {
         assert_eq!(l.next_index(), 60);
         assert_eq!(reader.get().next_index().unwrap(), 60);
         assert_eq!(l.append(b"y").unwrap(), 60);
+        l.store().close();
         drop(l);
         drop(reader);
         let l = NodeLog::open(&dir, cfg.clone(), true).unwrap();
@@ -447,6 +497,7 @@ mod tests {
         l.read_range(59, 10, &mut |i, e| got.push((i, e.len())))
             .unwrap();
         assert_eq!(got, vec![(59, crate::seq::wire::MSG_HEADER + 1), (60, 1)]);
+        l.store().close();
         drop(l);
         // An older version's directory (a `vote` file, no `meta`) is left
         // alone.
@@ -456,6 +507,91 @@ mod tests {
             NodeLog::open(&dir, cfg, false),
             Err(NodeLogError::OldFormat)
         ));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn retention_trims_whole_segments_after_the_checkpoint_and_install_resets() {
+        let dir =
+            std::env::temp_dir().join(format!("tachyon-nodelog-retain-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let seg = 64 * 1024;
+        let file_len = store::format::Layout::new(seg).file_len as u64;
+        let cfg = store::Config {
+            segment_size: seg,
+            initial_segment_size: seg,
+            max_message_size: 1024,
+            max_bytes: Some(3 * file_len),
+            ..store::Config::default()
+        };
+        let entry = |i: u64| {
+            let mut e = Vec::new();
+            crate::seq::wire::write_msg(&mut e, (i > 0) as u32, i, 0, 1, &[7u8; 100]);
+            e
+        };
+        let mut l = NodeLog::open(&dir, cfg.clone(), false).unwrap();
+        for i in 0..3000u64 {
+            assert_eq!(l.append(&entry(i)).unwrap(), i);
+        }
+        // The store removed nothing on its own: the node trims.
+        assert_eq!(l.first_index(), 0);
+        assert!(l.store().stats().segments > 4);
+        let p = l.retention_point(u64::MAX);
+        assert!(p > 0);
+        assert_eq!(l.retention_point(0), 0);
+        assert!(l.retention_point(p - 1) < p);
+        trim(&dir, &l.shared(), p, b"checkpoint at p").unwrap();
+        assert_eq!(l.first_index(), p);
+        let st = l.store().stats();
+        assert!(st.disk_bytes <= 3 * file_len, "{st:?}");
+        assert!(matches!(
+            l.read_range(0, 1, &mut |_, _| {}),
+            Err(LogError::Store(StoreError::Trimmed(f))) if f == p
+        ));
+        let mut got = Vec::new();
+        l.read_range(p, 1, &mut |i, e| got.push((i, e.to_vec())))
+            .unwrap();
+        assert_eq!(got, vec![(p, entry(p))]);
+        // Nothing more to cut until more is written.
+        assert_eq!(l.retention_point(u64::MAX), p);
+        // The pre-touch thread reuses or removes the files (a crash before
+        // leaves them in the log, below the checkpoint: harmless).
+        let activated = || {
+            std::fs::read_dir(&dir)
+                .unwrap()
+                .filter_map(|e| std::fs::read(e.unwrap().path()).ok())
+                .filter(|b| b.starts_with(&store::format::MAGIC))
+                .count() as u64
+        };
+        crate::segment::wait_until("the trimmed files reused or removed", || {
+            activated() == l.store().stats().segments
+        });
+        l.store().close();
+        drop(l);
+        // A reopen keeps the first index and the checkpoint.
+        let mut l = NodeLog::open(&dir, cfg.clone(), false).unwrap();
+        assert_eq!((l.first_index(), l.next_index()), (p, 3000));
+        assert_eq!(
+            l.load_checkpoint().as_deref(),
+            Some(&b"checkpoint at p"[..])
+        );
+        // A checkpoint installed: an empty log whose next index is its base.
+        let reader = l.shared();
+        l.install(5000, b"checkpoint at 5000").unwrap();
+        assert_eq!((l.first_index(), l.next_index()), (5000, 5000));
+        assert_eq!(reader.get().next_index().unwrap(), 5000);
+        assert_eq!(l.append(&entry(5000)).unwrap(), 5000);
+        l.store().close();
+        drop(l);
+        drop(reader);
+        let l = NodeLog::open(&dir, cfg, true).unwrap();
+        assert_eq!((l.first_index(), l.next_index()), (5000, 5001));
+        assert_eq!(
+            l.load_checkpoint().as_deref(),
+            Some(&b"checkpoint at 5000"[..])
+        );
+        l.store().close();
+        drop(l);
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

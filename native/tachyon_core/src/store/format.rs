@@ -5,13 +5,20 @@
 //! index = `slots` x u32 LE: file offset of record k of this segment, 0 = none
 //! data  = records, each 8-byte aligned:
 //!         u64 LE header: bits 0..31 = payload length | VALID (bit 31)
-//!                        bits 32..63 = CRC32C(length as u32 LE ++ payload)
+//!                        bits 32..63 = CRC32C(length as u32 LE ++ payload),
+//!                        chained from the segment's seed (version 2: its
+//!                        header CRC; version 1: none)
 //!         payload, zero-padded to a multiple of 8
 //! ```
 //!
 //! A record is published by one release store of its 8-byte header after the
-//! payload is in place, then its index slot is stored (release). A zero header
-//! ends the log. Records never straddle segments.
+//! payload is in place (and the header word after it zeroed), then its index
+//! slot is stored (release). A zero header ends the log. Records never
+//! straddle segments.
+//!
+//! A segment file may be reused for a later segment (see `docs/FORMAT.md`,
+//! "Reused segment files"): its data region then still holds records of its
+//! earlier life, which never verify under the new seed.
 
 /// Magic at offset 0 of an activated segment file.
 pub const MAGIC: [u8; 8] = *b"TACHLOG1";
@@ -19,8 +26,20 @@ pub const MAGIC: [u8; 8] = *b"TACHLOG1";
 /// allocated) and not activated yet: the store made it, and it holds no
 /// record, so a store may remove it.
 pub const PREP_MAGIC: [u8; 8] = *b"TACHPRE1";
-/// Format version.
-pub const VERSION: u32 = 1;
+/// Format version of the segments this release writes: 2 chains record
+/// CRCs from the segment's header CRC (its seed), so that a record of an
+/// earlier life of a reused file never verifies.
+pub const VERSION: u32 = 2;
+/// The first version: record CRCs unchained (seed 0). Still read, and still
+/// written to an active segment of that version found at open.
+pub const VERSION_1: u32 = 1;
+
+/// `flags` bit: the file was a retired segment, reused (its data region
+/// holds old records, which do not verify under this segment's seed).
+pub const FLAG_REUSED: u32 = 1;
+/// `flags` bit: this segment starts the log anew (`reset_dir`): the
+/// segments before it are leftovers of the log before the reset.
+pub const FLAG_RESET: u32 = 2;
 /// Size of the header page.
 pub const HEADER_SIZE: usize = 4096;
 /// Page size used for alignment of the regions.
@@ -29,7 +48,7 @@ pub const PAGE: usize = 4096;
 // Header fields (byte offsets inside the header page).
 pub const H_MAGIC: usize = 0; // [u8; 8]
 pub const H_VERSION: usize = 8; // u32
-pub const H_FLAGS: usize = 12; // u32, reserved (0)
+pub const H_FLAGS: usize = 12; // u32: FLAG_REUSED | FLAG_RESET
 pub const H_SEQ: usize = 16; // u64 segment sequence number (also the file name)
 pub const H_BASE: usize = 24; // u64 index of the first record in the segment
 pub const H_DATA_CAP: usize = 32; // u64 data region size in bytes
@@ -100,21 +119,28 @@ impl Layout {
     }
 }
 
-/// CRC32C of a record: the length as u32 LE, then the payload.
+/// CRC32C of a record of a segment with `seed`: the length as u32 LE, then
+/// the payload, chained from `seed` (0: the plain CRC32C, version 1).
 #[inline]
-pub fn record_crc(payload: &[u8]) -> u32 {
-    crate::crc::crc32c_u32_prefixed(payload.len() as u32, payload)
+pub fn record_crc(seed: u32, payload: &[u8]) -> u32 {
+    crate::crc::crc32c_u32_prefixed_append(seed, payload.len() as u32, payload)
 }
 
-/// The 8-byte record header word.
+/// The 8-byte record header word of a segment with `seed`.
 #[inline]
-pub fn header_word(payload: &[u8]) -> u64 {
-    ((record_crc(payload) as u64) << 32) | VALID | payload.len() as u64
+pub fn header_word(seed: u32, payload: &[u8]) -> u64 {
+    ((record_crc(seed, payload) as u64) << 32) | VALID | payload.len() as u64
 }
 
 /// The segment file name for sequence number `seq`.
 pub fn segment_file_name(seq: u64) -> String {
     crate::segment::file_name(seq, "seg")
+}
+
+/// The name a retired segment `seq` has while its file is being reused
+/// (`<seq:020>.retired`: not a segment of the log any more).
+pub fn retired_file_name(seq: u64) -> String {
+    crate::segment::file_name(seq, "retired")
 }
 
 /// Parses a segment file name back into its sequence number.
@@ -148,11 +174,19 @@ mod tests {
 
     #[test]
     fn header_word_has_length_valid_and_crc() {
-        let w = header_word(b"hello");
+        let w = header_word(0, b"hello");
         assert_eq!(w & 0x7fff_ffff, 5);
         assert_ne!(w & VALID, 0);
-        assert_eq!((w >> 32) as u32, record_crc(b"hello"));
-        assert_ne!(header_word(b""), 0);
+        assert_eq!((w >> 32) as u32, record_crc(0, b"hello"));
+        assert_ne!(header_word(0, b""), 0);
+        // Version 1: the plain CRC32C of the length and the payload.
+        let mut v1 = 5u32.to_le_bytes().to_vec();
+        v1.extend_from_slice(b"hello");
+        assert_eq!(record_crc(0, b"hello"), crate::crc::crc32c(&v1));
+        // Another seed, another checksum: a record of another life of the
+        // file does not verify.
+        assert_ne!(record_crc(0x1234_5678, b"hello"), record_crc(0, b"hello"));
+        assert_ne!(header_word(7, b"hello"), header_word(8, b"hello"));
     }
 
     #[test]

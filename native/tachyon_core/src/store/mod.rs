@@ -9,9 +9,11 @@
 //! page fault and no file creation on its path (the segment files, their
 //! maps and the prepared-segment queue are [`crate::segment`]'s).
 //!
-//! * [`open`](Store::open) and recovery: `open.rs`, `recover.rs`;
-//! * appends and `sync`: `write.rs`; rolls, retention and the pre-touch
-//!   thread: `roll.rs`; reads: `read.rs`.
+//! * [`open`](Store::open) and recovery: `open.rs`, `recover.rs` (also
+//!   [`truncate_dir`] and [`reset_dir`]);
+//! * appends and `sync`: `write.rs`; rolls and the pre-touch thread:
+//!   `roll.rs`; retention ([`Store::trim_below`], what becomes of retired
+//!   files): `retain.rs`; reads: `read.rs`.
 //!
 //! See `docs/FORMAT.md` for the bytes and `docs/ARCHITECTURE.md` for the
 //! threads.
@@ -20,16 +22,16 @@ pub mod format;
 mod open;
 mod read;
 mod recover;
+mod retain;
 mod roll;
 pub mod segment;
 mod write;
 
-use std::collections::VecDeque;
 use std::fs::File;
 use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
 use crossbeam_utils::CachePadded;
@@ -42,7 +44,8 @@ use crate::worker::Worker;
 use format::*;
 #[cfg(test)]
 use open::list_segments;
-pub use recover::truncate_dir;
+pub use recover::{reset_dir, truncate_dir};
+use retain::Segs;
 use roll::Touch;
 pub use segment::{OpenError, RecordError, Segment};
 
@@ -57,6 +60,9 @@ pub enum StoreError {
     NoSpace,
     Locked,
     ReadOnly,
+    /// The index is below the first one the log still holds (retention
+    /// or [`Store::trim_below`] deleted it): the first index available.
+    Trimmed(u64),
     Corrupt {
         segment: u64,
         offset: u64,
@@ -119,10 +125,18 @@ pub struct Config {
     /// one before it, up to `segment_size` (see [`Growth`]).
     pub initial_segment_size: usize,
     pub max_message_size: usize,
-    /// Keep at most this many segments (oldest deleted at roll).
+    /// Retention: keep at most this many segments (the oldest go first,
+    /// never the active one; see `retain.rs`).
     pub max_segments: Option<usize>,
-    /// Keep at most this many bytes of segment files (never the active one).
+    /// Retention: keep at most this many bytes of segment files (never
+    /// the active one).
     pub max_bytes: Option<u64>,
+    /// Retention: delete a segment once its newest record is older than
+    /// this many milliseconds (its age: the time since the next segment
+    /// was activated, which is when it was sealed).
+    pub max_age_ms: Option<u64>,
+    /// The time, for segment headers and retention by age.
+    pub clock: Clock,
     /// Run the pre-touch thread.
     pub pretouch: bool,
     /// How far ahead of the write position pages are faulted in (in an
@@ -146,6 +160,8 @@ impl Default for Config {
             max_message_size: 1 << 20,
             max_segments: None,
             max_bytes: None,
+            max_age_ms: None,
+            clock: Clock::default(),
             pretouch: true,
             pretouch_ahead: 32 << 20,
             prepared_segments: 4,
@@ -178,6 +194,12 @@ impl Config {
         }
         if self.max_segments == Some(0) {
             return Err(StoreError::BadConfig("max_segments must be at least 1"));
+        }
+        if self.max_bytes == Some(0) {
+            return Err(StoreError::BadConfig("max_bytes must be at least 1"));
+        }
+        if self.max_age_ms == Some(0) {
+            return Err(StoreError::BadConfig("max_age_ms must be at least 1"));
         }
         if !(MIN_DATA_CAP..=MAX_DATA_CAP).contains(&self.initial_segment_size) {
             return Err(StoreError::BadConfig(
@@ -218,7 +240,69 @@ pub struct Recovery {
     pub duration: Duration,
 }
 
-/// Something telemetry should hear about, queued by the writer.
+/// Where a store reads the time (Unix nanoseconds): the system's clock,
+/// or one a test sets ([`Clock::new`]).
+#[derive(Clone, Default)]
+pub struct Clock(Option<Arc<dyn Fn() -> u64 + Send + Sync>>);
+
+impl Clock {
+    /// A clock that reads `now`.
+    pub fn new(now: impl Fn() -> u64 + Send + Sync + 'static) -> Clock {
+        Clock(Some(Arc::new(now)))
+    }
+
+    /// The time, Unix nanoseconds.
+    pub fn now_ns(&self) -> u64 {
+        match &self.0 {
+            Some(f) => f(),
+            None => std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_nanos() as u64),
+        }
+    }
+}
+
+impl std::fmt::Debug for Clock {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(if self.0.is_some() {
+            "Clock(set)"
+        } else {
+            "Clock(system)"
+        })
+    }
+}
+
+/// Why retention took segments out of the log.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Reason {
+    MaxSegments,
+    MaxBytes,
+    MaxAge,
+    /// [`Store::trim_below`].
+    Trim,
+}
+
+impl Reason {
+    pub const ALL: [Reason; 4] = [
+        Reason::Trim,
+        Reason::MaxSegments,
+        Reason::MaxBytes,
+        Reason::MaxAge,
+    ];
+
+    /// The name telemetry gives it (`:max_segments`, ..., `:trim`).
+    pub fn name(self) -> &'static str {
+        match self {
+            Reason::MaxSegments => "max_segments",
+            Reason::MaxBytes => "max_bytes",
+            Reason::MaxAge => "max_age",
+            Reason::Trim => "trim",
+        }
+    }
+}
+
+/// Something telemetry should hear about, queued by the writer (rolls)
+/// and by retention (whoever applied it).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Event {
     Roll {
@@ -227,6 +311,13 @@ pub enum Event {
         prepared: bool,
         roll_ns: u64,
         deleted_segments: u64,
+    },
+    /// Segments taken out of the log (their files removed or reused).
+    Retention {
+        reason: Reason,
+        deleted_segments: u64,
+        deleted_bytes: u64,
+        first_index: u64,
     },
 }
 
@@ -238,7 +329,10 @@ crate::named_fields! {
         pub appended_bytes: u64,
         pub rolls: u64,
         pub prepared_rolls: u64,
+        /// Segments retention took out of the log.
         pub deleted_segments: u64,
+        /// Of those, files reused as new segments (not zero-filled again).
+        pub reused_segments: u64,
         pub segments: u64,
         pub first_index: u64,
         pub next_index: u64,
@@ -260,20 +354,19 @@ struct Writer {
     /// Next slot in `active`.
     slot: usize,
     next_index: u64,
-    /// Sealed segments with unsynced data.
-    unsynced: Vec<Arc<Segment>>,
+    /// Sealed segments with unsynced data (weak: retention, on any thread,
+    /// may take them out of the log and reuse their files).
+    unsynced: Vec<Weak<Segment>>,
     /// Data offset in `active` up to which `sync` has flushed.
     synced_pos: usize,
     synced_slot: usize,
     /// The active segment's header may differ from what is on the disk
     /// (activated, or its seal cleared at open, since the last sync).
     header_dirty: bool,
-    dir_dirty: bool,
     appended: u64,
     appended_bytes: u64,
     rolls: u64,
     prepared_rolls: u64,
-    deleted: u64,
 }
 
 /// An open store: a writer (with readers in this process) or a reader.
@@ -281,13 +374,13 @@ pub struct Store {
     dir: PathBuf,
     cfg: Config,
     writer: SpinMutex<Option<Writer>>,
-    segments: RwLock<Vec<Arc<Segment>>>,
+    /// The segments, the first index and retention, shared with the
+    /// pre-touch thread.
+    segs: Arc<Segs>,
     next_index: CachePadded<AtomicU64>,
-    first_index: CachePadded<AtomicU64>,
     closed: AtomicBool,
     touch: Option<Arc<Touch>>,
     toucher: Mutex<Option<Worker>>,
-    events: Mutex<VecDeque<Event>>,
     lock_file: Mutex<Option<File>>,
     recovery: Recovery,
 }
@@ -309,9 +402,9 @@ impl Store {
         &self.recovery
     }
 
-    /// Takes the queued events (rolls) for telemetry.
+    /// Takes the queued events (rolls, retention) for telemetry.
     pub fn take_events(&self) -> Vec<Event> {
-        lock(&self.events).drain(..).collect()
+        self.segs.take_events()
     }
 
     pub fn stats(&self) -> Stats {
@@ -321,18 +414,21 @@ impl Store {
             s.appended_bytes = w.appended_bytes;
             s.rolls = w.rolls;
             s.prepared_rolls = w.prepared_rolls;
-            s.deleted_segments = w.deleted;
             s.unsynced_bytes = (w.pos - w.synced_pos) as u64
                 + w.unsynced
                     .iter()
+                    .filter_map(Weak::upgrade)
+                    .filter(|s| !s.deleted.load(Ordering::Acquire))
                     .map(|s| s.layout.data_cap as u64)
                     .sum::<u64>();
         }
+        s.deleted_segments = self.segs.deleted.load(Ordering::Relaxed);
+        s.reused_segments = self.segs.reused.load(Ordering::Relaxed);
         let _ = self.refresh();
-        let segs = self.segments.read().unwrap_or_else(|p| p.into_inner());
+        let segs = self.segs.read();
         s.segments = segs.len() as u64;
         s.disk_bytes = segs.iter().map(|x| x.layout.file_len as u64).sum();
-        s.first_index = self.first_index.load(Ordering::Acquire);
+        s.first_index = self.segs.first_index();
         s.next_index = self.next_index.load(Ordering::Acquire);
         drop(segs);
         s.pretouch = self.pretouch_running();
@@ -363,7 +459,11 @@ impl Store {
         if let Some(w) = &w {
             w.active.sync_async();
         }
-        let segs = std::mem::take(&mut *self.segments.write().unwrap_or_else(|p| p.into_inner()));
+        let segs = std::mem::take(&mut *self.segs.write());
+        // Retired segments no thread will reuse now: their files removed
+        // here, before the lock goes (a few unlinks, even for a dropped
+        // store), so that a reopen never finds what retention took out.
+        self.segs.stop_reuse();
         lock(&self.lock_file).take();
         if !wait {
             // Unmapping every segment takes milliseconds per 64 MiB: not on
@@ -376,6 +476,12 @@ impl Store {
     #[doc(hidden)]
     pub fn active_position(&self) -> Option<(u64, usize)> {
         self.writer.lock().as_ref().map(|w| (w.active.seq, w.pos))
+    }
+
+    /// Segments the pre-touch thread has ready (for tests).
+    #[doc(hidden)]
+    pub fn prepared_segments(&self) -> usize {
+        self.touch.as_ref().map_or(0, |t| t.prepared_len())
     }
 
     /// Whether the pre-touch thread is running.

@@ -1,18 +1,19 @@
 //! Opening a store: the writer (lock, recovery, the pre-touch thread) and
 //! the reader (the segments listed so far).
 
-use std::collections::VecDeque;
+use std::borrow::Borrow;
 use std::fs::{self, File};
 use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use crossbeam_utils::CachePadded;
 
 use super::format::*;
 use super::recover::verify_segments;
+use super::retain::Segs;
 use super::roll::Touch;
 use super::{Config, Mode, OpenError, Recovery, Segment, Store, StoreError, Writer};
 use crate::segment::dir::{self, Kind};
@@ -54,6 +55,27 @@ pub(super) fn list_segments(dir: &Path) -> io::Result<Vec<(u64, PathBuf)>> {
     Ok(v)
 }
 
+/// Removes the `.retired` files of `dir` (a crash interrupted their reuse:
+/// see [`Segment::reuse`]) that are the store's
+/// ([`Segment::is_retired_and_ours`]; anything else stays). Returns how
+/// many went.
+fn remove_retired(dir: &Path) -> Result<u64, StoreError> {
+    let mut n = 0;
+    for e in fs::read_dir(dir)? {
+        let p = e?.path();
+        let retired = p
+            .file_name()
+            .and_then(|f| f.to_str())
+            .and_then(crate::segment::parse_file_name)
+            .is_some_and(|(_, ext)| ext == "retired");
+        if retired && Segment::is_retired_and_ours(&p)? {
+            fs::remove_file(&p)?;
+            n += 1;
+        }
+    }
+    Ok(n)
+}
+
 /// The first index kept and the next index of `segs`.
 pub(super) fn bounds(segs: &[Arc<Segment>]) -> (u64, u64) {
     match (segs.first(), segs.last()) {
@@ -86,10 +108,10 @@ impl Store {
         let mut segs = open_segments(&dir, &mut rec)?;
         // (records, data bytes) of the last segment, from its scan.
         let (active_count, active_end) = verify_segments(&mut segs, &cfg, &mut rec)?;
-        let dir_dirty = segs.is_empty();
+        let dir_dirty = segs.is_empty() || rec.removed_unused > 0;
         if segs.is_empty() {
             let s = Segment::create(&dir, 0, cfg.growth().first())?;
-            s.activate(0);
+            s.activate(0, cfg.clock.now_ns());
             segs.push(Arc::new(s));
         }
         let (active, sealed) = segs.split_last().ok_or(StoreError::NotFound)?;
@@ -101,7 +123,7 @@ impl Store {
         for s in sealed {
             drop(s.take_writable());
         }
-        let writer = Writer::resume(active.clone(), active_count, active_end, dir_dirty)?;
+        let writer = Writer::resume(active.clone(), active_count, active_end)?;
         let first = segs[0].base();
         rec.segments = segs.len() as u64;
         rec.messages = writer.next_index - first;
@@ -121,6 +143,7 @@ impl Store {
         rec.duration = t0.elapsed();
         let next = writer.next_index;
         let store = Store::build(dir, cfg, Some(writer), segs, (first, next), rec);
+        store.segs.dir_dirty.store(dir_dirty, Ordering::Relaxed);
         *super::lock(&store.lock_file) = Some(lock_file);
         store.retain_at_open();
         match touch {
@@ -155,16 +178,14 @@ impl Store {
         recovery: Recovery,
     ) -> Store {
         Store {
+            segs: Arc::new(Segs::new(&cfg, segs, first)),
             dir,
             cfg,
             writer: SpinMutex::new(writer),
-            segments: RwLock::new(segs),
             next_index: CachePadded::new(AtomicU64::new(next)),
-            first_index: CachePadded::new(AtomicU64::new(first)),
             closed: AtomicBool::new(false),
             touch: None,
             toucher: Mutex::new(None),
-            events: Mutex::new(VecDeque::new()),
             lock_file: Mutex::new(None),
             recovery,
         }
@@ -174,12 +195,7 @@ impl Store {
 impl Writer {
     /// The writer of `active`, whose scan found `count` records in `end`
     /// data bytes.
-    fn resume(
-        active: Arc<Segment>,
-        count: usize,
-        end: usize,
-        dir_dirty: bool,
-    ) -> Result<Writer, StoreError> {
+    fn resume(active: Arc<Segment>, count: usize, end: usize) -> Result<Writer, StoreError> {
         let wmap = active.writable().ok_or(StoreError::Io(io::Error::other(
             "active segment not writable",
         )))?;
@@ -193,20 +209,21 @@ impl Writer {
             synced_pos: end,
             synced_slot: count,
             header_dirty: true,
-            dir_dirty,
             appended: 0,
             appended_bytes: 0,
             rolls: 0,
             prepared_rolls: 0,
-            deleted: 0,
         })
     }
 }
 
 /// Opens every segment of `dir` writable (recovery may repair them),
-/// removing the ones a crash left prepared but never activated, and checks
-/// that they follow each other.
+/// removing the ones a crash left prepared but never activated (or
+/// retired while being reused: `.retired` files) and those a reset left
+/// before the segment it starts the log with, and checks that they follow
+/// each other.
 fn open_segments(dir: &Path, rec: &mut Recovery) -> Result<Vec<Arc<Segment>>, StoreError> {
+    rec.removed_unused += remove_retired(dir)?;
     let mut segs: Vec<Arc<Segment>> = Vec::new();
     for (seq, path) in list_segments(dir)? {
         match Segment::open(&path, seq, true)? {
@@ -217,6 +234,10 @@ fn open_segments(dir: &Path, rec: &mut Recovery) -> Result<Vec<Arc<Segment>>, St
                 rec.removed_unused += 1;
             }
         }
+    }
+    for s in drop_before_reset(&mut segs) {
+        fs::remove_file(&s.path)?;
+        rec.removed_unused += 1;
     }
     // Sequence numbers must be contiguous and each base follow the last.
     for w in segs.windows(2) {
@@ -230,8 +251,22 @@ fn open_segments(dir: &Path, rec: &mut Recovery) -> Result<Vec<Arc<Segment>>, St
     Ok(segs)
 }
 
+/// Takes the segments before the last one that starts the log anew
+/// (`FLAG_RESET`: a crash interrupted [`super::reset_dir`] after it made
+/// that one) out of `segs`, and returns them.
+pub(super) fn drop_before_reset<S: Borrow<Segment>>(segs: &mut Vec<S>) -> Vec<S> {
+    match segs
+        .iter()
+        .rposition(|s| s.borrow().flags() & FLAG_RESET != 0)
+    {
+        Some(i) => segs.drain(..i).collect(),
+        None => Vec::new(),
+    }
+}
+
 /// A reader's segments: those of `current` still listed, and new ones
-/// opened read-only, up to the first one not activated yet.
+/// opened read-only, skipping files not activated (prepared ahead, or a
+/// retired one being reused).
 pub(super) fn load_reader_segments(
     dir: &Path,
     current: &[Arc<Segment>],
@@ -244,10 +279,14 @@ pub(super) fn load_reader_segments(
         }
         match Segment::open(&path, seq, false) {
             Ok(Some(s)) => segs.push(Arc::new(s)),
-            Ok(None) => break, // prepared but not activated yet: the end
+            Ok(None) => continue, // prepared, not activated yet
             Err(OpenError::Io(e)) if e.kind() == io::ErrorKind::NotFound => continue, // deleted meanwhile
+            // Renamed away while we read its header (retired, its file
+            // being reused): not a segment of the log any more.
+            Err(OpenError::Corrupt { .. }) if !path.exists() => continue,
             Err(e) => return Err(e.into()),
         }
     }
+    drop_before_reset(&mut segs);
     Ok(segs)
 }

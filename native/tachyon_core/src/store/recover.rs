@@ -1,13 +1,15 @@
 //! Recovery of a writer's segments: scanning records, cutting a torn tail
-//! or repairing damage, and cutting the log on request ([`truncate_dir`]).
+//! or repairing damage, and cutting the log on request ([`truncate_dir`],
+//! [`reset_dir`]).
 
 use std::fs;
+use std::io;
 use std::path::Path;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use super::format::*;
-use super::open::{list_segments, remove_unused};
+use super::open::{drop_before_reset, list_segments, remove_unused};
 use super::{Config, RecordError, Recovery, Segment, StoreError, Verify};
 use crate::sys::fsync_dir;
 
@@ -106,7 +108,10 @@ fn records_end(seg: &Segment, k: usize) -> usize {
 
 /// Cuts `seg` at file offset `off` (record `k`): zeroes the data from there to
 /// the last non-zero byte and clears the index slots from `k`. Returns the
-/// bytes cut.
+/// bytes cut. In a reused file (`FLAG_REUSED`) every byte after the cut may
+/// be an old record or one of this life the index lost: the data is zeroed
+/// to the end, and the bytes cut are those of the records the index knew
+/// of (old records never verify: they are not cut from the log).
 fn cut_segment(seg: &Segment, k: usize, off: usize) -> u64 {
     let l = seg.layout;
     // The end of the damage: the furthest record the index knows of, or the
@@ -119,6 +124,10 @@ fn cut_segment(seg: &Segment, k: usize, off: usize) -> u64 {
         }
         end = end.max(o + REC_HEADER);
         seg.set_slot(j, 0);
+    }
+    if seg.flags() & FLAG_REUSED != 0 {
+        seg.zero_range(off, l.file_len);
+        return (end - off) as u64;
     }
     // Find the last non-zero page of the data region from `off` on.
     let mut last_nonzero = end;
@@ -234,14 +243,25 @@ fn cut_damage(
 pub fn truncate_dir(dir: &Path, from: u64) -> Result<u64, StoreError> {
     crate::segment::dir::check_reader(dir, crate::segment::dir::Kind::Store)?;
     let _lock = crate::segment::lock_dir(dir)?.ok_or(StoreError::Locked)?;
-    let mut segs = Vec::new();
+    let mut opened = Vec::new();
     for (seq, path) in list_segments(dir)? {
         match Segment::open(&path, seq, true)? {
-            Some(s) => segs.push((s, path)),
+            Some(s) => opened.push(s),
             // Prepared, never activated: removed (a reopen prepares anew).
             None => remove_unused(&path, seq)?,
         }
     }
+    // (Leftovers of an interrupted reset: see `reset_dir`.)
+    for s in drop_before_reset(&mut opened) {
+        fs::remove_file(&s.path)?;
+    }
+    let segs: Vec<(Segment, std::path::PathBuf)> = opened
+        .into_iter()
+        .map(|s| {
+            let p = s.path.clone();
+            (s, p)
+        })
+        .collect();
     let Some(first) = segs.first().map(|(s, _)| s.base()) else {
         return if from == 0 {
             Ok(0)
@@ -287,6 +307,41 @@ pub fn truncate_dir(dir: &Path, from: u64) -> Result<u64, StoreError> {
         fsync_dir(dir)?;
     }
     Ok(removed)
+}
+
+/// Empties the store in `dir`, which no [`Store`] has open (it takes the
+/// directory's lock; a missing or empty directory is claimed for
+/// `cfg.kind`), so that a store opened afterwards continues at index
+/// `base`: every segment is deleted, and the log starts again with one
+/// empty segment whose first index is `base`. A sequencer node that
+/// installs a snapshot starts its log at the snapshot's index this way.
+///
+/// Crash-safe: the new segment (`FLAG_RESET`, after every existing file)
+/// is made and synced, with the directory, before any old segment goes; a
+/// store opened after a crash in between removes the segments before it
+/// (and one opened after a crash before it finds the old log, whole). On
+/// the disk when this returns.
+///
+/// [`Store`]: super::Store
+pub fn reset_dir(dir: impl AsRef<Path>, cfg: &Config, base: u64) -> Result<(), StoreError> {
+    let dir = dir.as_ref();
+    cfg.validate()?;
+    let _lock = crate::segment::dir::open_writer(dir, cfg.kind)?.ok_or(StoreError::Locked)?;
+    let old = list_segments(dir)?;
+    let seq = old.last().map_or(0, |(s, _)| s + 1);
+    let seg = Segment::create(dir, seq, cfg.growth().first())?;
+    seg.mark_reset();
+    seg.activate(base, cfg.clock.now_ns());
+    seg.sync_range(0, HEADER_SIZE)?;
+    fsync_dir(dir)?;
+    for (_, path) in old {
+        match fs::remove_file(&path) {
+            Err(e) if e.kind() != io::ErrorKind::NotFound => return Err(e.into()),
+            _ => {}
+        }
+    }
+    fsync_dir(dir)?;
+    Ok(())
 }
 
 fn page_nonzero(seg: &Segment, from: usize, to: usize) -> bool {

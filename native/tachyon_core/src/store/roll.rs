@@ -1,8 +1,8 @@
-//! Rolls (sealing the active segment, activating the next), retention, and
-//! the pre-touch thread that prepares the next segments.
+//! Rolls (sealing the active segment, activating the next), and the
+//! pre-touch thread that prepares the next segments (reusing the files of
+//! retired ones: see `retain.rs`).
 
 use std::collections::VecDeque;
-use std::fs;
 use std::io;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -13,6 +13,7 @@ use crossbeam_utils::CachePadded;
 
 use super::format::*;
 use super::open::remove_unused;
+use super::retain::Segs;
 use super::{Event, Segment, Store, StoreError, Writer};
 use crate::segment::map::retire;
 use crate::segment::prepare::{self, Prepare, Prepared};
@@ -38,6 +39,10 @@ impl Touch {
         }
     }
 
+    pub(super) fn prepared_len(&self) -> usize {
+        self.prepared.len()
+    }
+
     /// The writer's position, for the thread (one relaxed store per append).
     #[inline]
     pub(super) fn set_write_pos(&self, pos: usize) {
@@ -46,16 +51,42 @@ impl Touch {
 }
 
 /// The pre-touch thread's side (see [`crate::segment::prepare`]): keeps
-/// `Config::prepared_segments` next segments ready (created, allocated,
-/// faulted in whole, writable and readable), and faults in `ahead` bytes
-/// ahead of the writer in an active segment that was not prepared so. When
-/// stopped it removes the segments it had prepared.
+/// `Config::prepared_segments` next segments ready (created and allocated,
+/// or reused from a retired segment; faulted in whole, writable and
+/// readable), and faults in `ahead` bytes ahead of the writer in an active
+/// segment that was not prepared so; applies retention by age, and removes
+/// the retired segments it did not reuse. When stopped it removes the
+/// segments it had prepared.
 struct Pretouch {
     t: Arc<Touch>,
+    segs: Arc<Segs>,
     dir: PathBuf,
     growth: Growth,
     ahead: usize,
     last_pos: u64,
+}
+
+impl Pretouch {
+    /// Segment `seq` of `cap` data bytes, prepared: a retired segment's
+    /// file whose pages are in the page cache (faulting it in zeroes
+    /// nothing), or a new one; renamed or created, never over a file the
+    /// writer made itself.
+    fn make_segment(&self, seq: u64, cap: usize) -> io::Result<Segment> {
+        let reused = self
+            .segs
+            .take_reusable(cap)
+            .and_then(|old| old.reuse(&self.dir, seq).ok());
+        let seg = match reused {
+            Some(s) => {
+                self.segs.reused.fetch_add(1, Ordering::Relaxed);
+                s
+            }
+            None => Segment::create(&self.dir, seq, cap)?,
+        };
+        seg.populate(0, seg.layout.file_len);
+        seg.touched.store(seg.layout.file_len, Ordering::Release);
+        Ok(seg)
+    }
 }
 
 impl Prepare for Pretouch {
@@ -66,16 +97,20 @@ impl Prepare for Pretouch {
     }
 
     fn make(&self, queued: usize) -> io::Result<Segment> {
-        let (seq, cap) = {
-            let a = lock(&self.t.active);
-            let n = 1 + queued;
-            (a.seq + n as u64, self.growth.after(a.layout.data_cap, n))
-        };
-        // create_new: never touches a file the writer made itself.
-        let seg = Segment::create(&self.dir, seq, cap)?;
-        seg.populate(0, seg.layout.file_len);
-        seg.touched.store(seg.layout.file_len, Ordering::Release);
-        Ok(seg)
+        let mut tries = 0;
+        loop {
+            let (seq, cap) = {
+                let a = lock(&self.t.active);
+                let n = 1 + queued;
+                (a.seq + n as u64, self.growth.after(a.layout.data_cap, n))
+            };
+            match self.make_segment(seq, cap) {
+                // The writer rolled past it and made that file itself
+                // meanwhile: the next one, then.
+                Err(e) if e.kind() == io::ErrorKind::AlreadyExists && tries < 3 => tries += 1,
+                r => return r,
+            }
+        }
     }
 
     /// A segment the writer overtook meanwhile (it rolled and created that
@@ -107,6 +142,16 @@ impl Prepare for Pretouch {
     fn idle_nap(&self) -> Duration {
         Duration::from_millis(20)
     }
+
+    fn retire(&mut self) {
+        if self.segs.age_due() {
+            self.segs.apply_now(0);
+        }
+    }
+
+    fn tidy(&mut self) {
+        self.segs.tidy();
+    }
 }
 
 impl Store {
@@ -117,6 +162,7 @@ impl Store {
     pub(super) fn start_pretouch(mut self, t: Arc<Touch>) -> Result<Store, StoreError> {
         let mut p = Pretouch {
             t: t.clone(),
+            segs: self.segs.clone(),
             dir: self.dir.clone(),
             growth: self.cfg.growth(),
             ahead: self.cfg.pretouch_ahead,
@@ -124,6 +170,7 @@ impl Store {
         };
         // (A full disk: the writer's roll reports it.)
         let _ = prepare::fill(&mut p, || false);
+        p.tidy();
         let w = Worker::spawn("tachyon-pretouch", None, move |ctx| prepare::run(ctx, p))?;
         self.touch = Some(t);
         *lock(&self.toucher) = Some(w);
@@ -143,7 +190,7 @@ impl Store {
             .ok_or(StoreError::Io(io::Error::other("new segment not writable")))?;
         // Activate the new segment before sealing the old one: a reader that
         // sees the seal always finds the next segment.
-        next.activate(w.next_index);
+        next.activate(w.next_index, self.cfg.clock.now_ns());
         let next = Arc::new(next);
         w.active.seal(w.slot as u64, w.pos as u64);
         let old = std::mem::replace(&mut w.active, next.clone());
@@ -151,34 +198,81 @@ impl Store {
         // only; its writable one is unmapped by the reaper.
         drop(old.take_writable());
         retire(std::mem::replace(&mut w.wmap, wmap));
-        w.unsynced.push(old);
+        // (Segments retention took out meanwhile need no sync.)
+        w.unsynced.retain(|s| {
+            s.upgrade()
+                .is_some_and(|s| !s.deleted.load(Ordering::Acquire))
+        });
+        w.unsynced.push(Arc::downgrade(&old));
         w.pos = 0;
         w.slot = 0;
         w.synced_pos = 0;
         w.synced_slot = 0;
         w.header_dirty = true;
-        w.dir_dirty = true;
+        self.segs.dir_dirty.store(true, Ordering::Release);
         w.rolls += 1;
         w.prepared_rolls += prepared as u64;
         let deleted = {
-            let mut segs = self.segments.write().unwrap_or_else(|p| p.into_inner());
+            let mut segs = self.segs.write();
             segs.push(next.clone());
-            self.apply_retention(w, &mut segs)
+            // Out of the log here; the files are the pre-touch thread's
+            // (or the reaper's).
+            self.segs.apply(&mut segs, 0)
         };
         if let Some(t) = &self.touch {
             *lock(&t.active) = next.clone();
             t.set_write_pos(0);
-            if let Some(h) = lock(&self.toucher).as_ref() {
-                h.wake();
-            }
         }
-        self.queue_event(Event::Roll {
+        self.wake_pretouch();
+        self.segs.queue_event(Event::Roll {
             segment: seq,
             base_index: next.base(),
             prepared,
             roll_ns: t0.elapsed().as_nanos() as u64,
             deleted_segments: deleted,
         });
+        Ok(())
+    }
+
+    /// Makes the log empty with next index `next` (any index): a follower
+    /// installing its primary's checkpoint. A new segment, after every
+    /// other one, is activated at `next` with `FLAG_RESET` and synced
+    /// (with the directory); then every older segment leaves the log as
+    /// retention's do (a read below `next` is [`StoreError::Trimmed`]).
+    /// A crash after the sync leaves older files an open drops (see
+    /// [`super::reset_dir`], the same on a closed store's directory).
+    pub fn reset_to(&self, next: u64) -> Result<(), StoreError> {
+        let mut g = self.writer.lock();
+        let Some(w) = g.as_mut() else {
+            return Err(self.no_writer());
+        };
+        let seq = w.active.seq + 1;
+        let cap = self.cfg.growth().next(Some(w.active.layout.data_cap));
+        let (seg, _) = self.next_segment(seq, cap)?;
+        let wmap = seg
+            .writable()
+            .ok_or(StoreError::Io(io::Error::other("new segment not writable")))?;
+        seg.mark_reset();
+        seg.activate(next, self.cfg.clock.now_ns());
+        seg.sync_range(0, HEADER_SIZE)?;
+        crate::sys::fsync_dir(&self.dir)?;
+        let seg = Arc::new(seg);
+        w.active.seal(w.slot as u64, w.pos as u64);
+        let old = std::mem::replace(&mut w.active, seg.clone());
+        drop(old.take_writable());
+        retire(std::mem::replace(&mut w.wmap, wmap));
+        w.unsynced.clear();
+        (w.pos, w.slot, w.synced_pos, w.synced_slot) = (0, 0, 0, 0);
+        w.header_dirty = false;
+        w.next_index = next;
+        self.next_index.store(next, Ordering::Release);
+        self.segs.replace_all(seg.clone());
+        if let Some(t) = &self.touch {
+            *lock(&t.active) = seg;
+            t.set_write_pos(0);
+        }
+        drop(g);
+        self.wake_pretouch();
         Ok(())
     }
 
@@ -224,49 +318,10 @@ impl Store {
         }
     }
 
-    /// Queues an event for telemetry (the oldest goes past 1024).
-    fn queue_event(&self, e: Event) {
-        let mut ev = lock(&self.events);
-        if ev.len() >= 1024 {
-            ev.pop_front();
+    /// Wakes the pre-touch thread (a roll; retired segments to take).
+    pub(super) fn wake_pretouch(&self) {
+        if let Some(h) = lock(&self.toucher).as_ref() {
+            h.wake();
         }
-        ev.push_back(e);
-    }
-
-    /// Applies retention to the segments found at open.
-    pub(super) fn retain_at_open(&self) {
-        let mut g = self.writer.lock();
-        if let Some(w) = g.as_mut() {
-            let mut segs = self.segments.write().unwrap_or_else(|p| p.into_inner());
-            self.apply_retention(w, &mut segs);
-        }
-    }
-
-    /// Deletes the oldest segments beyond `max_segments` / `max_bytes` (never
-    /// the active one). Returns how many went.
-    pub(super) fn apply_retention(&self, w: &mut Writer, segs: &mut Vec<Arc<Segment>>) -> u64 {
-        let mut deleted = 0;
-        loop {
-            if segs.len() <= 1 {
-                break;
-            }
-            let too_many = self.cfg.max_segments.is_some_and(|m| segs.len() > m);
-            let bytes: u64 = segs.iter().map(|s| s.layout.file_len as u64).sum();
-            let too_big = self.cfg.max_bytes.is_some_and(|m| bytes > m);
-            if !(too_many || too_big) {
-                break;
-            }
-            let old = segs.remove(0);
-            old.deleted.store(true, Ordering::Release);
-            let _ = fs::remove_file(&old.path);
-            w.unsynced.retain(|s| !Arc::ptr_eq(s, &old));
-            deleted += 1;
-        }
-        if deleted > 0 {
-            self.first_index.store(segs[0].base(), Ordering::Release);
-            w.deleted += deleted;
-            w.dir_dirty = true;
-        }
-        deleted
     }
 }

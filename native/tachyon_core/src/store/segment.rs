@@ -3,6 +3,7 @@
 
 use std::fs::{File, OpenOptions};
 use std::io;
+use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -30,10 +31,21 @@ pub struct Segment {
     pub layout: Layout,
     file: File,
     maps: Maps,
-    /// Set once the file was unlinked by retention (the maps stay valid).
+    /// Set once retention took the segment out of the log (its file is
+    /// then removed or reused; the maps stay valid while it is held).
     pub deleted: AtomicBool,
     /// File offset up to which the pre-touch thread faulted the segment in.
     pub touched: AtomicUsize,
+    /// What record CRCs are chained from: the header CRC (version 2), or 0
+    /// (version 1). Set when the segment is activated.
+    seed: AtomicU32,
+    /// The header's CRC word (bytes 56..64) when it was activated or
+    /// opened: a header that no longer has it was reused meanwhile.
+    stamp: AtomicU64,
+    /// Activation time, Unix nanoseconds (the header's `created`).
+    created: AtomicU64,
+    /// The header's `flags` (`FLAG_REUSED`, `FLAG_RESET`).
+    flags: AtomicU32,
 }
 
 // Headers and slots are accessed only through atomics, payloads through
@@ -83,6 +95,10 @@ impl Segment {
             maps,
             deleted: AtomicBool::new(false),
             touched: AtomicUsize::new(0),
+            seed: AtomicU32::new(0),
+            stamp: AtomicU64::new(0),
+            created: AtomicU64::new(0),
+            flags: AtomicU32::new(0),
         }
     }
 
@@ -92,11 +108,69 @@ impl Segment {
     pub fn create(dir: &Path, seq: u64, data_cap: usize) -> io::Result<Segment> {
         let layout = Layout::new(data_cap);
         let name = segment_file_name(seq);
-        let head = encode_header(seq, 0, &layout, PREP_MAGIC);
+        let head = encode_header(seq, 0, &layout, PREP_MAGIC, 0, 0);
         let (file, path, maps) = segment::create(dir, &name, layout.file_len, &head, |f| {
             Maps::new(f, layout.file_len, true)
         })?;
         Ok(Segment::build(seq, 0, path, layout, file, maps))
+    }
+
+    /// Makes `self`, a segment retention took out of the log (held by
+    /// nobody else), the prepared segment `seq` of `dir`, without zeroing
+    /// its data: the file is renamed out of the log's names first
+    /// (`<seq:020>.retired`: a reader listing the directory no longer
+    /// finds it), then its header becomes a prepared one naming `seq`
+    /// (with `FLAG_REUSED`), its sealed fields, index and first record
+    /// header are zeroed, and it takes the name of segment `seq` (never
+    /// over an existing file). Its old records stay in the data region and
+    /// never verify under the seed it gets when activated. A crash at any
+    /// step leaves a file a store removes at open: a `.retired` file, or
+    /// the prepared segment `seq`. On error the file is removed.
+    pub fn reuse(self, dir: &Path, seq: u64) -> io::Result<Segment> {
+        let l = self.layout;
+        let retired = dir.join(retired_file_name(self.seq));
+        let to = dir.join(segment_file_name(seq));
+        let done = (|| {
+            std::fs::rename(&self.path, &retired)?;
+            let mut head = [0u8; H_SEALED + 8];
+            head[..64].copy_from_slice(&encode_header(seq, 0, &l, PREP_MAGIC, FLAG_REUSED, 0));
+            self.file.write_all_at(&head, 0)?;
+            let zeros = vec![0u8; segment::MM_CHUNK];
+            let mut at = l.index_start;
+            while at < l.data_start + REC_HEADER {
+                let end = (at + zeros.len()).min(l.data_start + REC_HEADER);
+                self.file.write_all_at(&zeros[..end - at], at as u64)?;
+                at = end;
+            }
+            segment::rename_noreplace(&retired, &to)
+        })();
+        if let Err(e) = done {
+            // (Under one of its three names.)
+            for p in [&self.path, &retired, &to] {
+                segment::remove_if_same_file(&self.file, p);
+            }
+            return Err(e);
+        }
+        let maps = match Maps::new(&self.file, l.file_len, true) {
+            Ok(m) => m,
+            Err(e) => {
+                segment::remove_if_same_file(&self.file, &to);
+                return Err(e);
+            }
+        };
+        let s = Segment::build(seq, 0, to, l, self.file, maps);
+        s.flags.store(FLAG_REUSED, Ordering::Relaxed);
+        Ok(s)
+    }
+
+    /// The fraction (0..=1) of the data region's pages in the page cache:
+    /// reusing a file whose pages went back to the disk reads them in again.
+    pub fn resident_fraction(&self) -> f64 {
+        let l = self.layout;
+        match self.maps.resident(l.data_start, l.file_len) {
+            Ok(b) => b as f64 / (l.file_len - l.data_start).max(1) as f64,
+            Err(_) => 0.0,
+        }
     }
 
     /// Whether the file at `path`, segment `seq` of a store's directory
@@ -112,6 +186,15 @@ impl Segment {
             head.len() >= H_SEQ + 8
                 && head[H_MAGIC..H_MAGIC + 8] == PREP_MAGIC
                 && head[H_SEQ..H_SEQ + 8] == seq.to_le_bytes()
+        })
+    }
+
+    /// Whether the file at `path`, a `.retired` file (see
+    /// [`Segment::reuse`]), is the store's: a segment's header (activated
+    /// or prepared), or nothing at all.
+    pub fn is_retired_and_ours(path: &Path) -> io::Result<bool> {
+        segment::is_all_zero_or(path, |head| {
+            head.len() >= 8 && (head[..8] == MAGIC || head[..8] == PREP_MAGIC)
         })
     }
 
@@ -146,15 +229,50 @@ impl Segment {
             return Ok(None);
         }
         let layout = check_header(&head, seq, len)?;
-        let base = u64::from_le_bytes(head[H_BASE..H_BASE + 8].try_into().unwrap_or([0; 8]));
-        Ok(Some(Segment::build(
-            seq,
-            base,
-            path.to_path_buf(),
-            layout,
-            file,
-            maps,
-        )))
+        let u64_at = |o: usize| u64::from_le_bytes(head[o..o + 8].try_into().unwrap_or([0; 8]));
+        let s = Segment::build(seq, u64_at(H_BASE), path.to_path_buf(), layout, file, maps);
+        s.set_life(&head);
+        Ok(Some(s))
+    }
+
+    /// Takes the seed, stamp, creation time and flags of header `head`.
+    fn set_life(&self, head: &[u8; 64]) {
+        let u64_at = |o: usize| u64::from_le_bytes(head[o..o + 8].try_into().unwrap_or([0; 8]));
+        let u32_at = |o: usize| u32::from_le_bytes(head[o..o + 4].try_into().unwrap_or([0; 4]));
+        let seed = if u32_at(H_VERSION) >= VERSION {
+            u32_at(H_HCRC)
+        } else {
+            0
+        };
+        self.seed.store(seed, Ordering::Relaxed);
+        self.stamp.store(u64_at(H_HCRC), Ordering::Relaxed);
+        self.created.store(u64_at(H_CREATED), Ordering::Relaxed);
+        self.flags.store(u32_at(H_FLAGS), Ordering::Relaxed);
+    }
+
+    /// Activation time (Unix nanoseconds) of the segment.
+    pub fn created_ns(&self) -> u64 {
+        self.created.load(Ordering::Relaxed)
+    }
+
+    /// The header's flags (`FLAG_REUSED`, `FLAG_RESET`).
+    pub fn flags(&self) -> u32 {
+        self.flags.load(Ordering::Relaxed)
+    }
+
+    /// Marks the segment, not yet activated, as the one a reset starts the
+    /// log with (see [`crate::store::reset_dir`]).
+    pub fn mark_reset(&self) {
+        self.flags.fetch_or(FLAG_RESET, Ordering::Relaxed);
+    }
+
+    /// Whether the file still holds this segment (a reader in another
+    /// process checks it after reading: the writer may have reused the
+    /// file of a segment retention took out of the log).
+    pub fn is_current(&self) -> bool {
+        std::sync::atomic::fence(Ordering::Acquire);
+        self.atomic_u64(H_MAGIC).load(Ordering::Acquire) == u64::from_le_bytes(MAGIC)
+            && self.atomic_u64(H_HCRC).load(Ordering::Acquire) == self.stamp.load(Ordering::Relaxed)
     }
 
     /// The writable map, while the segment has one.
@@ -169,10 +287,12 @@ impl Segment {
     }
 
     /// Writes the header, making this segment part of the log with its first
-    /// record at `base`. The magic is written last.
-    pub fn activate(&self, base: u64) {
+    /// record at `base`, activated at `now_ns` (Unix nanoseconds). The magic
+    /// is written last.
+    pub fn activate(&self, base: u64, now_ns: u64) {
         let Some(w) = self.writable() else { return };
-        let head = encode_header(self.seq, base, &self.layout, MAGIC);
+        let head = encode_header(self.seq, base, &self.layout, MAGIC, self.flags(), now_ns);
+        self.set_life(&head);
         self.base.store(base, Ordering::Release);
         let p = w.ptr();
         // SAFETY: writable map of at least HEADER_SIZE bytes; bytes 8..64
@@ -298,10 +418,13 @@ impl Segment {
             return Err(RecordError::Corrupt);
         }
         // SAFETY: the record was published before its header (acquire load
-        // above) and is never written again.
+        // above) and is never written again while this segment is held
+        // (a reused file's are: see `is_current`).
         let payload = unsafe { self.maps.slice(off + REC_HEADER, len) };
         match payload {
-            Some(p) if record_crc(p) == (h >> 32) as u32 => Ok(p),
+            Some(p) if record_crc(self.seed.load(Ordering::Relaxed), p) == (h >> 32) as u32 => {
+                Ok(p)
+            }
             _ => Err(RecordError::Corrupt),
         }
     }
@@ -325,14 +448,23 @@ impl Segment {
                 payload.len(),
             );
         }
+        // The next record's header word is zero before this one is
+        // published, so a zero header ends the log even in a reused file
+        // (whose data region holds old records).
+        let next = off + record_size(payload.len());
+        if next + REC_HEADER <= l.file_len {
+            // SAFETY: `next` is 8-aligned and its word inside the map;
+            // nobody reads it (past the published end).
+            unsafe { word(w.ptr(), next) }.store(0, Ordering::Relaxed);
+        }
+        let h = header_word(self.seed.load(Ordering::Relaxed), payload);
         // SAFETY: `off` is 8-aligned (records are) and inside the map.
-        unsafe { word(w.ptr(), off) }.store(header_word(payload), Ordering::Release);
+        unsafe { word(w.ptr(), off) }.store(h, Ordering::Release);
         // SAFETY: slot k is inside the index region of the map.
         unsafe { slot_word(w.ptr(), l.index_start + k * 4) }.store(off as u32, Ordering::Release);
         // Ask for the lines the next record will be written to, for
         // writing, now: the caller goes back to its work while they come
         // (see `crate::prefetch`).
-        let next = off + record_size(payload.len());
         w.prefetch_write(next, PREFETCH_BYTES);
     }
 
@@ -392,19 +524,24 @@ impl Segment {
 
 /// The header of a segment with `magic` (`MAGIC` activated, `PREP_MAGIC`
 /// prepared; the magic is written last when activating; CRC over bytes
-/// 0..56).
-fn encode_header(seq: u64, base: u64, layout: &Layout, magic: [u8; 8]) -> [u8; 64] {
+/// 0..56), `flags` and activation time `created` (Unix nanoseconds; 0 while
+/// prepared).
+fn encode_header(
+    seq: u64,
+    base: u64,
+    layout: &Layout,
+    magic: [u8; 8],
+    flags: u32,
+    created: u64,
+) -> [u8; 64] {
     let mut head = [0u8; 64];
     head[H_VERSION..H_VERSION + 4].copy_from_slice(&VERSION.to_le_bytes());
+    head[H_FLAGS..H_FLAGS + 4].copy_from_slice(&flags.to_le_bytes());
     head[H_SEQ..H_SEQ + 8].copy_from_slice(&seq.to_le_bytes());
     head[H_BASE..H_BASE + 8].copy_from_slice(&base.to_le_bytes());
     head[H_DATA_CAP..H_DATA_CAP + 8].copy_from_slice(&(layout.data_cap as u64).to_le_bytes());
     head[H_SLOTS..H_SLOTS + 8].copy_from_slice(&(layout.slots as u64).to_le_bytes());
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_nanos() as u64)
-        .unwrap_or(0);
-    head[H_CREATED..H_CREATED + 8].copy_from_slice(&now.to_le_bytes());
+    head[H_CREATED..H_CREATED + 8].copy_from_slice(&created.to_le_bytes());
     head[H_MAGIC..H_MAGIC + 8].copy_from_slice(&magic);
     let crc = crc32c::crc32c(&head[..H_HCRC]);
     head[H_HCRC..H_HCRC + 4].copy_from_slice(&crc.to_le_bytes());
@@ -422,7 +559,7 @@ fn check_header(head: &[u8; 64], seq: u64, len: usize) -> Result<Layout, OpenErr
     let u32_at = |o: usize| u32::from_le_bytes(head[o..o + 4].try_into().unwrap_or([0; 4]));
     if head[H_MAGIC..H_MAGIC + 8] != MAGIC
         || crc32c::crc32c(&head[..H_HCRC]) != u32_at(H_HCRC)
-        || u32_at(H_VERSION) != VERSION
+        || !(VERSION_1..=VERSION).contains(&u32_at(H_VERSION))
     {
         return Err(corrupt);
     }

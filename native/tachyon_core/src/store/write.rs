@@ -2,7 +2,7 @@
 
 use std::io;
 use std::sync::atomic::Ordering;
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 
 use super::format::*;
 use super::{Mode, Store, StoreError, Writer};
@@ -10,7 +10,7 @@ use crate::sys::fsync_dir;
 
 impl Store {
     /// Why there is no writer: a reader, or closed.
-    fn no_writer(&self) -> StoreError {
+    pub(super) fn no_writer(&self) -> StoreError {
         if self.cfg.mode == Mode::Read && !self.is_closed() {
             StoreError::ReadOnly
         } else {
@@ -91,13 +91,7 @@ impl Store {
     /// the page cache still holds unwritten): each file synced whole, then
     /// the directory. Slow; for an open that must promise the disk.
     pub fn sync_all(&self) -> Result<(), StoreError> {
-        let segs: Vec<_> = self
-            .segments
-            .read()
-            .unwrap_or_else(|p| p.into_inner())
-            .iter()
-            .cloned()
-            .collect();
+        let segs: Vec<_> = self.segs.read().iter().cloned().collect();
         for s in segs {
             if !s.deleted.load(Ordering::Acquire) {
                 s.sync_range(0, s.layout.file_len)?;
@@ -136,17 +130,18 @@ impl Store {
                 w.synced_slot,
                 w.slot,
                 w.header_dirty,
-                w.dir_dirty,
+                self.segs.dir_dirty.swap(false, Ordering::AcqRel),
             );
             w.synced_pos = w.pos;
             w.synced_slot = w.slot;
             w.header_dirty = false;
-            w.dir_dirty = false;
             r
         };
         let mut bytes = 0u64;
         let result = (|| {
-            for s in &sealed {
+            for s in sealed.iter().filter_map(Weak::upgrade) {
+                // (One retention took out needs no sync: its file is gone
+                // or reused.)
                 if !s.deleted.load(Ordering::Acquire) {
                     s.sync_range(0, s.layout.file_len)?;
                     bytes += s.layout.file_len as u64;
@@ -187,7 +182,9 @@ impl Store {
                     w.synced_slot = w.synced_slot.min(slot_from);
                     w.header_dirty |= header_dirty;
                 }
-                w.dir_dirty |= dir_dirty;
+            }
+            if dir_dirty {
+                self.segs.dir_dirty.store(true, Ordering::Release);
             }
             return Err(e.into());
         }

@@ -56,9 +56,10 @@ fn seq_reporter(events: Arc<Mutex<Events>>) -> Reporter {
 
 /// Starts a sequencer node. `opts`: ip, port, path, bus, wait, core, batch,
 /// max_datagram, batching, heartbeat_us, heartbeat_after_us, replay_max,
-/// segment_size, recbuf, sndbuf, reuseaddr, group (a list of `{ip, port}`,
-/// empty for a group of one), join (a list of `{ip, port}`: nodes of a
-/// running group to join; empty otherwise), election_timeout_us, two_nodes (`:safe` or
+/// segment_size, max_bytes and max_age_ms (retention), recbuf, sndbuf,
+/// reuseaddr, group (a list of `{ip, port}`, empty for a group of one),
+/// join (a list of `{ip, port}`: nodes of a running group to join; empty
+/// otherwise), election_timeout_us, two_nodes (`:safe` or
 /// `:available`), durability (`:replicated` or `:fsync`), eager,
 /// report_id. Returns `{:ok, ref, info}` or `{:error, reason}`.
 #[rustler::nif(schedule = "DirtyIo")]
@@ -77,6 +78,8 @@ fn seq_start<'a>(env: Env<'a>, opts: Term<'a>) -> NifResult<Term<'a>> {
     cfg.store.segment_size = get::<u64>(env, opts, "segment_size")? as usize;
     cfg.store.max_message_size = cfg.max_datagram;
     cfg.store.prepared_segments = 1;
+    cfg.store.max_bytes = get(env, opts, "max_bytes")?;
+    cfg.store.max_age_ms = get(env, opts, "max_age_ms")?;
     cfg.socket = decode_socket_opts(env, opts)?;
     for (ip, port) in get::<Vec<(Term, u16)>>(env, opts, "group")? {
         cfg.group.push(SocketAddr::new(decode_ip(ip)?, port));

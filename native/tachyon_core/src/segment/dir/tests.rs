@@ -12,7 +12,7 @@ fn a_manifest_round_trips_and_reads_as_text() {
     assert_eq!(
         String::from_utf8(Manifest::current(Kind::Store).encode()).unwrap(),
         "# Tachyon directory: which part owns it. Checked at every open; do not edit.\n\
-         kind=store\nformat=1\ncrc32c=cf4c8c38\n"
+         kind=store\nformat=2\ncrc32c=fbab24a1\n"
     );
     for k in Kind::ALL {
         let m = Manifest::current(k);
@@ -20,7 +20,7 @@ fn a_manifest_round_trips_and_reads_as_text() {
         assert_eq!(Manifest::decode(&b), Ok(m));
         let text = String::from_utf8(b).unwrap();
         assert!(
-            text.contains(&format!("\nkind={}\nformat=1\n", k.name())),
+            text.contains(&format!("\nkind={}\nformat={}\n", k.name(), k.format())),
             "{text}"
         );
     }
@@ -101,14 +101,14 @@ fn garbage_and_truncated_manifests_are_refused() {
 
 #[test]
 fn a_newer_format_and_another_kind_are_refused() {
-    let newer = Manifest::decode(&signed("kind=store\nformat=2\n")).unwrap();
+    let newer = Manifest::decode(&signed("kind=store\nformat=3\n")).unwrap();
     assert_eq!(
         newer.admits(Kind::Store, false),
-        Err(DirError::UnsupportedFormat(2))
+        Err(DirError::UnsupportedFormat(3))
     );
     assert_eq!(
         newer.admits(Kind::Store, true),
-        Err(DirError::UnsupportedFormat(2))
+        Err(DirError::UnsupportedFormat(3))
     );
     // Another kind is that kind, whatever its format.
     assert_eq!(
@@ -264,4 +264,20 @@ fn directories_without_a_manifest_are_classified_by_their_files() {
     check_reader(&seq, Kind::Store).unwrap();
     assert_eq!(snapshot(&seq), before);
     fs::remove_dir_all(&root).unwrap();
+}
+
+#[test]
+fn a_writer_upgrades_an_older_format_and_a_reader_does_not() {
+    for kind in [Kind::Store, Kind::Sequencer] {
+        let d = tmp("dir-upgrade");
+        let old = format!("kind={}\nformat=1\n", kind.name());
+        fs::write(d.join(MANIFEST), signed(&old)).unwrap();
+        check_reader(&d, Kind::Store).unwrap();
+        assert_eq!(fs::read(d.join(MANIFEST)).unwrap(), signed(&old));
+        let lock = open_writer(&d, kind).unwrap().unwrap();
+        assert_eq!(read(&d).unwrap(), Some(Manifest::current(kind)));
+        assert_eq!(Manifest::current(kind).format, 2);
+        drop(lock);
+        fs::remove_dir_all(&d).unwrap();
+    }
 }
