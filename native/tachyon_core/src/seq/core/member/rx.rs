@@ -531,6 +531,10 @@ impl Rx {
         });
         self.c.trimmed.bump(first - st.next);
         st.epochs = Epochs::new(epoch, first);
+        // Nothing it delivered is in the log any more: no history to check
+        // against a primary (a welcome may still answer a hello sent before
+        // this, about an epoch it no longer holds: not a fork).
+        st.delivered_any = false;
         st.next = first;
         st.deliver_from = st.deliver_from.max(first);
         st.partial.clear();

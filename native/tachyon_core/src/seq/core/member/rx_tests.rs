@@ -273,3 +273,42 @@ fn a_trimmed_member_delivers_what_it_held_from_the_first_entry() {
     assert_eq!(got, vec![1, 10, 11]);
     assert_eq!(rx.next_seq(), 12);
 }
+
+/// A welcome that answers a hello sent before a TRIMMED (about an epoch
+/// whose entries retention removed) is not a fork: the member delivered
+/// nothing the log still holds (found by the simulator: a member paused
+/// past its lease while its single node restarted in a new term reported
+/// a fork where none can be).
+#[test]
+fn a_welcome_about_an_epoch_before_a_trim_is_no_fork() {
+    let mut rx = rx();
+    let mut on = |_: u64, _: u32, _: u8, _: &[u8]| {};
+    rx.on_datagram(
+        MS,
+        &data(1, 1, 2, &[(2, 1, 0, b"a")]),
+        Some(primary()),
+        &mut on,
+    );
+    let mut t = Vec::new();
+    wire::trimmed(&mut t, &header(), 10, 1);
+    rx.on_datagram(2 * MS, &t, Some(primary()), &mut on);
+    // A new term, and a welcome saying epoch 1 ends at 5 there (it
+    // answers the hello this member sent from 2, before the trim).
+    rx.on_datagram(
+        3 * MS,
+        &data(2, 12, 12, &[(2, 12, 0, b"x")]),
+        Some(primary()),
+        &mut on,
+    );
+    rx.on_datagram(
+        4 * MS,
+        &welcome_of(2, 13, 0, 1, 5),
+        Some(primary()),
+        &mut on,
+    );
+    assert!(!rx
+        .take_events()
+        .iter()
+        .any(|e| matches!(e, MemberEvent::Fork { .. })));
+    assert_eq!(rx.next_seq(), 10);
+}
