@@ -12,6 +12,24 @@ defmodule Tachyon.TestHelpers do
     dir
   end
 
+  @doc """
+  How much busier than its cores the machine has been over the last
+  minute: the 1-minute load average over the online schedulers, at least
+  1.0 (1.0 where /proc/loadavg is missing). A bound on elapsed time that a
+  test derives from work it waits for is multiplied by it: on a 2-core
+  machine with a load average of 10, every runnable thread waits for a core
+  about five times as long.
+  """
+  def load_factor do
+    with {:ok, text} <- File.read("/proc/loadavg"),
+         [one | _] <- String.split(text, " "),
+         {l, _} <- Float.parse(one) do
+      max(1.0, l / System.schedulers_online())
+    else
+      _ -> 1.0
+    end
+  end
+
   @doc "Polls `fun` every 20 ms (collecting garbage first) until it is true; false after `tries`."
   def wait_until(fun, tries \\ 150) do
     cond do
