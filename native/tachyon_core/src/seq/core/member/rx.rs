@@ -452,6 +452,11 @@ impl Rx {
             }
             return;
         }
+        if self.welcomed {
+            // A later welcome of this term (after a trim): this member's
+            // commands up to `last` are sequenced, seen or not.
+            self.heard = self.heard.max(w.last);
+        }
         // Checked at the first welcome of a term only: until then nothing is
         // delivered, so the welcome answers exactly what the hello asked
         // (a later one, a keepalive's, may answer an older position).
@@ -535,6 +540,9 @@ impl Rx {
         // against a primary (a welcome may still answer a hello sent before
         // this, about an epoch it no longer holds: not a fork).
         st.delivered_any = false;
+        // Its own commands sequenced in the removed range will never be
+        // seen: a hello, whose welcome says the last one sequenced.
+        self.hello_now = true;
         st.next = first;
         st.deliver_from = st.deliver_from.max(first);
         st.partial.clear();

@@ -312,3 +312,36 @@ fn a_welcome_about_an_epoch_before_a_trim_is_no_fork() {
         .any(|e| matches!(e, MemberEvent::Fork { .. })));
     assert_eq!(rx.next_seq(), 10);
 }
+
+/// Its own commands sequenced in a range retention removed are never seen
+/// by the member: after a TRIMMED it says hello, and the welcome's `last`
+/// counts them as heard (found by the simulator: the member resent its
+/// command 19 for ever, the primary dropping it as a duplicate).
+#[test]
+fn after_a_trim_the_welcome_says_which_own_commands_were_sequenced() {
+    let mut rx = rx();
+    let mut on = |_: u64, _: u32, _: u8, _: &[u8]| {};
+    rx.on_datagram(
+        MS,
+        &data(1, 1, 2, &[(1, 1, 0, b"own")]),
+        Some(primary()),
+        &mut on,
+    );
+    assert_eq!(rx.own_heard(), 1);
+    let mut t = Vec::new();
+    wire::trimmed(&mut t, &header(), 10, 1);
+    rx.on_datagram(2 * MS, &t, Some(primary()), &mut on);
+    let mut out = Outbox::new();
+    rx.end_batch(2 * MS, &mut out);
+    assert!(out
+        .iter()
+        .any(|(_, d)| Cmd::parse(d).is_ok_and(|c| c.kind == CmdKind::Hello)));
+    // The same term's welcome: its commands up to 5 are sequenced.
+    rx.on_datagram(
+        3 * MS,
+        &welcome_of(1, 12, 5, 1, 12),
+        Some(primary()),
+        &mut on,
+    );
+    assert_eq!(rx.own_heard(), 5);
+}
