@@ -139,11 +139,14 @@ impl Stream {
     /// starts from ends its snapshots (a snapshot message's data begins
     /// with its position).
     fn snapshot_done(&mut self, snap: u8, data: &[u8]) {
+        if snap & SNAP_END == 0 || self.snapshot_as_of.is_none() {
+            return;
+        }
         let as_of = data
             .get(..8)
             .and_then(|b| b.try_into().ok())
             .map(u64::from_le_bytes);
-        if snap & SNAP_END != 0 && as_of.is_some() && as_of == self.snapshot_as_of {
+        if as_of == self.snapshot_as_of {
             self.snapshots = false;
         }
     }
