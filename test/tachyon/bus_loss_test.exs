@@ -154,7 +154,7 @@ defmodule Tachyon.BusLossTest do
 
     assert relay_stats.dropped > 0 and relay_stats.duplicated > 0 and relay_stats.reordered > 0
     # 1 s on a machine no busier than its cores; more in proportion on a
-    # loaded one (3.6 s measured with a load average of 10 on 2 cores).
+    # loaded one (3.6 s measured with both cores busy with simulator runs).
     bound = round(1000 * load_factor())
     assert Enum.max(late) < bound, "last delivery #{Enum.max(late)} ms, bound #{bound} ms"
   end
