@@ -166,6 +166,11 @@ pub enum PeerKind {
     /// only the follower's address): `a`, `b`, `c` = the joining node's
     /// address ([`addr_body`]).
     JoinVia = 15,
+    /// A follower passes a member's HELLO to its primary (the member may
+    /// know only followers: a node added while it was cut off is the
+    /// primary now, and nothing it delivered named it): `a`, `b`, `c` =
+    /// the member's address ([`addr_body`]), then the HELLO datagram.
+    HelloVia = 16,
 }
 
 /// Why a datagram was refused.

@@ -74,9 +74,14 @@ pub struct Peer {
 }
 
 impl Peer {
-    /// A CHECKPOINT datagram's bytes (empty for any other).
+    /// Whether datagrams of `kind` carry bytes after the body.
+    fn has_payload(kind: u8) -> bool {
+        kind == PeerKind::Checkpoint as u8 || kind == PeerKind::HelloVia as u8
+    }
+
+    /// A CHECKPOINT's chunk or a HELLO_VIA's hello (empty for any other).
     pub fn payload(b: &[u8]) -> &[u8] {
-        if b.len() > PEER_HEADER + 24 && b[3] == PeerKind::Checkpoint as u8 {
+        if b.len() > PEER_HEADER + 24 && Self::has_payload(b[3]) {
             &b[PEER_HEADER + 24..]
         } else {
             &[]
@@ -89,7 +94,8 @@ impl Peer {
             PeerKind::SyncReply
             | PeerKind::ProbeReply
             | PeerKind::Checkpoint
-            | PeerKind::JoinVia => 24,
+            | PeerKind::JoinVia
+            | PeerKind::HelloVia => 24,
             _ => 16,
         }
     }
@@ -135,10 +141,11 @@ impl Peer {
             13 => PeerKind::CheckpointReq,
             14 => PeerKind::Retain,
             15 => PeerKind::JoinVia,
+            16 => PeerKind::HelloVia,
             _ => return Err(Bad::Malformed),
         };
         let n = Self::body_len(kind);
-        let ok = if kind == PeerKind::Checkpoint {
+        let ok = if Self::has_payload(kind as u8) {
             b.len() >= PEER_HEADER + n
         } else {
             b.len() == PEER_HEADER + n

@@ -157,6 +157,7 @@ fn peers_round_trip() {
         PeerKind::CheckpointReq,
         PeerKind::Retain,
         PeerKind::JoinVia,
+        PeerKind::HelloVia,
     ];
     let mut d = Vec::new();
     for kind in kinds {

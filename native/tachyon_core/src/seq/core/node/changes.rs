@@ -372,4 +372,48 @@ mod tests {
         net.run_until(200, |_| false);
         assert!(!net.nodes[0].membership().is_voter(2));
     }
+
+    #[test]
+    fn a_members_hello_to_a_follower_is_welcomed_by_the_primary() {
+        use crate::seq::wire::{self, Bus, BusKind, HelloBody};
+        let mut net = Net::new(3, &[]);
+        assert!(net.run_until(500, |n| n.nodes[0].is_leader()
+            && n.nodes[1].leader() == Some(0)));
+        // A member that knows only node 1 (the primary was added while it
+        // was cut off) says hello to it: node 1 passes it on, and the
+        // primary welcomes the member at its own address.
+        let member = SocketAddr::from(([10, 0, 0, 9], 9000));
+        let h = HelloBody {
+            flags: wire::UNICAST,
+            incarnation: 5,
+            epoch: u32::MAX,
+            next: 0,
+        };
+        let mut d = Vec::new();
+        wire::hello(&mut d, 7, net.nodes[0].ls.session, &h);
+        net.wire.push((member, addr(1), d));
+        let welcomed = |n: &Net| {
+            n.wire.iter().any(|(from, to, d)| {
+                *from == addr(0)
+                    && *to == member
+                    && Bus::parse(d).is_ok_and(|b| b.kind == BusKind::Welcome)
+            })
+        };
+        assert!(
+            net.run_until(5, welcomed),
+            "the primary welcomes the member"
+        );
+        assert!(net.nodes[0].bindings.contains_key(&7));
+        // A keepalive is not passed on: it renews the follower's record only.
+        let keepalive = HelloBody {
+            flags: wire::UNICAST | wire::KEEPALIVE,
+            ..h
+        };
+        let mut d = Vec::new();
+        wire::hello(&mut d, 8, net.nodes[0].ls.session, &keepalive);
+        net.wire.push((member, addr(1), d));
+        net.step();
+        net.step();
+        assert!(!net.nodes[0].bindings.contains_key(&8));
+    }
 }

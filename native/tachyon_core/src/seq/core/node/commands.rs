@@ -9,7 +9,7 @@ use std::net::SocketAddr;
 use super::leader::Refused;
 use super::{Binding, Departed, Node, Role};
 use crate::seq::core::{fence, Env, Log, Nanos, Replay};
-use crate::seq::wire::{self, Cmd, CmdKind, Published, WelcomeBody, TAKEN};
+use crate::seq::wire::{self, Cmd, CmdKind, PeerKind, Published, WelcomeBody, TAKEN};
 
 /// Bytes of commands held per member at most.
 const WINDOW_BYTES: usize = 1 << 20;
@@ -223,6 +223,56 @@ impl<L: Log> Node<L> {
             }
             let flags = if taken { TAKEN } else { 0 };
             self.welcome(from, cmd.member_id, Some(&h), h.incarnation, flags, env);
+        } else if !taken && h.flags & wire::KEEPALIVE == 0 {
+            self.pass_hello(from, cmd, &h, env);
+        }
+    }
+
+    /// A follower passes a member's hello to the primary it follows
+    /// (HELLO_VIA, as JOIN_VIA for a joining node), which welcomes the
+    /// member itself: a member cut off while a node was added and then
+    /// elected knows only the nodes it had heard of, all followers now,
+    /// and would ask them for ever (Raft §8: a follower redirects a
+    /// client to the leader). Hellos are not per message: the copy is not
+    /// on a hot path.
+    fn pass_hello(
+        &mut self,
+        from: SocketAddr,
+        cmd: &Cmd<'_>,
+        h: &wire::HelloBody,
+        env: &mut dyn Env,
+    ) {
+        let me = self.id();
+        let Some(to) = self
+            .leader
+            .filter(|l| *l != me)
+            .and_then(|l| self.addr_of(l))
+        else {
+            return;
+        };
+        let mut hello = Vec::with_capacity(wire::CMD_HEADER + wire::HELLO_BODY);
+        wire::hello(&mut hello, cmd.member_id, cmd.session, h);
+        let (a, b, c) = wire::addr_body(from);
+        let term = self.term;
+        self.send_peer_with(to, PeerKind::HelloVia, term, 0, ((a, b), c), &hello, env);
+    }
+
+    /// A member's hello passed on by a follower: only a primary takes it,
+    /// as if the member had sent it, and never passes it again.
+    pub(super) fn on_hello_via(
+        &mut self,
+        now: Nanos,
+        p: &wire::Peer,
+        payload: &[u8],
+        env: &mut dyn Env,
+    ) {
+        if self.role != Role::Leader {
+            return;
+        }
+        let member = wire::body_addr(p.a, p.b, p.c);
+        match (member, Cmd::parse(payload)) {
+            (Some(m), Ok(cmd)) if cmd.kind == CmdKind::Hello => self.on_hello(now, m, &cmd, env),
+            _ => self.c.malformed.bump(1),
         }
     }
 

@@ -116,6 +116,22 @@ impl<L: Log> Node<L> {
         c: u64,
         env: &mut dyn Env,
     ) {
+        self.send_peer_with(addr, kind, term, flags, (ab, c), &[], env);
+    }
+
+    /// Sends a peer datagram of `term` to `addr` with `payload` after its
+    /// body (a kind that carries one: [`Peer::payload`]).
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn send_peer_with(
+        &mut self,
+        addr: SocketAddr,
+        kind: PeerKind,
+        term: u32,
+        flags: u8,
+        (ab, c): ((u64, u64), u64),
+        payload: &[u8],
+        env: &mut dyn Env,
+    ) {
         let (a, b) = ab;
         let flags = flags | if self.meta.learner { wire::LEARNER } else { 0 };
         let p = Peer {
@@ -133,6 +149,7 @@ impl<L: Log> Node<L> {
             c,
         };
         p.write(&mut self.scratch);
+        self.scratch.extend_from_slice(payload);
         env.send(&[addr], &self.scratch);
     }
 
@@ -162,6 +179,7 @@ impl<L: Log> Node<L> {
                     PeerKind::Retain => self.on_retain(p),
                     PeerKind::CheckpointReq => self.on_checkpoint_req(from, p, env),
                     PeerKind::Checkpoint => self.on_checkpoint(now, from, p, payload, env),
+                    PeerKind::HelloVia => self.on_hello_via(now, p, payload, env),
                     _ => {}
                 }
             }
