@@ -80,6 +80,61 @@ defmodule Tachyon.BenchCLITest do
              BenchTask.plan(["--summary", "nowhere"])
   end
 
+  describe "sequencer goals" do
+    test "a group's p50, p99 and CPU against one node's, and the loss tail against the loss-free tail" do
+      cases = [
+        %{
+          name: "tachyon.sequencer.roundtrip",
+          p50_ns: 10_000,
+          p99_ns: 20_000,
+          p999_ns: 40_000,
+          cpu_us_per_msg: 10.0
+        },
+        %{
+          name: "tachyon.sequencer.roundtrip.loss",
+          p50_ns: 10_000,
+          p99_ns: 30_000,
+          p999_ns: 70_000
+        },
+        %{
+          name: "tachyon.sequencer.group3.roundtrip",
+          p50_ns: 19_000,
+          p99_ns: 120_000,
+          p999_ns: 400_000,
+          cpu_us_per_msg: 24.0
+        }
+      ]
+
+      goals = Map.new(Tachyon.Bench.Sequencer.Goals.goals(cases, 3), &{&1.what, &1})
+
+      assert %{measured: "1.90x", met: true} =
+               goals["bus round trip through a group of 3 / through one node (p50)"]
+
+      assert %{measured: "6.00x", met: false} =
+               goals["bus round trip through a group of 3 / through one node (p99)"]
+
+      assert %{measured: "2.40x", met: true} =
+               goals["CPU per committed message, group of 3 / one node (round trip)"]
+
+      assert %{measured: "1.75x", met: false} =
+               goals[
+                 "bus round trip with 1% loss, p99.9 / without loss, p99.9 " <>
+                   "(a lost datagram costs a round trip, not a timer)"
+               ]
+    end
+
+    test "a case without a CPU figure gives no CPU goal" do
+      cases = [
+        %{name: "tachyon.sequencer.roundtrip", p50_ns: 10_000, p99_ns: 20_000, p999_ns: 1},
+        %{name: "tachyon.sequencer.group3.roundtrip", p50_ns: 1, p99_ns: 1, p999_ns: 1}
+      ]
+
+      whats = Enum.map(Tachyon.Bench.Sequencer.Goals.goals(cases, 3), & &1.what)
+      refute Enum.any?(whats, &(&1 =~ "CPU"))
+      assert Enum.any?(whats, &(&1 =~ "(p99)"))
+    end
+  end
+
   describe "goals" do
     setup do
       goals = [

@@ -16,7 +16,10 @@ defmodule Tachyon.Bench.Sequencer.Goals do
     {"bus round trip from Elixir / Tachyon.Echo's round trip (p50)",
      "tachyon.sequencer.roundtrip", "tachyon.echo", :le, 1.5, :p50_ns, :p50_ns},
     {"bus round trip with 1% loss, p99.9 / without loss, p50", "tachyon.sequencer.roundtrip.loss",
-     "tachyon.sequencer.roundtrip", :le, 4.0, :p999_ns, :p50_ns}
+     "tachyon.sequencer.roundtrip", :le, 4.0, :p999_ns, :p50_ns},
+    {"bus round trip with 1% loss, p99.9 / without loss, p99.9 (a lost datagram costs a round trip, not a timer)",
+     "tachyon.sequencer.roundtrip.loss", "tachyon.sequencer.roundtrip", :le, 1.5, :p999_ns,
+     :p999_ns}
   ]
 
   @rates [
@@ -42,13 +45,20 @@ defmodule Tachyon.Bench.Sequencer.Goals do
       if group,
         do: [
           {"bus round trip through a group of #{group} / through one node (p50)",
-           "tachyon.sequencer.group#{group}.roundtrip", "tachyon.sequencer.roundtrip", :le, 1.5,
-           :p50_ns, :p50_ns}
+           "tachyon.sequencer.group#{group}.roundtrip", "tachyon.sequencer.roundtrip", :le, 2.0,
+           :p50_ns, :p50_ns},
+          {"bus round trip through a group of #{group} / through one node (p99)",
+           "tachyon.sequencer.group#{group}.roundtrip", "tachyon.sequencer.roundtrip", :le, 5.0,
+           :p99_ns, :p99_ns},
+          {"CPU per committed message, group of #{group} / one node (round trip)",
+           "tachyon.sequencer.group#{group}.roundtrip", "tachyon.sequencer.roundtrip", :le, 2.5,
+           :cpu_us_per_msg, :cpu_us_per_msg}
         ],
         else: []
 
     ratios =
-      for {what, a, b, cmp, bound, ka, kb} <- @goals ++ group_goals, by[a] && by[b] do
+      for {what, a, b, cmp, bound, ka, kb} <- @goals ++ group_goals,
+          is_number(by[a][ka]) && is_number(by[b][kb]) && by[b][kb] > 0 do
         ratio = Map.fetch!(by[a], ka) / Map.fetch!(by[b], kb)
         met = if cmp == :le, do: ratio <= bound, else: ratio >= bound
         goal = Bench.bound_text(cmp, bound)
