@@ -14,9 +14,10 @@ defmodule Tachyon.Nemesis do
   # agenda entries `{at_ms, kind, data}` and its own state in `st.ext`),
   # `act(kind, data, st)` (an agenda entry of a kind of its own), `line(st,
   # port, line)` and `exited(st, port, status)` (of an OS process it
-  # started), `check(st, logs, results)` (at the end: `{results,
-  # violations}`, the members' results as the checks take them and more
-  # violations of its own).
+  # started; `port` is `{:member, id}` for a member's line), `check(st,
+  # logs, results)` (at the end: `{st, results, violations}`, the members'
+  # results as the checks take them and more violations of its own; the
+  # report's `ext` is `st.ext`).
 
   alias Tachyon.Nemesis.{Check, Cluster, Faults, Member, NetNS}
   alias Tachyon.Sequencer.OSProcess
@@ -35,6 +36,7 @@ defmodule Tachyon.Nemesis do
     dir: nil,
     keep: false,
     replace: true,
+    kinds: nil,
     extra: [],
     member: %{},
     hooks: nil,
@@ -49,7 +51,8 @@ defmodule Tachyon.Nemesis do
   `:durability` (`"fsync"` or `"replicated"`: the nodes' `--durability`;
   their default),
   `:loss` (true: lossy links among the faults), `:replace` (true: host
-  replacements among the faults), `:tables` (true: replicated
+  replacements among the faults), `:kinds` (only these kinds of
+  fault; nil: all), `:tables` (true: replicated
   tables on the members), `:extra` (more `mix tachyon.sequencer` arguments
   for every node), `:member` (more `Tachyon.Nemesis.Member` configuration
   for every member), `:hooks` (see the moduledoc; nil), `:dir` (a temporary one), `:keep` (keep `:dir`;
@@ -70,6 +73,7 @@ defmodule Tachyon.Nemesis do
       loss = if o.loss, do: NetNS.loss_available?(prefix), else: {:error, "turned off"}
       kinds = if loss == :ok, do: Faults.kinds(), else: Faults.kinds() -- [:loss]
       kinds = if o.replace, do: kinds, else: kinds -- [:replace]
+      kinds = if o.kinds, do: Enum.filter(kinds, &(&1 in o.kinds)), else: kinds
 
       extra =
         if(o.election_timeout, do: ["--election-timeout", "#{o.election_timeout}"], else: []) ++
@@ -389,7 +393,9 @@ defmodule Tachyon.Nemesis do
         end
       end)
 
-    {results, more} = if st.o.hooks, do: st.o.hooks.check(st, logs, results), else: {results, []}
+    {st, results, more} =
+      if st.o.hooks, do: st.o.hooks.check(st, logs, results), else: {st, results, []}
+
     violations = Check.all(logs, results, @ids) ++ missing ++ more
     report(%{st | view: view}, logs, results, violations)
   end
@@ -429,11 +435,13 @@ defmodule Tachyon.Nemesis do
       durability: st.o.durability || "replicated",
       faults: Map.new(Faults.kinds(), &{&1, Map.get(st.counts, &1, 0)}),
       replacements: st.replacements,
+      ext: st.ext,
       replacing: for(%{state: s, id: id} <- Map.values(st.nodes), s != :up, do: {id, s}),
       skipped: Map.get(st.counts, :skipped, 0),
       elections: MapSet.size(st.view.epochs),
       max_epoch: Enum.max(st.view.epochs, fn -> 0 end),
       log_entries: length(hd(logs)),
+      log_ranges: Enum.map(logs, &{Cluster.first_index(&1), &1 |> List.last() |> elem(0)}),
       messages: length(order),
       gap: gap,
       members: Enum.map(results, &member_summary/1),
@@ -547,7 +555,8 @@ defmodule Tachyon.Nemesis do
     ] ++
       [
         "elections: #{r.elections} (terms with a primary; highest epoch #{r.max_epoch})",
-        "log: #{r.log_entries} entries, #{r.messages} messages",
+        "log: #{r.log_entries} entries, #{r.messages} messages; each node's first and last " <>
+          "index: #{Enum.map_join(r.log_ranges, ", ", fn {a, b} -> "#{a}..#{b}" end)}",
         "longest member-seen gap: #{gap}"
       ] ++ replacements(r) ++ members ++ table ++ result
   end

@@ -312,13 +312,14 @@ defmodule Tachyon.Nemesis.Member do
 
   @doc """
   The messages member `id` delivered and spilled to `dir` from byte
-  `offset` on (whole frames only): `{list, next_offset}`.
+  `offset` on (whole frames only), those `keep` is true of:
+  `{list, next_offset}`.
   """
-  def read_spill(dir, id, offset) do
+  def read_spill(dir, id, offset, keep \\ fn _ -> true end) do
     case File.open(spill_path(dir, id), [:read, :binary, :raw]) do
       {:ok, f} ->
         {:ok, _} = :file.position(f, offset)
-        {list, off} = frames(f, offset, [])
+        {list, off} = frames(f, offset, keep, [])
         File.close(f)
         {Enum.concat(Enum.reverse(list)), off}
 
@@ -327,10 +328,10 @@ defmodule Tachyon.Nemesis.Member do
     end
   end
 
-  defp frames(f, off, acc) do
+  defp frames(f, off, keep, acc) do
     with {:ok, <<n::32>>} <- :file.read(f, 4),
          {:ok, bin} when byte_size(bin) == n <- :file.read(f, n) do
-      frames(f, off + 4 + n, [:erlang.binary_to_term(bin) | acc])
+      frames(f, off + 4 + n, keep, [Enum.filter(:erlang.binary_to_term(bin), keep) | acc])
     else
       _ -> {acc, off}
     end
