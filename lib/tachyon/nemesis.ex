@@ -14,7 +14,8 @@ defmodule Tachyon.Nemesis do
   # agenda entries `{at_ms, kind, data}` and its own state in `st.ext`),
   # `act(kind, data, st)` (an agenda entry of a kind of its own), `line(st,
   # port, line)` and `exited(st, port, status)` (of an OS process it
-  # started; `port` is `{:member, id}` for a member's line), `check(st,
+  # started; `port` is `{:member, id}` for a member's line, `{:node, id}`
+  # for a node's stats line), `check(st,
   # logs, results)` (at the end: `{st, results, violations}`, the members'
   # results as the checks take them and more violations of its own; the
   # report's `ext` is `st.ext`).
@@ -301,6 +302,9 @@ defmodule Tachyon.Nemesis do
           id,
           "node #{id} up"
         )
+
+      String.starts_with?(line, "tachyon.sequencer stats ") and st.o.hooks != nil ->
+        st.o.hooks.line(st, {:node, id}, line)
 
       true ->
         %{st | view: Cluster.role_line(st.view, id, line)}

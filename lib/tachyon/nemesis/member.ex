@@ -24,8 +24,9 @@ defmodule Tachyon.Nemesis.Member do
   # For the soak (`Tachyon.Nemesis.Soak`), which runs for hours: `spill`
   # (the delivered messages appended to the file `deliv-ID`, `read_spill/3`,
   # instead of kept: the result's `delivered` is empty), `tick_ms` (every so
-  # often a line "member tick ID delivered N gap G": N delivered so far, G
-  # the longest gap between deliveries since the last tick, ms),
+  # often a line "member tick ID delivered N gap G erlang_kb M": N delivered
+  # so far, G the longest gap between deliveries since the last tick, ms,
+  # M the VM's `:erlang.memory(:total)` in KiB),
   # `snapshot_every` (of the replicated table), `writer: false` (no writes
   # to the table), `from: :snapshot` (the bus opened from the latest
   # snapshot: the result's `snapshot` is its position) and `until_seq` (drain
@@ -293,7 +294,8 @@ defmodule Tachyon.Nemesis.Member do
   end
 
   defp tick(s) do
-    IO.puts("member tick #{s.id} delivered #{s.n} gap #{s.tick_gap}")
+    mem = div(:erlang.memory(:total), 1024)
+    IO.puts("member tick #{s.id} delivered #{s.n} gap #{s.tick_gap} erlang_kb #{mem}")
     %{flush_spill(s) | tick_at: mono() + s.cfg.tick_ms, tick_gap: 0}
   end
 

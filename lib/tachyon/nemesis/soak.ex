@@ -11,7 +11,9 @@ defmodule Tachyon.Nemesis.Soak do
   # `:hooks` (see `Tachyon.Nemesis`).
   #
   # Every minute a row: the log's bytes on disk per node (`du`), the RSS
-  # (VmRSS) and open file descriptors of every node's and members' OS
+  # (VmRSS, and RssAnon: VmRSS less the mapped files' pages, such as a
+  # table's or a log's segments, which the kernel can drop) and open file
+  # descriptors of every node's and members' OS
   # process, the messages delivered a second (per member), the longest gap
   # between a member's deliveries, the checks run and violated so far, the
   # replacements and joins done. The checks each minute are incremental:
@@ -23,7 +25,8 @@ defmodule Tachyon.Nemesis.Soak do
   # end, the nemesis's full check on the final logs.
 
   alias Tachyon.Nemesis
-  alias Tachyon.Nemesis.{Check, Cluster, Member, SoakPlot}
+  alias Tachyon.Nemesis.{Check, Cluster, Member, SoakReport}
+  alias Tachyon.Sequencer.OSProcess
 
   @defaults %{
     minutes: 30,
@@ -39,7 +42,6 @@ defmodule Tachyon.Nemesis.Soak do
     print: &IO.puts/1
   }
   @members [1, 2, 3]
-  @procs ~w(node0 node1 node2 m1 m2 m3)
 
   @doc """
   Runs the soak: `{:ok, summary}` (`summary.ok` false when anything
@@ -60,7 +62,9 @@ defmodule Tachyon.Nemesis.Soak do
       rate: o.rate,
       durability: o.durability,
       replace: false,
-      extra: ["--retention-bytes", "#{o.retention_bytes}", "--segment-size", "#{o.segment_size}"],
+      extra:
+        ["--retention-bytes", "#{o.retention_bytes}", "--segment-size", "#{o.segment_size}"] ++
+          ["--stats-interval", "1000"],
       member: %{spill: true, tick_ms: 1000, snapshot_every: o.snapshot_every},
       hooks: __MODULE__,
       soak: o,
@@ -69,9 +73,9 @@ defmodule Tachyon.Nemesis.Soak do
 
     with {:ok, report} <- Nemesis.run(nemesis) do
       rows = Enum.reverse(report.ext.rows)
-      write_csv(Path.join(o.out, "soak.csv"), rows)
-      SoakPlot.write(Path.join(o.out, "soak.svg"), rows, caption(o, report))
-      s = summary(o, report, rows)
+      SoakReport.write_csv(Path.join(o.out, "soak.csv"), rows)
+      SoakReport.write_svg(Path.join(o.out, "soak.svg"), rows, SoakReport.caption(o, report))
+      s = SoakReport.summary(o, report, rows)
       Enum.each(format(s), o.print)
       {:ok, s}
     end
@@ -96,6 +100,8 @@ defmodule Tachyon.Nemesis.Soak do
       hi: 0,
       his: [],
       holes: [],
+      commits: %{},
+      erlang_kb: %{},
       unchecked: 0,
       members: Map.new(@members, &{&1, %{off: 0, last: nil, pending: []}}),
       checks: 0,
@@ -152,9 +158,10 @@ defmodule Tachyon.Nemesis.Soak do
   @doc false
   def line(st, {:member, id}, "member tick " <> rest) do
     case String.split(rest, " ") do
-      [_, "delivered", n, "gap", g] ->
+      [_, "delivered", n, "gap", g, "erlang_kb", kb] ->
         {n, g} = {String.to_integer(n), String.to_integer(g)}
         {_, gap} = Map.get(st.ext.ticks, id, {0, 0})
+        st = put_ext(st, :erlang_kb, Map.put(st.ext.erlang_kb, id, String.to_integer(kb)))
         put_ext(st, :ticks, Map.put(st.ext.ticks, id, {n, max(gap, g)}))
 
       _ ->
@@ -163,6 +170,17 @@ defmodule Tachyon.Nemesis.Soak do
   end
 
   def line(st, {:member, _}, _line), do: st
+
+  # A node's stats (every second): its commit index, with its OS process.
+  def line(st, {:node, id}, line) do
+    case OSProcess.parse(line) do
+      %{line: :stats, stats: %{commit: c}} ->
+        put_ext(st, :commits, Map.put(st.ext.commits, id, {st.nodes[id].os_pid, c}))
+
+      _ ->
+        st
+    end
+  end
 
   def line(st, port, line) do
     case st.ext.joiners[port] do
@@ -280,8 +298,10 @@ defmodule Tachyon.Nemesis.Soak do
       minute: k,
       pids: procs,
       log_bytes: for(id <- 0..2, do: du(Cluster.node_dir(st.c, id))),
-      rss_kb: Enum.map(procs, &proc_rss/1),
+      rss_kb: Enum.map(procs, &proc_status(&1, "VmRSS")),
+      anon_kb: Enum.map(procs, &proc_status(&1, "RssAnon")),
       fds: Enum.map(procs, &proc_fds/1),
+      erlang_kb: for(id <- @members, do: st.ext.erlang_kb[id]),
       rate: round((delivered - st.ext.prev_delivered) / length(@members) / secs),
       gap_ms: st.ext.ticks |> Map.values() |> Enum.map(&elem(&1, 1)) |> Enum.max(fn -> 0 end),
       checks: st.ext.checks,
@@ -291,7 +311,7 @@ defmodule Tachyon.Nemesis.Soak do
     }
 
     ticks = Map.new(st.ext.ticks, fn {id, {n, _}} -> {id, {n, 0}} end)
-    st.o.out.(format_row(row))
+    st.o.out.(SoakReport.format_row(row))
 
     %{
       st
@@ -304,6 +324,7 @@ defmodule Tachyon.Nemesis.Soak do
       for id <- 0..2,
           st.nodes[id].state not in [:replacing, :joining],
           l = read_log(st, id),
+          l != [],
           do: l
 
     ext = %{st.ext | checks: st.ext.checks + 1}
@@ -317,21 +338,33 @@ defmodule Tachyon.Nemesis.Soak do
     %{st | ext: %{ext | violations: ext.violations ++ v}}
   end
 
+  # Node `id`'s log up to its commit index as its last stats line (of
+  # this OS process) said: the entries it knows committed. (Past it a log
+  # read while the nodes run may hold an entry a deposed primary appended,
+  # which a later primary replaces.) Nil if it cannot be read or no stats
+  # line came yet.
   defp read_log(st, id) do
-    Cluster.log(Cluster.node_dir(st.c, id), 3)
+    pid = st.nodes[id].os_pid
+
+    case st.ext.commits[id] do
+      {^pid, commit} ->
+        Enum.take_while(Cluster.log(Cluster.node_dir(st.c, id), 3), &(elem(&1, 0) < commit))
+
+      _ ->
+        nil
+    end
   rescue
     _ -> nil
   end
 
-  # The messages every log read holds (up to the shortest's end), added to
-  # the window. What retention removed from every log before it could be
-  # recorded is a hole: deliveries there are counted as not checked (the
-  # soak's retention too small for its rate and period, not the protocol's
-  # fault).
-  defp record(ext, logs) when length(logs) < 2, do: ext
+  # The messages the logs read hold (committed), added to the window. What
+  # retention removed from every log before it could be recorded is a
+  # hole: deliveries there are counted as not checked (the soak's retention
+  # too small for its rate and period, not the protocol's fault).
+  defp record(ext, []), do: ext
 
   defp record(ext, logs) do
-    hi = logs |> Enum.map(fn l -> l |> List.last() |> elem(0) end) |> Enum.min()
+    hi = logs |> Enum.map(fn l -> l |> List.last() |> elem(0) end) |> Enum.max()
     first = logs |> Enum.map(&Cluster.first_index/1) |> Enum.min()
     holes = if first > ext.hi + 1, do: [{ext.hi + 1, first - 1} | ext.holes], else: ext.holes
     new = for {s, m, d} <- Check.order(logs), s > ext.hi, s <= hi, into: %{}, do: {s, {m, d}}
@@ -442,10 +475,10 @@ defmodule Tachyon.Nemesis.Soak do
     end
   end
 
-  defp proc_rss(os_pid) do
+  defp proc_status(os_pid, field) do
     with p when p != nil <- beam(os_pid),
          {:ok, status} <- File.read("/proc/#{p}/status"),
-         [_, kb] <- Regex.run(~r/VmRSS:\s+(\d+) kB/, status) do
+         [_, kb] <- Regex.run(~r/#{field}:\s+(\d+) kB/, status) do
       String.to_integer(kb)
     else
       _ -> nil
@@ -471,119 +504,6 @@ defmodule Tachyon.Nemesis.Soak do
   defp mono, do: System.monotonic_time(:millisecond)
   defp put_ext(st, k, v), do: %{st | ext: Map.put(st.ext, k, v)}
 
-  # -- output -------------------------------------------------------------------------
-
-  defp format_row(r) do
-    mb = Enum.map_join(r.log_bytes, " ", &"#{Float.round(&1 / 1_048_576, 1)}")
-    rss = Enum.map_join(r.rss_kb, " ", &"#{if &1, do: div(&1, 1024), else: "-"}")
-    fds = Enum.map_join(r.fds, " ", &"#{&1 || "-"}")
-
-    "soak: minute #{r.minute}: log MiB #{mb} | RSS MiB #{rss} | fds #{fds} | " <>
-      "#{r.rate} msg/s | gap #{r.gap_ms} ms | checks #{r.checks} violated #{r.violations} | " <>
-      "replaced #{r.replaced} joined #{r.joined}"
-  end
-
-  @csv_header ["minute"] ++
-                for(i <- 0..2, do: "log_bytes_node#{i}") ++
-                for(p <- @procs, do: "rss_kb_#{p}") ++
-                for(p <- @procs, do: "fds_#{p}") ++
-                ~w(delivered_per_s max_gap_ms checks violations replaced joined)
-
-  defp write_csv(path, rows) do
-    lines =
-      for r <- rows do
-        [r.minute] ++
-          r.log_bytes ++
-          r.rss_kb ++ r.fds ++ [r.rate, r.gap_ms, r.checks, r.violations, r.replaced, r.joined]
-      end
-
-    text = Enum.map_join([@csv_header | lines], "\n", &Enum.map_join(&1, ",", fn v -> "#{v}" end))
-    File.write!(path, text <> "\n")
-  end
-
-  defp caption(o, report) do
-    "mix tachyon.soak --minutes #{o.minutes} --seed #{report.seed} --rate #{o.rate} " <>
-      "--retention-bytes #{o.retention_bytes} --replace-every #{o.replace_every}" <>
-      if(o.durability, do: " --durability #{o.durability}", else: "") <>
-      " (#{Date.utc_today()})"
-  end
-
-  defp summary(o, report, rows) do
-    minute_rows = Enum.filter(rows, &is_integer(&1.minute))
-    settle = min(5, max(1, div(o.minutes, 2)))
-    late = Enum.filter(minute_rows, &(&1.minute >= settle))
-
-    max_bytes =
-      for i <- 0..2,
-          do: minute_rows |> Enum.map(&Enum.at(&1.log_bytes, i)) |> Enum.max(fn -> 0 end)
-
-    bound = o.retention_bytes + 6 * o.segment_size
-
-    # Per process, over the rows of one OS process (a replaced node's new
-    # VM starts anew): the largest (max - min) / min, in percent.
-    drift = fn key ->
-      for {p, i} <- Enum.with_index(@procs), into: %{} do
-        runs =
-          late
-          |> Enum.map(&{Enum.at(&1.pids, i), Enum.at(Map.fetch!(&1, key), i)})
-          |> Enum.reject(&(elem(&1, 1) == nil))
-          |> Enum.chunk_by(&elem(&1, 0))
-          |> Enum.filter(&(length(&1) >= 2))
-          |> Enum.map(fn run ->
-            vs = Enum.map(run, &elem(&1, 1))
-            Float.round(100 * (Enum.max(vs) - Enum.min(vs)) / max(Enum.min(vs), 1), 1)
-          end)
-
-        {p, Enum.max(runs, fn -> nil end)}
-      end
-    end
-
-    joined = report.ext.joined
-    replaced = length(report.replacements)
-
-    s = %{
-      seed: report.seed,
-      minutes: o.minutes,
-      retention_bytes: o.retention_bytes,
-      bound: bound,
-      max_log_bytes: max_bytes,
-      settle: settle,
-      rss_drift: drift.(:rss_kb),
-      fd_drift: drift.(:fds),
-      violations: report.violations,
-      replacements: {replaced, report.ext.replaces},
-      joins: {Enum.count(joined, & &1.ok), o.minutes},
-      unchecked: report.ext.unchecked,
-      report: report
-    }
-
-    ok =
-      report.violations == [] and Enum.all?(max_bytes, &(&1 <= bound)) and
-        replaced == report.ext.replaces and Enum.count(joined, & &1.ok) == o.minutes
-
-    Map.put(s, :ok, ok)
-  end
-
   @doc "The summary as lines of text."
-  def format(s) do
-    mib = &Float.round(&1 / 1_048_576, 1)
-    {rd, rn} = s.replacements
-    {jd, jn} = s.joins
-
-    Nemesis.format(s.report) ++
-      [
-        "soak: #{s.minutes} minutes, seed #{s.seed}",
-        "log bytes on disk, max per node (MiB): #{Enum.map_join(s.max_log_bytes, ", ", &mib.(&1))} " <>
-          "(retention #{mib.(s.retention_bytes)} MiB; bound with the active and prepared segments " <>
-          "#{mib.(s.bound)} MiB)",
-        "RSS drift from minute #{s.settle} on (max-min over min, %, within one OS process): " <>
-          inspect(s.rss_drift),
-        "open fds drift from minute #{s.settle} on (%): #{inspect(s.fd_drift)}",
-        "host replacements: #{rd} of #{rn} done; snapshot joins: #{jd} of #{jn} done",
-        "deliveries not checked (removed by retention before a minute's check recorded them): " <>
-          "#{s.unchecked}",
-        "violations: #{length(s.violations)}",
-        "soak: #{if s.ok, do: "OK", else: "FAILED"}"
-      ]
-  end
+  defdelegate format(s), to: SoakReport
 end
