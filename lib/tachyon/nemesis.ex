@@ -202,10 +202,29 @@ defmodule Tachyon.Nemesis do
     end
   end
 
+  # Asks for a removal (again: after an error, or when no answer came in
+  # 6 s, the asked node killed or stopped meanwhile; a change's own timeout
+  # is 5 s).
   defp act({_at, :replace_ask, id}, st) do
-    case Faults.replace_ask(id, st.nodes, st.view) do
-      :ok -> st
-      {:error, :no_node} -> schedule(st, {rel(st) + 200, :replace_ask, id})
+    case st.nodes[id] do
+      %{state: :replacing, replace: r} = n ->
+        n = %{n | replace: Map.update(r, :asks, 1, &(&1 + 1))}
+        st = %{st | nodes: Map.put(st.nodes, id, n)}
+
+        case Faults.replace_ask(id, st.nodes, st.view) do
+          :ok -> schedule(st, {rel(st) + 6000, :replace_unanswered, {id, n.replace.asks}})
+          {:error, :no_node} -> schedule(st, {rel(st) + 200, :replace_ask, id})
+        end
+
+      _ ->
+        st
+    end
+  end
+
+  defp act({_at, :replace_unanswered, {id, asks}}, st) do
+    case st.nodes[id] do
+      %{state: :replacing, replace: %{asks: ^asks}} -> act({0, :replace_ask, id}, st)
+      _ -> st
     end
   end
 
@@ -335,7 +354,7 @@ defmodule Tachyon.Nemesis do
   # Heals every fault still on, at once; restarts any node that is down.
   defp heal_all(st) do
     heals = for {_, :heal, f} <- st.agenda, do: f
-    asks = for {_, :replace_ask, _} = e <- st.agenda, do: e
+    asks = for {_, k, _} = e <- st.agenda, k in [:replace_ask, :replace_unanswered], do: e
     st = Enum.reduce(heals, %{st | agenda: asks}, &act({0, :heal, &1}, &2))
 
     Enum.reduce(Map.values(st.nodes), st, fn

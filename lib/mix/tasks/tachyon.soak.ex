@@ -29,8 +29,11 @@ defmodule Mix.Tasks.Tachyon.Soak do
 
   Options: `--minutes N` (30), `--seed N` (random; the faults' schedule),
   `--rate N` (messages a second per member, 200), `--retention-bytes N`
-  (16 MiB: at the default rate the log passes it within a few minutes and
-  is trimmed every minute or so), `--segment-size N` (4 MiB), `--replace-every M`
+  (16 MiB: at the default rate, about 2.2 MB of log a minute, computed
+  from docs/FORMAT.md at about 44 bytes a message and 70 a table write,
+  the log passes it after about 8 minutes and a segment is trimmed
+  every 2 minutes or so from then on; the report prints each node's
+  first and last index at the end), `--segment-size N` (4 MiB), `--replace-every M`
   (minutes, 5), `--snapshot-every N` (table writes, 1000), `--durability
   fsync|replicated`, `--out DIR` (`soak`).
   """
