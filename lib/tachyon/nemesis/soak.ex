@@ -16,9 +16,10 @@ defmodule Tachyon.Nemesis.Soak do
   # descriptors of every node's and members' OS
   # process, the messages delivered a second (per member), the longest gap
   # between a member's deliveries, the checks run and violated so far, the
-  # replacements and joins done. The checks each minute are incremental:
-  # the nodes' logs agree where they overlap; the messages every log holds
-  # (up to the shortest's end) are recorded in a window (the order); each
+  # replacements and joins done. The checks each minute are incremental,
+  # on each node's log up to its commit index (from its stats line, every
+  # second): the nodes' logs agree where they overlap; their messages are
+  # recorded in a window (the order); each
   # member's deliveries since the last minute (spilled to a file by the
   # member) are exactly the window's messages from its last one on, no gap;
   # a joiner's are the window's from its snapshot's position on. At the
