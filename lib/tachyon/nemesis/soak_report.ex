@@ -69,7 +69,6 @@ defmodule Tachyon.Nemesis.SoakReport do
   def summary(o, report, rows) do
     minute_rows = Enum.filter(rows, &is_integer(&1.minute))
     settle = min(5, max(1, div(o.minutes, 2)))
-    late = Enum.filter(minute_rows, &(&1.minute >= settle))
 
     max_bytes =
       for i <- 0..2,
@@ -77,18 +76,21 @@ defmodule Tachyon.Nemesis.SoakReport do
 
     bound = o.retention_bytes + 6 * o.segment_size
 
-    # Per process, over the rows of one OS process (a replaced node's new
-    # VM starts anew): the largest (max - min) / min, in percent.
+    # Per process, over the rows of one OS process (a node killed or
+    # replaced comes back as a new VM) from minute `settle` on, less that
+    # OS process's first row (a VM started shortly before it, still
+    # warming up): the largest (max - min) / min, in percent.
     drift = fn key ->
       for {p, i} <- Enum.with_index(@procs), into: %{} do
         runs =
-          late
-          |> Enum.map(&{Enum.at(&1.pids, i), Enum.at(Map.fetch!(&1, key), i)})
-          |> Enum.reject(&(elem(&1, 1) == nil))
+          minute_rows
+          |> Enum.map(&{Enum.at(&1.pids, i), &1.minute, Enum.at(Map.fetch!(&1, key), i)})
+          |> Enum.reject(&(elem(&1, 2) == nil))
           |> Enum.chunk_by(&elem(&1, 0))
+          |> Enum.map(fn run -> run |> Enum.drop(1) |> Enum.filter(&(elem(&1, 1) >= settle)) end)
           |> Enum.filter(&(length(&1) >= 2))
           |> Enum.map(fn run ->
-            vs = Enum.map(run, &elem(&1, 1))
+            vs = Enum.map(run, &elem(&1, 2))
             Float.round(100 * (Enum.max(vs) - Enum.min(vs)) / max(Enum.min(vs), 1), 1)
           end)
 
@@ -142,7 +144,8 @@ defmodule Tachyon.Nemesis.SoakReport do
         "log bytes on disk, max per node (MiB): #{Enum.map_join(s.max_log_bytes, ", ", &mib.(&1))} " <>
           "(retention #{mib.(s.retention_bytes)} MiB; bound with the active and prepared segments " <>
           "#{mib.(s.bound)} MiB)",
-        "RSS drift from minute #{s.settle} on (max-min over min, %, within one OS process): " <>
+        "RSS drift from minute #{s.settle} on (max-min over min, %, within one OS process, " <>
+          "its first row left out): " <>
           inspect(s.rss_drift),
         "RSS less mapped files (RssAnon) drift, the same way (%): #{inspect(s.anon_drift)}",
         "RSS and open fds flat (within 10%): " <>
