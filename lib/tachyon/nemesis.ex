@@ -8,6 +8,17 @@ defmodule Tachyon.Nemesis do
   # drawn from the seed). Then everything is healed, the members drain the
   # bus to the end of the nodes' logs, and `Tachyon.Nemesis.Check` judges
   # what they delivered against the logs.
+  #
+  # The soak (`Tachyon.Nemesis.Soak`) runs the same loop with `:hooks`, a
+  # module called at its steps: `init(st)` (once the members publish: more
+  # agenda entries `{at_ms, kind, data}` and its own state in `st.ext`),
+  # `act(kind, data, st)` (an agenda entry of a kind of its own), `line(st,
+  # port, line)` and `exited(st, port, status)` (of an OS process it
+  # started; `port` is `{:member, id}` for a member's line, `{:node, id}`
+  # for a node's stats line), `check(st,
+  # logs, results)` (at the end: `{st, results, violations}`, the members'
+  # results as the checks take them and more violations of its own; the
+  # report's `ext` is `st.ext`).
 
   alias Tachyon.Nemesis.{Check, Cluster, Faults, Member, NetNS}
   alias Tachyon.Sequencer.OSProcess
@@ -25,6 +36,11 @@ defmodule Tachyon.Nemesis do
     tables: true,
     dir: nil,
     keep: false,
+    replace: true,
+    kinds: nil,
+    extra: [],
+    member: %{},
+    hooks: nil,
     out: &IO.puts/1
   }
 
@@ -35,8 +51,12 @@ defmodule Tachyon.Nemesis do
   second per member, 500), `:election_timeout` (ms, the nodes' default),
   `:durability` (`"fsync"` or `"replicated"`: the nodes' `--durability`;
   their default),
-  `:loss` (true: lossy links among the faults), `:tables` (true: replicated
-  tables on the members), `:dir` (a temporary one), `:keep` (keep `:dir`;
+  `:loss` (true: lossy links among the faults), `:replace` (true: host
+  replacements among the faults), `:kinds` (only these kinds of
+  fault; nil: all), `:tables` (true: replicated
+  tables on the members), `:extra` (more `mix tachyon.sequencer` arguments
+  for every node), `:member` (more `Tachyon.Nemesis.Member` configuration
+  for every member), `:hooks` (see the moduledoc; nil), `:dir` (a temporary one), `:keep` (keep `:dir`;
   it is kept anyway after a violation or a failure, with the nodes' logs,
   the members' results and `report.txt`),
   `:out` (a function given each progress line; `IO.puts/1`).
@@ -53,10 +73,12 @@ defmodule Tachyon.Nemesis do
     with :ok <- NetNS.probe(prefix) do
       loss = if o.loss, do: NetNS.loss_available?(prefix), else: {:error, "turned off"}
       kinds = if loss == :ok, do: Faults.kinds(), else: Faults.kinds() -- [:loss]
+      kinds = if o.replace, do: kinds, else: kinds -- [:replace]
+      kinds = if o.kinds, do: Enum.filter(kinds, &(&1 in o.kinds)), else: kinds
 
       extra =
         if(o.election_timeout, do: ["--election-timeout", "#{o.election_timeout}"], else: []) ++
-          if o.durability, do: ["--durability", "#{o.durability}"], else: []
+          if(o.durability, do: ["--durability", "#{o.durability}"], else: []) ++ o.extra
 
       File.rm_rf!(dir)
       {:ok, c} = Cluster.up(prefix, 3, @members, dir, extra: extra)
@@ -102,7 +124,7 @@ defmodule Tachyon.Nemesis do
 
     members =
       for {host, id} <- Enum.zip(@members, @ids), into: %{} do
-        cfg = %{ids: [id], dir: mdir, rate: o.rate, table: o.tables}
+        cfg = Map.merge(%{ids: [id], dir: mdir, rate: o.rate, table: o.tables}, o.member)
         {id, Cluster.spawn_members(c, host, cfg)}
       end
 
@@ -119,9 +141,13 @@ defmodule Tachyon.Nemesis do
       log: [],
       counts: %{},
       problems: [],
+      replacements: [],
+      ext: nil,
       t0: mono(),
       t0_os: System.os_time(:millisecond)
     }
+
+    st = if o.hooks, do: o.hooks.init(st), else: st
 
     st = loop(st, st.t0 + o.seconds * 1000)
     o.out.("nemesis: #{o.seconds} s done; healing everything")
@@ -135,9 +161,7 @@ defmodule Tachyon.Nemesis do
   # -- the run ------------------------------------------------------------------------
 
   defp loop(st, end_at) do
-    now = rel(st)
-    {due, later} = Enum.split_with(st.agenda, fn {at, _, _} -> at <= now end)
-    st = Enum.reduce(due, %{st | agenda: later}, &act/2)
+    st = due(st)
 
     if mono() >= end_at do
       st
@@ -147,21 +171,65 @@ defmodule Tachyon.Nemesis do
     end
   end
 
+  # Acts on the agenda's entries that are due.
+  defp due(st) do
+    now = rel(st)
+    {due, later} = Enum.split_with(st.agenda, fn {at, _, _} -> at <= now end)
+    Enum.reduce(due, %{st | agenda: later}, &act/2)
+  end
+
+  @doc false
+  # Adds an entry `{at_ms, kind, data}` to the agenda (for the hooks too).
+  def schedule(st, entry), do: %{st | agenda: Enum.sort([entry | st.agenda])}
+
   defp act({_at, :inject, f}, st) do
     t = mono()
 
     case Faults.inject(f, st.c, st.nodes) do
       {:ok, nodes} ->
-        note(st, :inject, f, Faults.describe(f) <> took(t))
-        |> Map.put(:nodes, nodes)
-        |> Map.update!(:counts, &Map.update(&1, f.kind, 1, fn n -> n + 1 end))
-        |> Map.update!(:agenda, &Enum.sort([{f.at + f.dur, :heal, f} | &1]))
+        st =
+          note(st, :inject, f, Faults.describe(f) <> took(t))
+          |> Map.put(:nodes, nodes)
+          |> Map.update!(:counts, &Map.update(&1, f.kind, 1, fn n -> n + 1 end))
+
+        if f.kind == :replace,
+          do: act({0, :replace_ask, f.target}, st),
+          else: schedule(st, {f.at + f.dur, :heal, f})
 
       {:skip, why} ->
         note(st, :skip, f, "skipped: #{Faults.describe(f)} (#{why})")
         |> Map.update!(:counts, &Map.update(&1, :skipped, 1, fn n -> n + 1 end))
     end
   end
+
+  # Asks for a removal (again: after an error, or when no answer came in
+  # 6 s, the asked node killed or stopped meanwhile; a change's own timeout
+  # is 5 s).
+  defp act({_at, :replace_ask, id}, st) do
+    case st.nodes[id] do
+      %{state: :replacing, replace: r} = n ->
+        n = %{n | replace: Map.update(r, :asks, 1, &(&1 + 1))}
+        st = %{st | nodes: Map.put(st.nodes, id, n)}
+
+        case Faults.replace_ask(id, st.nodes, st.view) do
+          :ok -> schedule(st, {rel(st) + 6000, :replace_unanswered, {id, n.replace.asks}})
+          {:error, :no_node} -> schedule(st, {rel(st) + 200, :replace_ask, id})
+        end
+
+      _ ->
+        st
+    end
+  end
+
+  defp act({_at, :replace_unanswered, {id, asks}}, st) do
+    case st.nodes[id] do
+      %{state: :replacing, replace: %{asks: ^asks}} -> act({0, :replace_ask, id}, st)
+      _ -> st
+    end
+  end
+
+  defp act({_at, kind, data}, st) when kind not in [:heal],
+    do: st.o.hooks.act(kind, data, st)
 
   defp act({_at, :heal, f}, st) do
     t = mono()
@@ -177,7 +245,10 @@ defmodule Tachyon.Nemesis do
     end
   end
 
-  defp note(st, what, f, text) do
+  @doc false
+  # A line of progress, `what` (`:inject`, `:heal`, `:up`, ...) with `f` in
+  # the run's log (for the hooks too).
+  def note(st, what, f, text) do
     t = rel(st)
     st.o.out.("  +#{:erlang.float_to_binary(t / 1000, decimals: 3)} s #{text}")
     %{st | log: [{t, what, f} | st.log]}
@@ -197,27 +268,65 @@ defmodule Tachyon.Nemesis do
 
   defp line(st, port, line) do
     case {node_of(st, port), member_of(st, port)} do
-      {%{id: id} = n, _} ->
-        cond do
-          String.starts_with?(line, "tachyon.sequencer ready") and n.state == :starting ->
-            note(
-              %{st | nodes: Map.put(st.nodes, id, %{n | state: :up})},
-              :up,
-              id,
-              "node #{id} up"
-            )
-
-          true ->
-            %{st | view: Cluster.role_line(st.view, id, line)}
-        end
+      {%{id: id}, _} ->
+        st |> replace_line(id, line) |> node_line(id, line)
 
       {nil, {id, _}} ->
         if String.starts_with?(line, "member crashed"),
           do: problem(st, "member #{id}: #{line}"),
-          else: st
+          else: member_line(st, id, line)
 
       _ ->
-        st
+        if st.o.hooks, do: st.o.hooks.line(st, port, line), else: st
+    end
+  end
+
+  defp member_line(%{o: %{hooks: nil}} = st, _id, _line), do: st
+  defp member_line(st, id, line), do: st.o.hooks.line(st, {:member, id}, line)
+
+  defp replace_line(st, id, line) do
+    case Faults.replace_line(st.c, st.nodes, id, line) do
+      {:ok, nodes} ->
+        %{st | nodes: nodes}
+
+      {:retry, nodes} ->
+        target = Enum.find(Map.values(nodes), &(&1.state == :replacing)).id
+        schedule(%{st | nodes: nodes}, {rel(st) + 200, :replace_ask, target})
+
+      {:removed, nodes} ->
+        n = Enum.find(Map.values(nodes), &(&1.state == :joining))
+
+        text =
+          "node #{n.id} removed (#{n.replace.removed_ms} ms after its kill), a new disk joins"
+
+        note(%{st | nodes: nodes}, :removed, n.id, text)
+
+      {:done, nodes, r} ->
+        text =
+          "node #{r.node} replaced: a voter, caught up, #{r.ms} ms after its kill " <>
+            "(removed after #{r.removed_ms} ms)"
+
+        note(%{st | nodes: nodes, replacements: st.replacements ++ [r]}, :up, r.node, text)
+    end
+  end
+
+  defp node_line(st, id, line) do
+    n = st.nodes[id]
+
+    cond do
+      String.starts_with?(line, "tachyon.sequencer ready") and n.state == :starting ->
+        note(
+          %{st | nodes: Map.put(st.nodes, id, %{n | state: :up})},
+          :up,
+          id,
+          "node #{id} up"
+        )
+
+      String.starts_with?(line, "tachyon.sequencer stats ") and st.o.hooks != nil ->
+        st.o.hooks.line(st, {:node, id}, line)
+
+      true ->
+        %{st | view: Cluster.role_line(st.view, id, line)}
     end
   end
 
@@ -231,11 +340,13 @@ defmodule Tachyon.Nemesis do
         problem(st, "member #{id}'s OS process exited (status #{status}) before the end")
 
       _ ->
-        st
+        if st.o.hooks, do: st.o.hooks.exited(st, port, status), else: st
     end
   end
 
-  defp problem(st, text) do
+  @doc false
+  # Something wrong seen during the run (for the hooks too): a violation.
+  def problem(st, text) do
     st.o.out.("  problem: #{text}")
     %{st | problems: st.problems ++ [text]}
   end
@@ -243,7 +354,8 @@ defmodule Tachyon.Nemesis do
   # Heals every fault still on, at once; restarts any node that is down.
   defp heal_all(st) do
     heals = for {_, :heal, f} <- st.agenda, do: f
-    st = Enum.reduce(heals, %{st | agenda: []}, &act({0, :heal, &1}, &2))
+    asks = for {_, k, _} = e <- st.agenda, k in [:replace_ask, :replace_unanswered], do: e
+    st = Enum.reduce(heals, %{st | agenda: asks}, &act({0, :heal, &1}, &2))
 
     Enum.reduce(Map.values(st.nodes), st, fn
       %{state: :down, id: id}, st ->
@@ -267,7 +379,7 @@ defmodule Tachyon.Nemesis do
         )
 
       true ->
-        st |> receive_one(100) |> await_nodes_up(deadline)
+        st |> due() |> receive_one(100) |> await_nodes_up(deadline)
     end
   end
 
@@ -304,7 +416,10 @@ defmodule Tachyon.Nemesis do
         end
       end)
 
-    violations = Check.all(logs, results, @ids) ++ missing
+    {st, results, more} =
+      if st.o.hooks, do: st.o.hooks.check(st, logs, results), else: {st, results, []}
+
+    violations = Check.all(logs, results, @ids) ++ missing ++ more
     report(%{st | view: view}, logs, results, violations)
   end
 
@@ -342,10 +457,14 @@ defmodule Tachyon.Nemesis do
       seconds: st.o.seconds,
       durability: st.o.durability || "replicated",
       faults: Map.new(Faults.kinds(), &{&1, Map.get(st.counts, &1, 0)}),
+      replacements: st.replacements,
+      ext: st.ext,
+      replacing: for(%{state: s, id: id} <- Map.values(st.nodes), s != :up, do: {id, s}),
       skipped: Map.get(st.counts, :skipped, 0),
       elections: MapSet.size(st.view.epochs),
       max_epoch: Enum.max(st.view.epochs, fn -> 0 end),
       log_entries: length(hd(logs)),
+      log_ranges: Enum.map(logs, &{Cluster.first_index(&1), &1 |> List.last() |> elem(0)}),
       messages: length(order),
       gap: gap,
       members: Enum.map(results, &member_summary/1),
@@ -403,6 +522,20 @@ defmodule Tachyon.Nemesis do
     end
   end
 
+  defp replacements(%{replacements: [], replacing: []}), do: []
+
+  defp replacements(r) do
+    done =
+      Enum.map_join(
+        r.replacements,
+        ", ",
+        &"node #{&1.node} in #{&1.ms} ms (removed in #{&1.removed_ms})"
+      )
+
+    ["host replacements: #{length(r.replacements)} done (voter and caught up): #{done}"] ++
+      for({id, s} <- r.replacing, do: "  node #{id} not done: #{s}")
+  end
+
   @doc "The report as lines of text."
   def format(r) do
     faults = Enum.map_join(r.faults, ", ", fn {k, n} -> "#{k} #{n}" end)
@@ -445,8 +578,9 @@ defmodule Tachyon.Nemesis do
     ] ++
       [
         "elections: #{r.elections} (terms with a primary; highest epoch #{r.max_epoch})",
-        "log: #{r.log_entries} entries, #{r.messages} messages",
+        "log: #{r.log_entries} entries, #{r.messages} messages; each node's first and last " <>
+          "index: #{Enum.map_join(r.log_ranges, ", ", fn {a, b} -> "#{a}..#{b}" end)}",
         "longest member-seen gap: #{gap}"
-      ] ++ members ++ table ++ result
+      ] ++ replacements(r) ++ members ++ table ++ result
   end
 end

@@ -5,7 +5,9 @@ defmodule Tachyon.NemesisTest do
   # a lossy link); then healed and checked (Tachyon.Nemesis.Check): one
   # order that every member converges to, every delivery in every node's
   # final log, each sender's messages in order and once, every
-  # acknowledged publish delivered, no forks, equal replicated tables. Not
+  # acknowledged publish delivered, no forks, equal replicated tables; and
+  # a run whose faults are host replacements (the `:replace` fault: kill -9,
+  # removed through a survivor, a new disk joins at the same address). Not
   # async; skipped with a message where namespaces cannot be made.
   use ExUnit.Case, async: false
 
@@ -34,5 +36,24 @@ defmodule Tachyon.NemesisTest do
     assert Enum.sum(Map.values(report.faults)) > 0
     assert report.elections >= 1
     assert report.violations == [], "seed #{report.seed}: #{inspect(report.violations)}"
+  end
+
+  test "a host replaced under traffic: killed, removed, a new disk joins; no violation" do
+    # Only replacements (one at a time: the second, if drawn, 20 s after
+    # the first): the members publish throughout.
+    seed = System.get_env("NEMESIS_SEED")
+    opts = [seconds: 25, kinds: [:replace], out: fn _ -> :ok end]
+    opts = if seed, do: [{:seed, String.to_integer(seed)} | opts], else: opts
+    assert {:ok, report} = Nemesis.run(opts)
+    IO.puts("\n" <> Enum.map_join(Nemesis.format(report), "\n", &("  " <> &1)))
+    assert report.faults.replace >= 1
+    assert length(report.replacements) == report.faults.replace
+    assert report.violations == [], "seed #{report.seed}: #{inspect(report.violations)}"
+
+    # The new node holds the log: it ends where the others do, from the
+    # session record (no retention here: it copied everything) on.
+    for r <- report.replacements, do: assert(r.ms > 0 and r.removed_ms <= r.ms)
+    [_ | _] = ranges = report.log_ranges
+    assert length(Enum.uniq(ranges)) == 1, inspect(ranges)
   end
 end

@@ -6,7 +6,11 @@ defmodule Mix.Tasks.Tachyon.Nemesis do
   own, the members publishing throughout (and writing to replicated
   tables); every 1-2 s a random fault on a random node or link: kill -9
   (restarted a little later on its log), SIGSTOP then SIGCONT after
-  100-800 ms, a link cut then healed, or a lossy link (`tc`). Then
+  100-800 ms, a link cut then healed, a lossy link (`tc`), or a host
+  replaced (kill -9, removed from the group through a survivor, its
+  directory wiped, a new node at the same address with `--join`: done
+  once it is a voter and caught up, its time printed; one at a time;
+  docs/FAILOVER.md, "Replacing a host"). Then
   everything is healed and checked: every member's delivered sequence is
   the one order and all converge to it; every delivered message is in
   every node's final log; each sender's messages in order, none twice;
@@ -21,7 +25,7 @@ defmodule Mix.Tasks.Tachyon.Nemesis do
   seed draws the same fault schedule), `--rate N` (messages a second per
   member, 500), `--election-timeout MS` (the nodes'), `--durability
   fsync|replicated` (the nodes' `durability:`, as `mix tachyon.sequencer`
-  takes it; default `replicated`), `--no-loss`,
+  takes it; default `replicated`), `--no-loss`, `--no-replace`,
   `--no-tables`, `--dir DIR` and `--keep` (keep the logs and results).
   Exits with status 1 on any violation.
   """
@@ -34,6 +38,7 @@ defmodule Mix.Tasks.Tachyon.Nemesis do
     election_timeout: :integer,
     durability: :string,
     loss: :boolean,
+    replace: :boolean,
     tables: :boolean,
     dir: :string,
     keep: :boolean

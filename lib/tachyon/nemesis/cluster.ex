@@ -59,14 +59,32 @@ defmodule Tachyon.Nemesis.Cluster do
   @doc "Node `id`'s log directory."
   def node_dir(c, id), do: Path.join(c.dir, "node#{id}")
 
-  @doc "The `mix tachyon.sequencer` arguments of node `id`."
-  def node_args(c, id, eager) do
+  @doc "Node `id`'s address as \"ip:port\"."
+  def node_address(c, id), do: hostport(Enum.at(c.group, id))
+
+  @doc "The id of the node at address \"ip:port\" (nil if none)."
+  def node_at(c, address), do: Enum.find_index(c.group, &(hostport(&1) == address))
+
+  @doc """
+  The `mix tachyon.sequencer` arguments of node `id`: with the group's
+  addresses (`--group`), or, with `join: true`, a new node on an empty
+  directory that joins through the other nodes (`--join`: docs/FAILOVER.md,
+  "Replacing a host"), at the same address.
+  """
+  def node_args(c, id, eager, opts \\ []) do
     h = node_host(c, id)
     ip = ipstr(h.ip)
     {g, bus_port} = @bus
 
+    others = for {a, i} <- Enum.with_index(c.group), i != id, do: hostport(a)
+
+    group =
+      if opts[:join],
+        do: ["--join", Enum.join(others, ",")],
+        else: ["--group", Enum.map_join(c.group, ",", &hostport/1)]
+
     ["--path", node_dir(c, id), "--ip", ip, "--port", "#{@port}"] ++
-      ["--group", Enum.map_join(c.group, ",", fn {a, p} -> "#{ipstr(a)}:#{p}" end)] ++
+      group ++
       ["--bus", "multicast:#{ipstr(g)}:#{bus_port}", "--interface", ip, "--wait", "backoff"] ++
       if(eager, do: [], else: ["--no-eager"]) ++ c.extra
   end
@@ -74,9 +92,10 @@ defmodule Tachyon.Nemesis.Cluster do
   @doc """
   Starts node `id` in its namespace and returns at once:
   `%{id, port, os_pid}` (its "ready" line comes later: `await_ready/2`).
+  `opts`: as `node_args/4`.
   """
-  def spawn_node(c, id, eager) do
-    code = "Mix.Tasks.Tachyon.Sequencer.run(#{inspect(node_args(c, id, eager))})"
+  def spawn_node(c, id, eager, opts \\ []) do
+    code = "Mix.Tasks.Tachyon.Sequencer.run(#{inspect(node_args(c, id, eager, opts))})"
     OSProcess.spawn_elixir(code, netns: node_host(c, id).ns) |> Map.put(:id, id)
   end
 
@@ -306,15 +325,23 @@ defmodule Tachyon.Nemesis.Cluster do
   end
 
   @doc """
-  The messages of a log (control entries left out): `[{seq, member_id, data}]`.
+  The messages of a log (control entries and state machine snapshots'
+  messages left out: members see neither): `[{seq, member_id, data}]`.
   """
   def messages(log) do
     for {i,
          <<mid::little-32, _ms::little-64, flags, 0, len::little-16, _term::little-32,
            d::binary-size(len)>>} <- log,
-        Bitwise.band(flags, 0x80) == 0,
+        Bitwise.band(flags, 0x88) == 0,
         do: {i, mid, d}
   end
+
+  @doc """
+  The index of a log's first entry (retention removes the oldest; nil:
+  empty).
+  """
+  def first_index([{i, _} | _]), do: i
+  def first_index([]), do: nil
 
   @doc "The epochs whose records a log holds, in order."
   def epochs(log) do
@@ -322,6 +349,8 @@ defmodule Tachyon.Nemesis.Cluster do
         Bitwise.band(flags, 0xC0) == 0xC0,
         do: e
   end
+
+  defp hostport({a, p}), do: "#{ipstr(a)}:#{p}"
 
   @doc "`{a, b, c, d}` as \"a.b.c.d\"."
   def ipstr({a, b, c, d}), do: "#{a}.#{b}.#{c}.#{d}"

@@ -20,6 +20,17 @@ defmodule Tachyon.Nemesis.Member do
   # port}`), `ip` (this host's), `dir`; optional `per`, `rate`, `expect`,
   # `table`, `timeline` (record `{first_seq, last_seq, os_ms}` per
   # delivered batch), `drain_timeout` (ms, default 120 s).
+  #
+  # For the soak (`Tachyon.Nemesis.Soak`), which runs for hours: `spill`
+  # (the delivered messages appended to the file `deliv-ID`, `read_spill/3`,
+  # instead of kept: the result's `delivered` is empty), `tick_ms` (every so
+  # often a line "member tick ID delivered N gap G erlang_kb M": N delivered
+  # so far, G the longest gap between deliveries since the last tick, ms,
+  # M the VM's `:erlang.memory(:total)` in KiB),
+  # `snapshot_every` (of the replicated table), `writer: false` (no writes
+  # to the table), `from: :snapshot` (the bus opened from the latest
+  # snapshot: the result's `snapshot` is its position) and `until_seq` (drain
+  # up to that sequence number rather than the file `final`).
 
   alias Tachyon.Bus
   alias Tachyon.Table.Replicated
@@ -38,7 +49,15 @@ defmodule Tachyon.Nemesis.Member do
   @doc "Runs the members of `cfg` (see the moduledoc); returns when all are done."
   def run(cfg) do
     Application.ensure_all_started(:tachyon)
-    cfg = Map.merge(%{per: nil, rate: nil, expect: nil, table: nil, timeline: false}, cfg)
+    defaults = %{per: nil, rate: nil, expect: nil, table: nil, timeline: false, writer: true}
+    cfg = Map.merge(defaults, cfg)
+
+    cfg =
+      Map.merge(
+        %{spill: false, tick_ms: nil, snapshot_every: nil, from: nil, until_seq: nil},
+        cfg
+      )
+
     cfg = Map.put_new(cfg, :drain_timeout, 120_000)
 
     tasks =
@@ -64,11 +83,15 @@ defmodule Tachyon.Nemesis.Member do
   defp mono, do: System.monotonic_time(:millisecond)
 
   defp member(cfg, id) do
-    b = open_bus(cfg, id, mono() + 120_000)
+    {b, info} = open_bus(cfg, id, mono() + 120_000)
     table = cfg.table && start_table(cfg, id)
     IO.puts("member joined #{id}")
     wait_file(Path.join(cfg.dir, "go"))
-    writer = table && spawn_link(fn -> writer(table, id, 0, 0) end)
+    writer = table && cfg.writer && spawn_link(fn -> writer(table, id, 0, 0) end)
+
+    spill =
+      if cfg.spill,
+        do: elem({:ok, _} = File.open(spill_path(cfg.dir, id), [:append, :binary, :raw]), 1)
 
     s = %{
       b: b,
@@ -92,7 +115,11 @@ defmodule Tachyon.Nemesis.Member do
       stop_at: mono(),
       stopped: false,
       report_at: mono() + 5000,
-      publishing: true
+      publishing: true,
+      spill: spill,
+      buf: [],
+      tick_at: mono() + (cfg.tick_ms || 0),
+      tick_gap: 0
     }
 
     s = publish_loop(s)
@@ -103,6 +130,7 @@ defmodule Tachyon.Nemesis.Member do
     quiet_ok = s.own_max >= s.acked
     IO.puts("member quiet #{id}#{if quiet_ok, do: "", else: " timed out"}")
     {s, target, final_ok} = final(s, cfg)
+    s = flush_spill(s)
     {:ok, stats} = Bus.stats(b)
     events = events(b, [])
 
@@ -129,7 +157,9 @@ defmodule Tachyon.Nemesis.Member do
       final_ok: final_ok,
       target: target,
       writes: writes,
-      table: tab
+      table: tab,
+      snapshot: info[:snapshot],
+      spilled: s.spill != nil
     }
 
     File.write!(out(cfg, id), :erlang.term_to_binary(result))
@@ -149,9 +179,11 @@ defmodule Tachyon.Nemesis.Member do
       connect_timeout_ms: 20_000
     ]
 
-    case Bus.open(opts) do
-      {:ok, b} ->
-        b
+    opts = if cfg.from, do: [{:from, cfg.from} | opts], else: opts
+
+    case Bus.open_info(opts) do
+      {:ok, b, info} ->
+        {b, info}
 
       {:error, why} ->
         if mono() > deadline, do: raise("member #{id} cannot join: #{inspect(why)}")
@@ -168,7 +200,8 @@ defmodule Tachyon.Nemesis.Member do
         path: Path.join(cfg.dir, "table-#{id}"),
         sequencer: cfg.group,
         member_id: 100 + id,
-        bus: {:multicast, {g, port}, interface: cfg.ip, ttl: 1}
+        bus: {:multicast, {g, port}, interface: cfg.ip, ttl: 1},
+        snapshot_every: cfg.snapshot_every
       )
 
     t
@@ -250,10 +283,59 @@ defmodule Tachyon.Nemesis.Member do
   # -- receiving --------------------------------------------------------------------
 
   defp recv(s, timeout) do
-    case Bus.recv(s.b, timeout) do
-      {:ok, list} -> got(s, list)
-      {:error, :timeout} -> s
-      {:error, why} -> count_error(s, {:recv, why})
+    s =
+      case Bus.recv(s.b, timeout) do
+        {:ok, list} -> got(s, list)
+        {:error, :timeout} -> s
+        {:error, why} -> count_error(s, {:recv, why})
+      end
+
+    if s.cfg.tick_ms && mono() >= s.tick_at, do: tick(s), else: s
+  end
+
+  defp tick(s) do
+    mem = div(:erlang.memory(:total), 1024)
+    IO.puts("member tick #{s.id} delivered #{s.n} gap #{s.tick_gap} erlang_kb #{mem}")
+    %{flush_spill(s) | tick_at: mono() + s.cfg.tick_ms, tick_gap: 0}
+  end
+
+  # -- the spill file: what was delivered, in frames of a length and a term ----------
+
+  defp spill_path(dir, id), do: Path.join(dir, "deliv-#{id}")
+
+  defp flush_spill(%{spill: nil} = s), do: s
+  defp flush_spill(%{buf: []} = s), do: s
+
+  defp flush_spill(s) do
+    bin = :erlang.term_to_binary(Enum.reverse(s.buf))
+    :ok = :file.write(s.spill, [<<byte_size(bin)::32>>, bin])
+    %{s | buf: []}
+  end
+
+  @doc """
+  The messages member `id` delivered and spilled to `dir` from byte
+  `offset` on (whole frames only), those `keep` is true of:
+  `{list, next_offset}`.
+  """
+  def read_spill(dir, id, offset, keep \\ fn _ -> true end) do
+    case File.open(spill_path(dir, id), [:read, :binary, :raw]) do
+      {:ok, f} ->
+        {:ok, _} = :file.position(f, offset)
+        {list, off} = frames(f, offset, keep, [])
+        File.close(f)
+        {Enum.concat(Enum.reverse(list)), off}
+
+      {:error, _} ->
+        {[], offset}
+    end
+  end
+
+  defp frames(f, off, keep, acc) do
+    with {:ok, <<n::32>>} <- :file.read(f, 4),
+         {:ok, bin} when byte_size(bin) == n <- :file.read(f, n) do
+      frames(f, off + 4 + n, keep, [Enum.filter(:erlang.binary_to_term(bin), keep) | acc])
+    else
+      _ -> {acc, off}
     end
   end
 
@@ -275,14 +357,22 @@ defmodule Tachyon.Nemesis.Member do
         do: %{s | max_gap: gap, gap_at: System.os_time(:millisecond)},
         else: s
 
+    s = if s.publishing and gap > s.tick_gap, do: %{s | tick_gap: gap}, else: s
+
     batches =
       if s.cfg.timeline,
         do: [{first, last, System.os_time(:millisecond)} | s.batches],
         else: s.batches
 
+    {delivered, buf} =
+      if s.spill,
+        do: {s.delivered, Enum.reverse(list, s.buf)},
+        else: {Enum.reverse(list, s.delivered), []}
+
     %{
       s
-      | delivered: Enum.reverse(list, s.delivered),
+      | delivered: delivered,
+        buf: buf,
         n: s.n + length(list),
         last_seq: last,
         own_max: own,
@@ -331,6 +421,11 @@ defmodule Tachyon.Nemesis.Member do
 
   # Up to `cfg.expect` messages, or to the sequence number in `final`
   # (written elsewhere and renamed into place: whole once it exists).
+  defp final(s, %{until_seq: n} = cfg) when n != nil do
+    s = drain_until(s, &(&1.last_seq >= n), mono() + cfg.drain_timeout)
+    {s, n, s.last_seq >= n}
+  end
+
   defp final(s, %{expect: n} = cfg) when n != nil do
     s = drain_until(s, &(&1.n >= n), mono() + cfg.drain_timeout)
     {s, s.last_seq, s.n >= n}
