@@ -3,7 +3,8 @@
 //! `raw.relay.throughput.batched` (the floor: a relay thread,
 //! `Tachyon.Echo`'s) and `tachyon.sequencer.throughput.batched.native` (a
 //! sequencer node of its own and the bench's Rust member loop), the same
-//! drivers (`tachyon_core::bench::{relay, seq}`) with the same windows, run
+//! drivers (`tachyon_core::bench::{relay, seq}`) with the same windows and
+//! socket buffers, run
 //! one after the other in this process, then the member's and the node's
 //! counters.
 //!
@@ -32,12 +33,18 @@ struct Args {
     only: Option<String>,
     rounds: u32,
     dir: PathBuf,
+    /// Datagrams in flight of the relay floor (batched: 32 by default, a
+    /// member's initial window, as `mix tachyon.bench sequencer`'s floor).
+    window: Option<u64>,
+    /// Socket buffers of the relay floor, both ends (0: the kernel's; by
+    /// default a member's and a node's, `seq::SOCKET_BUFFER`).
+    floor_buffers: usize,
     /// The member's `SO_RCVBUF` (None: its default; 0: the kernel's).
     member_recbuf: Option<usize>,
 }
 
 const USAGE: &str = "tachyon_seq_bench [--messages N] [--per N] [--size BYTES] \
-[--wait STRATEGY] [--only seq|relay] [--rounds N] [--dir DIR] [--member-recbuf BYTES]";
+[--wait STRATEGY] [--only seq|relay] [--rounds N] [--dir DIR] [--member-recbuf BYTES] [--window N] [--floor-buffers BYTES]";
 
 fn args() -> Result<Args, String> {
     let mut a = Args {
@@ -49,6 +56,8 @@ fn args() -> Result<Args, String> {
         rounds: 1,
         dir: std::env::temp_dir(),
         member_recbuf: None,
+        window: None,
+        floor_buffers: tachyon_core::seq::SOCKET_BUFFER,
     };
     let mut it = std::env::args().skip(1);
     while let Some(k) = it.next() {
@@ -65,6 +74,8 @@ fn args() -> Result<Args, String> {
             }
             "--only" => a.only = Some(v()?),
             "--dir" => a.dir = PathBuf::from(v()?),
+            "--window" => a.window = Some(num(v()?)?),
+            "--floor-buffers" => a.floor_buffers = num(v()?)? as usize,
             "--member-recbuf" => a.member_recbuf = Some(num(v()?)? as usize),
             _ => return Err(USAGE.to_string()),
         }
@@ -77,16 +88,21 @@ fn args() -> Result<Args, String> {
 fn relay_case(a: &Args) -> Result<f64, String> {
     let mut cfg = EchoConfig::new(SocketAddr::from(([127, 0, 0, 1], 0)));
     cfg.wait = a.wait;
+    if a.floor_buffers > 0 {
+        cfg.socket.recbuf = Some(a.floor_buffers);
+        cfg.socket.sndbuf = Some(a.floor_buffers);
+    }
     let echo = EchoServer::start(cfg).map_err(|e| e.to_string())?;
-    let window = if a.per > 1 { 8 } else { 64 };
-    let run = |n| relay::throughput(echo.local_addr(), n, a.size, a.per, window, 0);
+    let window = a.window.unwrap_or(if a.per > 1 { 32 } else { 64 });
+    let run = |n| relay::throughput(echo.local_addr(), n, a.size, a.per, window, a.floor_buffers);
     run(a.messages / 10).map_err(|e| e.to_string())?;
     let t = run(a.messages).map_err(|e| e.to_string())?;
     echo.stop();
     let rate = t.messages as f64 * 1e9 / t.elapsed_ns as f64;
     println!(
-        "raw.relay.throughput{}: {:.0} msg/s ({} datagrams, {} lost)",
+        "raw.relay.throughput{} (window {window}, buffers {}): {:.0} msg/s ({} datagrams, {} lost)",
         if a.per > 1 { ".batched" } else { "" },
+        a.floor_buffers,
         rate,
         t.datagrams,
         t.lost
