@@ -15,9 +15,12 @@ defmodule Tachyon.Bench.Echo.Peers do
 
   # -- Rust ping ---------------------------------------------------------------
 
-  @doc "Runs `fun.(echo, address)` against a fresh Tachyon.Echo, stopped afterwards."
-  def with_echo(core, wait, fun) do
-    {:ok, echo} = Tachyon.Echo.start_link(ip: :loopback, core: core, wait: wait)
+  @doc """
+  Runs `fun.(echo, address)` against a fresh Tachyon.Echo (`opts`: more of
+  its options), stopped afterwards.
+  """
+  def with_echo(core, wait, fun, opts \\ []) do
+    {:ok, echo} = Tachyon.Echo.start_link([ip: :loopback, core: core, wait: wait] ++ opts)
 
     try do
       fun.(echo, Tachyon.Echo.address(echo))

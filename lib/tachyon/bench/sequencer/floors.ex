@@ -11,7 +11,13 @@ defmodule Tachyon.Bench.Sequencer.Floors do
   #                                 bus-sized datagrams of one message each through
   #                                 the relay, 64 in flight: msg/s
   #   raw.relay.throughput.batched  the same with 64 messages per datagram (the
-  #                                 batched case's datagrams), 8 in flight
+  #                                 batched case's datagrams), 32 in flight (a
+  #                                 member's initial congestion window)
+  #
+  # The throughput floors' sockets, the client's and the relay's, have the
+  # buffers of a member's and a sequencer's (@buffers, 4 MiB:
+  # tachyon_core::seq::SOCKET_BUFFER), so that floor and case have the
+  # same room in the kernel.
 
   alias Tachyon.Bench
   alias Tachyon.Bench.Echo.Peers
@@ -19,6 +25,10 @@ defmodule Tachyon.Bench.Sequencer.Floors do
   alias Tachyon.Native
 
   @batched 64
+  # A member's initial congestion window, in datagrams
+  # (tachyon_core::seq::core::member::cc::INITIAL_CWND).
+  @batched_window 32
+  @buffers 4 * 1024 * 1024
 
   @doc "The floor cases, in the order they run."
   def names, do: ~w(raw.relay.roundtrip raw.relay.throughput raw.relay.throughput.batched)
@@ -39,47 +49,55 @@ defmodule Tachyon.Bench.Sequencer.Floors do
   end
 
   def run_case("raw.relay.throughput" = name, cfg), do: throughput(name, cfg, 1, 64)
-  def run_case("raw.relay.throughput.batched" = name, cfg), do: throughput(name, cfg, @batched, 8)
+
+  def run_case("raw.relay.throughput.batched" = name, cfg),
+    do: throughput(name, cfg, @batched, @batched_window)
 
   defp throughput(name, cfg, per, window) do
     size = Native.bench_bus_datagram_size(cfg.size, per)
 
-    Peers.with_echo(nil, cfg.wait, fn _echo, {ip, port} ->
-      # A warm-up of its own, then the measured run.
-      run = fn count ->
-        opts = %{
-          ip: ip,
-          port: port,
-          count: count,
-          size: cfg.size,
-          per: per,
-          window: window,
-          buffers: 0
-        }
+    Peers.with_echo(
+      nil,
+      cfg.wait,
+      fn _echo, {ip, port} ->
+        # A warm-up of its own, then the measured run.
+        run = fn count ->
+          opts = %{
+            ip: ip,
+            port: port,
+            count: count,
+            size: cfg.size,
+            per: per,
+            window: window,
+            buffers: @buffers
+          }
 
-        case Native.bench_relay_throughput(opts) do
-          {:ok, t} -> t
-          {:error, reason} -> Mix.raise("#{name}: #{inspect(reason)}")
+          case Native.bench_relay_throughput(opts) do
+            {:ok, t} -> t
+            {:error, reason} -> Mix.raise("#{name}: #{inspect(reason)}")
+          end
         end
-      end
 
-      run.(max(cfg.warmup, per))
-      n = max(cfg.n - rem(cfg.n, per), per)
-      t = run.(n)
-      rate = t.messages * 1.0e9 / t.elapsed_ns
-      ns = t.elapsed_ns / max(t.messages, 1)
-      ks = [:avg, :min, :max, :p50, :p90, :p99, :p999, :p9999, :p99999]
-      report = Map.merge(Map.new(ks, &{&1, ns}), %{count: t.messages, stdev: 0, tails: []})
+        run.(max(cfg.warmup, per))
+        n = max(cfg.n - rem(cfg.n, per), per)
+        t = run.(n)
+        rate = t.messages * 1.0e9 / t.elapsed_ns
+        ns = t.elapsed_ns / max(t.messages, 1)
+        ks = [:avg, :min, :max, :p50, :p90, :p99, :p999, :p9999, :p99999]
+        report = Map.merge(Map.new(ks, &{&1, ns}), %{count: t.messages, stdev: 0, tails: []})
 
-      Bench.from_report(name, report, cfg.size, %{
-        rate: rate,
-        note:
-          "#{per} message(s) per #{size}-byte datagram, #{window} datagrams in flight, through a " <>
-            "relay (Tachyon.Echo, wait #{cfg.wait}); #{Report.delimit(round(rate))} msg/s; " <>
-            "#{t.lost} datagrams lost; the latency columns are elapsed/messages",
-        json_extra: %{"msgs_per_sec" => rate, "lost" => t.lost}
-      })
-    end)
+        Bench.from_report(name, report, cfg.size, %{
+          rate: rate,
+          note:
+            "#{per} message(s) per #{size}-byte datagram, #{window} datagrams in flight, through a " <>
+              "relay (Tachyon.Echo, wait #{cfg.wait}); #{Report.delimit(round(rate))} msg/s; " <>
+              "#{t.lost} datagrams lost; the latency columns are elapsed/messages",
+          json_extra: %{"msgs_per_sec" => rate, "lost" => t.lost}
+        })
+      end,
+      recbuf: @buffers,
+      sndbuf: @buffers
+    )
   end
 
   # Each sequencer case against its floor: {case, floor, what}.

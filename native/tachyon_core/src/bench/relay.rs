@@ -43,8 +43,9 @@ const STALL: Duration = Duration::from_millis(50);
 /// bytes to the relay at `target`, at most `window` in flight, and
 /// receives them back: the throughput of the path without the sequencer.
 /// Socket buffers are `buffers` bytes both ways, or the kernel's default
-/// with 0 (what the sequencer and its members get by default). Fails if nothing at all comes back
-/// for 5 s.
+/// with 0 (the sequencer bench passes a member's and a node's,
+/// [`crate::seq::SOCKET_BUFFER`]). Fails if nothing at all comes back for
+/// 5 s.
 pub fn throughput(
     target: SocketAddr,
     count: u64,

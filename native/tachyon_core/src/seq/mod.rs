@@ -48,6 +48,29 @@ pub use sequencer::{
 };
 
 use crate::store::StoreError;
+use crate::udp::SocketOptions;
+
+/// `SO_RCVBUF` and `SO_SNDBUF` of a node's and a member's sockets by
+/// default (`Tachyon.Sequencer`'s `:recbuf` and `:sndbuf`; the kernel caps
+/// them at `net.core.rmem_max` and `wmem_max`). A member's socket takes
+/// the bus in bursts: a primary answers a receive batch of commands (up to
+/// `batch` datagrams of `max_datagram` bytes) with as many bus datagrams at
+/// once, and a window of commands comes back as one such burst. The
+/// kernel's default (208 KiB) holds three 65,000-byte bus datagrams; what
+/// overflows is lost, asked for again and replayed: in
+/// `tachyon.sequencer.throughput.batched.native` with the default buffer
+/// the primary replayed 0.9 messages for every message sequenced
+/// (docs/BENCHMARKS.md, "Where a batched message's time goes").
+pub const SOCKET_BUFFER: usize = 4 << 20;
+
+/// [`SOCKET_BUFFER`] both ways.
+pub fn socket_options() -> SocketOptions {
+    SocketOptions {
+        recbuf: Some(SOCKET_BUFFER),
+        sndbuf: Some(SOCKET_BUFFER),
+        ..SocketOptions::default()
+    }
+}
 
 /// How the bus reaches the members.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

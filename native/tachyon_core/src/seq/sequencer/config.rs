@@ -71,7 +71,7 @@ impl SequencerConfig {
             heartbeat: Duration::from_millis(10),
             heartbeat_after: Duration::from_micros(10),
             replay_max: 1024,
-            socket: SocketOptions::default(),
+            socket: crate::seq::socket_options(),
             election_timeout: Duration::from_millis(50),
             two_nodes: TwoNodes::Safe,
             eager: true,

@@ -99,7 +99,7 @@ impl MemberConfig {
             batch: 32,
             loss: 0.0,
             alternates: Vec::new(),
-            socket: SocketOptions::default(),
+            socket: crate::seq::socket_options(),
         }
     }
 }

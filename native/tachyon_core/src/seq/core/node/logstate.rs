@@ -28,7 +28,11 @@ pub struct LogState {
     /// is an epoch record counts entry 0 (the session record) in that
     /// epoch; a log of before epochs starts in epoch 0.
     epochs: Vec<(u32, u64)>,
-    last: HashMap<u32, u64>,
+    /// Every member's last `member_seq`: looked up and written for every
+    /// message a primary sequences, so with foldhash (hashbrown's) rather
+    /// than std's SipHash, which took 9% of the sequencing thread in
+    /// `tachyon_seq_bench` (docs/BENCHMARKS.md).
+    last: HashMap<u32, u64, hashbrown::DefaultHashBuilder>,
     /// Membership changes: (index, the membership from there on).
     configs: Vec<(u64, Membership)>,
     /// (index, member, its previous last) for the entries that may still
@@ -95,7 +99,7 @@ impl LogState {
         LogState {
             session: c.session,
             epochs: c.epochs,
-            last: c.last,
+            last: c.last.into_iter().collect(),
             configs: c.configs,
             undo: VecDeque::new(),
             floor: c.first,
@@ -128,7 +132,7 @@ impl LogState {
         if self.undo_lost {
             return None;
         }
-        let mut last = self.last.clone();
+        let mut last: HashMap<u32, u64> = self.last.iter().map(|(&m, &s)| (m, s)).collect();
         for &(_, member, prev) in self.undo.iter().rev() {
             if prev == 0 {
                 last.remove(&member);
