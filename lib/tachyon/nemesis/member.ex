@@ -27,7 +27,8 @@ defmodule Tachyon.Nemesis.Member do
   # often a line "member tick ID delivered N gap G erlang_kb M": N delivered
   # so far, G the longest gap between deliveries since the last tick, ms,
   # M the VM's `:erlang.memory(:total)` in KiB),
-  # `snapshot_every` (of the replicated table), `writer: false` (no writes
+  # `snapshot_every` (of the replicated table), `table_opts` (its
+  # `Tachyon.Table` options), `writer: false` (no writes
   # to the table), `from: :snapshot` (the bus opened from the latest
   # snapshot: the result's `snapshot` is its position) and `until_seq` (drain
   # up to that sequence number rather than the file `final`).
@@ -54,7 +55,14 @@ defmodule Tachyon.Nemesis.Member do
 
     cfg =
       Map.merge(
-        %{spill: false, tick_ms: nil, snapshot_every: nil, from: nil, until_seq: nil},
+        %{
+          spill: false,
+          tick_ms: nil,
+          snapshot_every: nil,
+          table_opts: [],
+          from: nil,
+          until_seq: nil
+        },
         cfg
       )
 
@@ -201,7 +209,8 @@ defmodule Tachyon.Nemesis.Member do
         sequencer: cfg.group,
         member_id: 100 + id,
         bus: {:multicast, {g, port}, interface: cfg.ip, ttl: 1},
-        snapshot_every: cfg.snapshot_every
+        snapshot_every: cfg.snapshot_every,
+        table: cfg.table_opts
       )
 
     t

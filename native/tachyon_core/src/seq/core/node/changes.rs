@@ -378,7 +378,8 @@ mod tests {
         use crate::seq::wire::{self, Bus, BusKind, HelloBody};
         let mut net = Net::new(3, &[]);
         assert!(net.run_until(500, |n| n.nodes[0].is_leader()
-            && n.nodes[1].leader() == Some(0)));
+            && n.nodes[1].leader() == Some(0)
+            && n.nodes[0].commit() > n.nodes[0].ld.term_start));
         // A member that knows only node 1 (the primary was added while it
         // was cut off) says hello to it: node 1 passes it on, and the
         // primary welcomes the member at its own address.
@@ -415,5 +416,39 @@ mod tests {
         net.step();
         net.step();
         assert!(!net.nodes[0].bindings.contains_key(&8));
+    }
+
+    #[test]
+    fn a_joining_member_is_welcomed_once_the_primarys_term_committed() {
+        use crate::seq::wire::{self, Bus, BusKind, HelloBody};
+        let mut net = Net::new(3, &[]);
+        assert!(net.run_until(500, |n| n.nodes[0].is_leader()));
+        let joining = HelloBody {
+            flags: wire::UNICAST,
+            incarnation: 5,
+            epoch: u32::MAX,
+            next: 0,
+        };
+        let member = SocketAddr::from(([10, 0, 0, 9], 9000));
+        let mut d = Vec::new();
+        wire::hello(&mut d, 7, net.nodes[0].ls.session, &joining);
+        let welcomes = |out: &Out| {
+            out.sent
+                .iter()
+                .filter(|(to, d)| {
+                    *to == member && Bus::parse(d).is_ok_and(|b| b.kind == BusKind::Welcome)
+                })
+                .count()
+        };
+        // Elected, its term's first entry not committed yet: its commit
+        // index may be far behind (a restarted node's is its log's start).
+        assert!(net.nodes[0].commit() <= net.nodes[0].ld.term_start);
+        let mut out = Out::default();
+        net.nodes[0].on_datagram(net.now, member, &d, &mut out);
+        assert_eq!(welcomes(&out), 0, "no welcome before the term commits");
+        assert!(net.run_until(100, |n| n.nodes[0].commit() > n.nodes[0].ld.term_start));
+        let mut out = Out::default();
+        net.nodes[0].on_datagram(net.now, member, &d, &mut out);
+        assert_eq!(welcomes(&out), 1);
     }
 }

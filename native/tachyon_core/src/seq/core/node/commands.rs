@@ -214,6 +214,16 @@ impl<L: Log> Node<L> {
             b.next = h.next;
         }
         if self.role == Role::Leader {
+            if h.epoch == u32::MAX && self.commit <= self.ld.term_start {
+                // A joining member starts at the commit position, or from
+                // the latest committed snapshot: a primary knows both once
+                // its term committed its first entry. Before that a node
+                // restarted and elected knows neither (its commit index is
+                // where its log starts): it would start a live member at
+                // the log's start and name no snapshot. The member asks
+                // again (every 20 ms).
+                return;
+            }
             if !taken && h.flags & wire::KEEPALIVE == 0 {
                 // The member asks where it stands in this term: what it
                 // sent before (held beyond a gap) waits for a welcome that
