@@ -132,7 +132,6 @@ impl Acks {
                 ..s
             }),
             // Another start of that node: what it holds now, only.
-            Some(s) => Some(Said { log_id, incarnation, end: s.end.max(end) }),
             _ => Some(Said {
                 log_id,
                 incarnation,
