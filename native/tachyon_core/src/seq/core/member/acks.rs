@@ -52,6 +52,9 @@ pub(super) struct Acks {
     config: Option<Membership>,
     /// CONFIG entries at or after this position are newer than `config`.
     config_from: u64,
+    /// The last CONFIG entry of the primary's log seen in this term (data
+    /// may overtake the welcome: one seen before it may be newer).
+    last_config: Option<(u64, Membership)>,
     said: Vec<Option<Said>>,
     /// The end the primary's HOLDS datagrams reach.
     holds: u64,
@@ -75,6 +78,13 @@ impl Acks {
     /// welcome's tail), and its log end then.
     pub fn welcomed(&mut self, from: SocketAddr, config: Option<Membership>, end: u64) {
         self.config_from = end;
+        let config = match &self.last_config {
+            Some((seq, c)) if *seq >= end => {
+                self.config_from = seq + 1;
+                Some(c.clone())
+            }
+            _ => config,
+        };
         self.set_config(from, config);
     }
 
@@ -97,8 +107,12 @@ impl Acks {
         if term == self.term && self.term_entry.is_none_or(|s| seq < s) {
             self.term_entry = Some(seq);
         }
+        let Some(c) = config else { return };
+        if self.last_config.as_ref().is_none_or(|(s, _)| seq > *s) {
+            self.last_config = Some((seq, c.clone()));
+        }
         if seq >= self.config_from {
-            if let (Some(c), Some((from, _))) = (config, self.leader) {
+            if let Some((from, _)) = self.leader {
                 self.config_from = seq + 1;
                 self.set_config(from, Some(c));
             }

@@ -412,7 +412,9 @@ impl Rx {
             } else if seq == have {
                 // In order: delivered straight from the datagram when
                 // committed and nothing waits before it; held otherwise.
-                let commit = self.committed().max(if self.welcomed { b.h.commit } else { 0 });
+                let commit = self
+                    .committed()
+                    .max(if self.welcomed { b.h.commit } else { 0 });
                 if self.ring.len() == 0 && self.welcomed && seq < commit {
                     self.st.apply(seq, &m, deliver);
                 } else {
