@@ -7,7 +7,7 @@
 //! tachyon_sim [--seeds N] [--from S] [--seed S] [--trace] [--faults crash,pause,...]
 //!             [--no-swarm] [--nodes N] [--two-nodes safe|available]
 //!             [--durability replicated|fsync] [--members M] [--late-members M]
-//!             [--seconds S] [--loss P] [--large P] [--slow MS] [--uplink US[:QUEUE]] [--cost US] [--latency]
+//!             [--seconds S] [--loss P] [--large P] [--slow MS] [--uplink US[:QUEUE]] [--cost US] [--latency] [--ack-fanout N]
 //!             [--scenario NAME|all]
 //! ```
 
@@ -89,6 +89,9 @@ fn main() {
                 cfg.cost = (us * 1000.0) as u64;
             }
             "--latency" => latency = true,
+            "--ack-fanout" => {
+                group.ack_fanout = val().parse().unwrap_or_else(|_| usage("--ack-fanout"))
+            }
             "--nodes" => group.nodes = val().parse().unwrap_or_else(|_| usage("--nodes")),
             "--two-nodes" => {
                 group.two_nodes = match val().as_str() {
@@ -238,6 +241,7 @@ fn run_latency(mut cfg: SimConfig, base: &Group, from: u64, seeds: u64) {
         let mut g = Group::new(nodes);
         g.durability = base.durability;
         g.two_nodes = base.two_nodes;
+        g.ack_fanout = base.ack_fanout;
         g.retention = false;
         let mut per: [Vec<u64>; 4] = Default::default();
         for seed in from..from + seeds {
@@ -288,6 +292,7 @@ fn run_scenarios(list: &[Scenario], base: &Group, from: u64, seeds: u64, trace: 
         let mut g = Group::new(s.nodes);
         g.durability = base.durability;
         g.two_nodes = base.two_nodes;
+        g.ack_fanout = base.ack_fanout;
         g.retention = false;
         g.fixed_retention = s.retention;
         let mut bad = Vec::new();
@@ -332,7 +337,7 @@ fn usage(bad: &str) -> ! {
         "tachyon_sim: bad argument {bad:?}\nusage: tachyon_sim [--seeds N] [--from S] [--seed S] [--trace] \
          [--faults KIND,...] [--no-swarm] [--nodes N] [--two-nodes safe|available] \
          [--durability replicated|fsync] [--members M] [--late-members M] [--seconds S] [--loss P] \
-         [--large P] [--slow MS] [--uplink US[:QUEUE]] [--cost US] [--latency] [--scenario NAME|all]\nfault kinds: {}",
+         [--large P] [--slow MS] [--uplink US[:QUEUE]] [--cost US] [--latency] [--ack-fanout N] [--scenario NAME|all]\nfault kinds: {}",
         Fault::ALL.iter().map(|f| f.name()).collect::<Vec<_>>().join(",")
     );
     std::process::exit(2)

@@ -75,8 +75,9 @@ pub(super) struct Sim<'a> {
     pub primary: usize,
     /// When the first primary was elected.
     pub(super) first_primary: Option<Nanos>,
-    /// When what the process being handled sends leaves (the latency
-    /// model; 0: now).
+    /// When the process being handled starts sending what it queued (the
+    /// latency model: after reading its batch; 0: no cost, all leaves
+    /// now); each datagram leaves once its own send is done.
     send_at: Nanos,
     pub faults: BTreeMap<&'static str, u64>,
     retention: BTreeMap<&'static str, u64>,
@@ -422,12 +423,16 @@ impl<'a> Sim<'a> {
         let from = self.procs[i].addr;
         let is_node = self.is_node(i);
         let out = std::mem::take(&mut self.out);
-        for (to, d) in out.iter() {
+        for (k, (to, d)) in out.iter().enumerate() {
             if is_node {
                 self.watch_node_datagram(i, from, to, d);
             }
             if let Some(&j) = self.by_addr.get(&to) {
-                let at = self.now.max(self.send_at);
+                let at = if self.send_at == 0 {
+                    self.now
+                } else {
+                    self.send_at + self.cfg.cost * (k as u64 + 1)
+                };
                 self.net.send(&mut self.rng, at, i, from, j, to, d);
             }
         }
@@ -503,13 +508,14 @@ impl<'a> Sim<'a> {
 
     /// The latency model ([`SimConfig::cost`]): process `i` read `read`
     /// datagrams and queued `self.out`: it is busy for their cost, and
-    /// what it queued leaves at the end.
+    /// what it queued leaves in order, each datagram once its own send is
+    /// done (as `sendmmsg` hands them to the NIC one after another).
     fn busy(&mut self, i: usize, read: usize) {
         let cost = self.cfg.cost * (read + self.out.len()) as u64;
         if cost == 0 {
             return;
         }
-        self.send_at = self.now + cost;
+        self.send_at = self.now + self.cfg.cost * read as u64;
         let p = &mut self.procs[i];
         if p.paused.is_none() {
             p.paused = Some((self.now + cost, false));

@@ -31,6 +31,8 @@ pub struct Group {
     pub retention: bool,
     /// Every run's retention instead (a scenario's).
     pub fixed_retention: Option<Retention>,
+    /// The nodes' `ack_fanout` (commit in three hops; 0: four hops).
+    pub ack_fanout: usize,
     session: Cell<u64>,
     starts: Cell<u64>,
     run_retention: Cell<Option<Retention>>,
@@ -46,6 +48,7 @@ impl Group {
             election_timeout: 50 * MILLI,
             retention: true,
             fixed_retention: None,
+            ack_fanout: crate::seq::core::node::ACK_FANOUT,
             session: Cell::new(1),
             starts: Cell::new(0),
             run_retention: Cell::new(None),
@@ -113,6 +116,7 @@ impl Protocol for Group {
         cfg.eager = i == 0 && !restart;
         cfg.new_session = self.session.get();
         cfg.durability = self.durability;
+        cfg.ack_fanout = self.ack_fanout;
         self.starts.set(self.starts.get() + 1);
         cfg.seed = self.session.get() ^ self.starts.get().wrapping_mul(0x9e37_79b9_7f4a_7c15);
         cfg.boot = disk.boot;

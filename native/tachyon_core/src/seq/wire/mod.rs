@@ -76,6 +76,12 @@ pub const CONFIG: u8 = 0x20;
 
 /// Welcome flag: the member id is bound to another member.
 pub const TAKEN: u8 = 0x01;
+/// Data and heartbeat flag: the primary's log holds every entry below the
+/// datagram's end as far as its acknowledgement would (durability
+/// `:replicated`), so a member counts it toward a majority that far
+/// (`core/member/acks.rs`). Without it (`:fsync`) the primary counts only
+/// by its ACKs.
+pub const HOLDS: u8 = 0x02;
 /// Hello flag: send me the bus (a unicast member).
 pub const UNICAST: u8 = 0x01;
 /// Hello flag: a keepalive of a member already welcomed (it only renews the

@@ -182,6 +182,8 @@ pub struct RxCounters {
     /// Datagrams of the current term from another node than its primary.
     pub conflicts: Counter,
     pub welcomes: Counter,
+    /// Acknowledgements of followers counted (commit in three hops).
+    pub acks: Counter,
     /// Mirrors of the receive state, for stats without the lock.
     pub next_seq: Counter,
     pub epoch: Counter,

@@ -38,9 +38,10 @@ pub struct Welcome {
     /// This member's highest `member_seq` delivered before this term (set
     /// by the receive side: a fork check for the publishing side).
     pub delivered: u64,
-    /// The group's nodes as the primary has them (beyond those the member
-    /// was given).
-    pub nodes: Vec<SocketAddr>,
+    /// The group's membership as the primary has it (its nodes beyond
+    /// those the member was given; the voters whose acknowledgements
+    /// count, `acks.rs`).
+    pub config: Option<Membership>,
 }
 
 /// A member saying hello until welcomed.
@@ -107,9 +108,7 @@ impl Join {
                 from,
                 taken: b.flags & TAKEN != 0,
                 delivered: 0,
-                nodes: Membership::decode(b.welcome_tail())
-                    .map(|m| m.nodes().iter().map(|n| n.addr).collect())
-                    .unwrap_or_default(),
+                config: Membership::decode(b.welcome_tail()),
             });
             self.best_at = now;
         }

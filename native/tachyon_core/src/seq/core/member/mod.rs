@@ -20,6 +20,7 @@
 //!   pending or the caller stops waiting, [`Tx::close`] (the goodbye;
 //!   [`Tx::undelivered`] says what was not delivered).
 
+mod acks;
 pub mod cc;
 pub mod config;
 pub mod fork;

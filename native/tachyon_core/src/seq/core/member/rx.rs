@@ -29,6 +29,7 @@ use std::sync::Arc;
 
 use crossbeam_utils::CachePadded;
 
+use super::acks::Acks;
 use super::config::{MemberConfig, RxCounters};
 use super::fork::{Epochs, Matching};
 use super::join::Welcome;
@@ -37,8 +38,8 @@ use crate::seq::core::fill::Fill;
 use crate::seq::core::node::{Membership, MAX_NODES};
 use crate::seq::core::{nanos, Nanos, Rng, Sink, MILLI};
 use crate::seq::wire::{
-    self, Bus, BusKind, HelloBody, Msg, CONT, CONTROL, KEEPALIVE, MORE, SNAP, SNAP_END, TAKEN,
-    UNICAST,
+    self, Bus, BusKind, HelloBody, Msg, Peer, CONT, CONTROL, HOLDS, KEEPALIVE, MORE, PEER_MAGIC,
+    SNAP, SNAP_END, TAKEN, UNICAST,
 };
 
 #[path = "rx_stream.rs"]
@@ -64,6 +65,8 @@ pub struct Rx {
     st: Stream,
     /// Below this, entries are committed.
     commit: u64,
+    /// The followers' acknowledgements (commit in three hops).
+    acks: Acks,
     /// The primary's log end as last heard.
     known: u64,
     ring: Ring,
@@ -106,11 +109,14 @@ impl Rx {
     pub fn new(cfg: &MemberConfig, w: &Welcome, unicast: bool, now: Nanos) -> Rx {
         let start = cfg.from.map_or(w.commit, |f| f.max(1));
         let mut group = cfg.group();
-        for a in &w.nodes {
-            if !group.contains(a) && group.len() < 4 * MAX_NODES {
-                group.push(*a);
+        for n in w.config.iter().flat_map(|c| c.nodes()) {
+            if !group.contains(&n.addr) && group.len() < 4 * MAX_NODES {
+                group.push(n.addr);
             }
         }
+        let mut acks = Acks::default();
+        acks.new_term(w.term);
+        acks.welcomed(w.from, w.config.clone(), w.next);
         let next = start.min(w.commit);
         // From a snapshot: read from where the messages it does not hold
         // begin, deliver from its position.
@@ -148,6 +154,7 @@ impl Rx {
                 c: c.clone(),
             },
             commit: w.commit,
+            acks,
             known: w.next,
             ring: Ring::default(),
             ooo: BTreeMap::new(),
@@ -262,6 +269,10 @@ impl Rx {
             return;
         };
         let known = self.group.contains(&from);
+        if known && wire::magic(d) == PEER_MAGIC {
+            self.on_peer(d, from, deliver);
+            return;
+        }
         let b = match Bus::parse(d) {
             Ok(b) => b,
             Err(_) if known => {
@@ -299,6 +310,9 @@ impl Rx {
         self.c.datagrams.bump(1);
         self.heard_at = now;
         self.hello_backoff = 0;
+        if b.flags & HOLDS != 0 && matches!(b.kind, BusKind::Data | BusKind::Heartbeat) {
+            self.acks.holds(b.end());
+        }
         match b.kind {
             BusKind::Heartbeat => self.known = self.known.max(b.h.seq),
             BusKind::Data => self.data(&b, deliver),
@@ -334,6 +348,30 @@ impl Rx {
         self.c.next_seq.set(self.st.next);
     }
 
+    /// A peer datagram from a node of the group: a follower's
+    /// acknowledgement, which may commit entries (three hops).
+    fn on_peer(&mut self, d: &[u8], from: SocketAddr, deliver: &mut Deliver<'_>) {
+        let Ok(p) = Peer::parse(d) else {
+            self.c.malformed.bump(1);
+            return;
+        };
+        if p.h.session != self.session {
+            self.c.wrong_session.bump(1);
+            return;
+        }
+        if self.acks.ack(from, &p) {
+            self.c.acks.bump(1);
+            self.deliver(deliver);
+            self.c.next_seq.set(self.st.next);
+        }
+    }
+
+    /// Below this, entries are committed: the primary's commit position,
+    /// or what a majority's acknowledgements of its term reach.
+    fn committed(&self) -> u64 {
+        self.commit.max(self.acks.commit())
+    }
+
     /// A higher term: its sender is the primary now; nothing held is kept.
     fn new_term(&mut self, term: u32, from: SocketAddr) {
         self.term = term;
@@ -348,6 +386,7 @@ impl Rx {
         self.ring.clear();
         self.ooo.clear();
         self.commit = self.st.next;
+        self.acks.new_term(term);
         self.known = self.st.next;
         self.fill.reset();
         self.hello_now = true;
@@ -359,9 +398,11 @@ impl Rx {
     fn data(&mut self, b: &Bus<'_>, deliver: &mut Deliver<'_>) {
         self.known = self.known.max(b.end());
         for (seq, m) in b.messages() {
-            if let Some(c) = m.config() {
+            let config = m.config().and_then(|c| {
                 self.learn_nodes(c);
-            }
+                Membership::decode(c)
+            });
+            self.acks.entry(seq, m.term, config);
             if m.member_id == self.st.member_id && m.member_seq > self.heard {
                 self.heard = m.member_seq;
             }
@@ -371,7 +412,9 @@ impl Rx {
             } else if seq == have {
                 // In order: delivered straight from the datagram when
                 // committed and nothing waits before it; held otherwise.
-                let commit = self.commit.max(if self.welcomed { b.h.commit } else { 0 });
+                let commit = self
+                    .committed()
+                    .max(if self.welcomed { b.h.commit } else { 0 });
                 if self.ring.len() == 0 && self.welcomed && seq < commit {
                     self.st.apply(seq, &m, deliver);
                 } else {
@@ -425,7 +468,8 @@ impl Rx {
         if !self.welcomed {
             return;
         }
-        while self.st.next < self.commit {
+        let commit = self.committed();
+        while self.st.next < commit {
             let Some(e) = self.ring.front() else { break };
             let seq = self.st.next;
             match Msg::from_entry(e) {
@@ -435,152 +479,18 @@ impl Rx {
             self.ring.pop();
         }
     }
-
-    /// The welcome of the current term's primary.
-    fn welcomed(&mut self, b: &Bus<'_>) {
-        let Some(w) = b.welcome() else { return };
-        if w.incarnation != self.incarnation {
-            // An earlier incarnation's, at the same address.
-            return;
-        }
-        self.learn_nodes(b.welcome_tail());
-        self.c.welcomes.bump(1);
-        if b.flags & TAKEN != 0 {
-            if !self.taken {
-                self.taken = true;
-                self.events.push(MemberEvent::Taken);
-            }
-            return;
-        }
-        if self.welcomed {
-            // A later welcome of this term (after a trim): this member's
-            // commands up to `last` are sequenced, seen or not.
-            self.heard = self.heard.max(w.last);
-        }
-        // Checked at the first welcome of a term only: until then nothing is
-        // delivered, so the welcome answers exactly what the hello asked
-        // (a later one, a keepalive's, may answer an older position).
-        if !self.welcomed && (self.st.delivered_any || self.fork.is_some()) {
-            let next = self.st.next;
-            let m = if self.st.delivered_any {
-                self.st.epochs.matching(w.epoch, w.epoch_end, next)
-            } else {
-                Matching::Whole
-            };
-            let at = match m {
-                Matching::Whole => self.fork.is_some().then_some(next),
-                Matching::At(at) => Some(at),
-                Matching::Ask(at) => {
-                    // Not known yet: back to where the two agree at most,
-                    // and ask again about the epoch before.
-                    self.fork.get_or_insert((next, self.st.epochs.last()));
-                    self.rewind(at, w.epoch);
-                    self.hello_now = true;
-                    return;
-                }
-            };
-            if let Some(at) = at {
-                // The primary's log does not hold what this member
-                // delivered from `at` on: it goes on from there in the
-                // primary's order.
-                let (next, epoch) = self.fork.take().unwrap_or((next, self.st.epochs.last()));
-                self.rewind(at, w.epoch);
-                self.c.forks.bump(1);
-                self.events.push(MemberEvent::Fork {
-                    next,
-                    epoch,
-                    term: self.term,
-                    resume: at,
-                });
-            }
-        }
-        if !self.welcomed && self.own_at_term > w.last {
-            // A fork lost commands of this member's that it had delivered:
-            // the pending ones skip to after `w.last` and are done only
-            // once the new primary delivers them.
-            self.st.own = w.last;
-            self.heard = w.last;
-        }
-        if !self.welcomed {
-            self.welcome = Some(Welcome {
-                session: b.h.session,
-                term: b.h.term,
-                next: b.h.seq,
-                commit: b.h.commit,
-                last: w.last,
-                epoch: w.epoch,
-                first: w.first,
-                snap: (w.snap_from, w.snap_epoch, w.snap_as_of),
-                max_datagram: w.max_datagram as usize,
-                from: self.leader,
-                taken: false,
-                delivered: self.own_at_term,
-                nodes: Vec::new(),
-            });
-        }
-        self.welcomed = true;
-        self.known = self.known.max(b.h.seq);
-    }
-
-    /// What this member asked for is gone (retention removed the entries
-    /// below `first`, the one before it of `epoch`): it goes on from
-    /// `first`, and says what it missed.
-    fn trimmed(&mut self, first: u64, epoch: u32) {
-        let st = &mut self.st;
-        if st.next >= first {
-            return;
-        }
-        self.events.push(MemberEvent::Trimmed {
-            from: st.next,
-            first,
-        });
-        self.c.trimmed.bump(first - st.next);
-        st.epochs = Epochs::new(epoch, first);
-        // Nothing it delivered is in the log any more: no history to check
-        // against a primary (a welcome may still answer a hello sent before
-        // this, about an epoch it no longer holds: not a fork).
-        st.delivered_any = false;
-        // Its own commands sequenced in the removed range will never be
-        // seen: a hello, whose welcome says the last one sequenced.
-        self.hello_now = true;
-        st.next = first;
-        st.deliver_from = st.deliver_from.max(first);
-        st.partial.clear();
-        self.ring.clear();
-        self.ooo = self.ooo.split_off(&first);
-        // What was held from `first` on is next now: into the ring (else
-        // it waits for a datagram at `first` that no gap request asks for:
-        // the gap starts where the held entries do).
-        self.unblock();
-        self.fill.reset();
-        self.c.next_seq.set(first);
-    }
-
-    /// Moves back to `at` (after a fork, in a log that agrees with this
-    /// member's deliveries below `at` only): what is held goes, the gap up
-    /// to the primary's end is filled from the primary.
-    fn rewind(&mut self, at: u64, epoch: u32) {
-        let st = &mut self.st;
-        st.epochs.truncate(at, epoch);
-        st.next = at;
-        // The new order from `at` on is delivered, also below where the
-        // member was asked to start.
-        st.deliver_from = st.deliver_from.min(at);
-        st.partial.clear();
-        if at <= st.epochs.floor() {
-            st.delivered_any = false;
-        }
-        self.ring.clear();
-        self.ooo.clear();
-        self.commit = self.commit.min(at);
-        self.fill.reset();
-        self.c.next_seq.set(at);
-    }
 }
 
 #[path = "rx_timers.rs"]
 mod timers;
 
+#[path = "rx_welcome.rs"]
+mod welcome;
+
 #[cfg(test)]
 #[path = "rx_tests.rs"]
 mod tests;
+
+#[cfg(test)]
+#[path = "acks_tests.rs"]
+mod acks_tests;

@@ -34,7 +34,7 @@ fn rx_of(alternates: &[SocketAddr]) -> Rx {
         from: primary(),
         taken: false,
         delivered: 0,
-        nodes: Vec::new(),
+        config: None,
     };
     Rx::new(&cfg, &w, true, 0)
 }

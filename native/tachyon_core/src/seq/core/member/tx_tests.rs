@@ -29,7 +29,7 @@ fn welcome(last: u64) -> Welcome {
         from: primary(),
         taken: false,
         delivered: 0,
-        nodes: Vec::new(),
+        config: None,
     }
 }
 

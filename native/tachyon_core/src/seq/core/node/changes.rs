@@ -112,7 +112,15 @@ impl<L: Log> Node<L> {
         }
         if let Ok(id) = self.add_node(now, from, env) {
             let term = self.term;
-            self.send_peer_to(from, PeerKind::JoinReply, term, 0, (id as u64, 0), 0, env);
+            self.send_peer_to(
+                &[from],
+                PeerKind::JoinReply,
+                term,
+                0,
+                (id as u64, 0),
+                0,
+                env,
+            );
         }
     }
 
@@ -150,7 +158,7 @@ impl<L: Log> Node<L> {
             self.join_at = Some(now);
             let term = self.term;
             for a in self.cfg.join.clone() {
-                self.send_peer_to(a, PeerKind::Join, term, 0, (0, 0), 0, env);
+                self.send_peer_to(&[a], PeerKind::Join, term, 0, (0, 0), 0, env);
             }
         }
         if self.leader.is_some() {

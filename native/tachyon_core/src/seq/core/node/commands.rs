@@ -264,7 +264,7 @@ impl<L: Log> Node<L> {
         wire::hello(&mut hello, cmd.member_id, cmd.session, h);
         let (a, b, c) = wire::addr_body(from);
         let term = self.term;
-        self.send_peer_with(to, PeerKind::HelloVia, term, 0, ((a, b), c), &hello, env);
+        self.send_peer_with(&[to], PeerKind::HelloVia, term, 0, ((a, b), c), &hello, env);
     }
 
     /// A member's hello passed on by a follower: only a primary takes it,

@@ -40,6 +40,10 @@ impl Durability {
     }
 }
 
+/// [`NodeConfig::ack_fanout`] by default (docs/ARCHITECTURE.md, "Commit
+/// in three hops": measured).
+pub const ACK_FANOUT: usize = 8;
+
 /// A node's options.
 #[derive(Debug, Clone)]
 pub struct NodeConfig {
@@ -96,6 +100,11 @@ pub struct NodeConfig {
     /// How often retention looks (running time; 0: never). What it cuts
     /// is the log's policy ([`crate::seq::core::Log::retention_point`]).
     pub retention_every: Nanos,
+    /// Commit in three hops (`acks.rs`): on a unicast bus, a follower
+    /// sends its acknowledgements to the unicast members too while they
+    /// are at most this many (0: never; a multicast bus: one datagram to
+    /// the group whenever it is not 0).
+    pub ack_fanout: usize,
     pub seed: u64,
 }
 
@@ -135,6 +144,7 @@ impl NodeConfig {
             new_log_id: 1,
             incarnation: 1,
             retention_every: 1_000 * MILLI,
+            ack_fanout: ACK_FANOUT,
             seed: 1,
         }
     }

@@ -40,6 +40,9 @@ impl<L: Log> Node<L> {
                 // (its id perhaps given to another) passes it on too, and
                 // a JOIN is taken from anyone anyway.
                 Ok(p) if p.h.kind == PeerKind::JoinVia => self.on_join_via(now, &p, env),
+                // Its own acknowledgement to the members, looped back by a
+                // multicast bus (`acks.rs`).
+                Ok(p) if p.h.kind == PeerKind::Ack && p.h.node == self.id() => {}
                 Ok(p) => {
                     if !self.sent_by_node(from, p.h.node) || p.h.node == self.id() {
                         self.c.strangers.bump(1);
@@ -101,14 +104,14 @@ impl<L: Log> Node<L> {
         let Some(addr) = self.addr_of(to) else {
             return;
         };
-        self.send_peer_to(addr, kind, term, flags, ab, c, env);
+        self.send_peer_to(&[addr], kind, term, flags, ab, c, env);
     }
 
-    /// Sends a peer datagram of `term` to `addr`.
+    /// Sends a peer datagram of `term` to every address of `to`.
     #[allow(clippy::too_many_arguments)]
     pub(super) fn send_peer_to(
         &mut self,
-        addr: SocketAddr,
+        to: &[SocketAddr],
         kind: PeerKind,
         term: u32,
         flags: u8,
@@ -116,15 +119,15 @@ impl<L: Log> Node<L> {
         c: u64,
         env: &mut dyn Env,
     ) {
-        self.send_peer_with(addr, kind, term, flags, (ab, c), &[], env);
+        self.send_peer_with(to, kind, term, flags, (ab, c), &[], env);
     }
 
-    /// Sends a peer datagram of `term` to `addr` with `payload` after its
-    /// body (a kind that carries one: [`Peer::payload`]).
+    /// Sends a peer datagram of `term` to every address of `to` with
+    /// `payload` after its body (a kind that carries one: [`Peer::payload`]).
     #[allow(clippy::too_many_arguments)]
     pub(super) fn send_peer_with(
         &mut self,
-        addr: SocketAddr,
+        to: &[SocketAddr],
         kind: PeerKind,
         term: u32,
         flags: u8,
@@ -150,7 +153,7 @@ impl<L: Log> Node<L> {
         };
         p.write(&mut self.scratch);
         self.scratch.extend_from_slice(payload);
-        env.send(&[addr], &self.scratch);
+        env.send(to, &self.scratch);
     }
 
     fn on_peer(&mut self, now: Nanos, p: &Peer, payload: &[u8], env: &mut dyn Env) {

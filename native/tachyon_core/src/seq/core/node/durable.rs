@@ -78,7 +78,12 @@ impl<L: Log> Node<L> {
         if upto > self.dur.upto {
             self.dur.upto = upto.min(self.ls.next);
             match self.role {
-                Role::Leader => self.leader_end_batch(now, env),
+                Role::Leader => {
+                    self.leader_end_batch(now, env);
+                    // Its datagrams do not say what it synced (no HOLDS).
+                    let end = self.acked_end();
+                    self.ack_members(end, env);
+                }
                 Role::Follower => {
                     self.fl.ack_due = true;
                     self.follower_end_batch(now, env);

@@ -248,6 +248,8 @@ impl<L: Log> Node<L> {
         }
         if std::mem::take(&mut self.fl.ack_due) {
             let (term, end) = (self.term, self.acked_end());
+            // The members first: theirs is the critical path now.
+            self.ack_members(end, env);
             self.send_peer(l, PeerKind::Ack, term, 0, (0, end), 0, env);
         }
         self.fill_gap(now, env);

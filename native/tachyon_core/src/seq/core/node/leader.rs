@@ -240,7 +240,8 @@ impl<L: Log> Node<L> {
         }
         if self.ld.out_count == 0 {
             let h = self.bus_header(self.ls.next);
-            wire::bus_header(&mut self.ld.out, BusKind::Data, &h, 0);
+            let f = self.holds_flag();
+            wire::bus_header(&mut self.ld.out, BusKind::Data, &h, f);
         }
         // The bus message is the log entry: written once into the datagram
         // being built, appended to the log from there.
@@ -297,7 +298,8 @@ impl<L: Log> Node<L> {
     fn heartbeat(&mut self, now: Nanos, env: &mut dyn Env) {
         self.advance_commit();
         let h = self.bus_header(self.ls.next);
-        wire::bus_header(&mut self.scratch, BusKind::Heartbeat, &h, 0);
+        let f = self.holds_flag();
+        wire::bus_header(&mut self.scratch, BusKind::Heartbeat, &h, f);
         env.send(&self.targets, &self.scratch);
         self.c.heartbeats.bump(1);
         self.ld.last_send = now;

@@ -32,6 +32,7 @@
 //!   disk (one sync per receive batch), the primary counts its own log
 //!   only that far ([`durable`]).
 
+mod acks;
 mod changes;
 pub mod checkpoint;
 mod commands;
@@ -61,7 +62,7 @@ use crate::seq::BusMode;
 use logstate::LogState;
 
 pub use commands::Window;
-pub use config::{Durability, NodeConfig, NodeCounters, Role, TwoNodes};
+pub use config::{Durability, NodeConfig, NodeCounters, Role, TwoNodes, ACK_FANOUT};
 pub use membership::{ChangeError, Membership, NodeEntry, MAX_NODES};
 
 /// The most a tick adds to any timer, however long since the last one.
@@ -127,6 +128,9 @@ pub struct Node<L: Log> {
     targets: Vec<SocketAddr>,
     /// Unicast members among `targets` (the fan-out; the stats' `members`).
     unicast_members: usize,
+    /// Where a follower's acknowledgements go besides its primary: the
+    /// members (`acks.rs`).
+    ack_to: Vec<SocketAddr>,
     scratch: Vec<u8>,
     started_as: Option<&'static str>,
     /// The membership before any change in the log (`cfg.group`).
@@ -191,6 +195,7 @@ impl<L: Log> Node<L> {
             bindings: HashMap::new(),
             departed: HashMap::new(),
             targets: Vec::new(),
+            ack_to: Vec::new(),
             unicast_members: 0,
             scratch: Vec::with_capacity(64),
             started_as: None,
@@ -410,6 +415,7 @@ impl<L: Log> Node<L> {
                 self.targets.extend(m);
             }
         }
+        self.retarget_acks();
     }
 
     /// After the datagrams of one receive batch.
