@@ -304,7 +304,11 @@ defmodule Tachyon.Nemesis.Member do
 
   defp tick(s) do
     mem = div(:erlang.memory(:total), 1024)
-    IO.puts("member tick #{s.id} delivered #{s.n} gap #{s.tick_gap} erlang_kb #{mem}")
+    # A gap still open counts too: a tick with nothing delivered shows how
+    # long nothing was (not 0, and not only once a delivery ends it).
+    open = if s.publishing, do: mono() - s.last_at, else: 0
+    gap = max(s.tick_gap, open)
+    IO.puts("member tick #{s.id} delivered #{s.n} gap #{gap} erlang_kb #{mem}")
     %{flush_spill(s) | tick_at: mono() + s.cfg.tick_ms, tick_gap: 0}
   end
 
