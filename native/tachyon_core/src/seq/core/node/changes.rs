@@ -413,6 +413,14 @@ mod tests {
             "the primary welcomes the member"
         );
         assert!(net.nodes[0].bindings.contains_key(&7));
+        // The same member again through node 1, now bound at the primary
+        // with that address and incarnation: a late copy, not passed to its
+        // hello handling (it would reset the member's held commands).
+        let mut d = Vec::new();
+        wire::hello(&mut d, 7, net.nodes[0].ls.session, &h);
+        net.wire.retain(|w| w.1 != member);
+        net.wire.push((member, addr(1), d));
+        assert!(!net.run_until(5, welcomed), "no second welcome");
         // A keepalive is not passed on: it renews the follower's record only.
         let keepalive = HelloBody {
             flags: wire::UNICAST | wire::KEEPALIVE,
