@@ -57,7 +57,8 @@ pub enum Event {
         hash: u64,
     },
     /// Something retention did (`trim`, `install`, `member_skip`,
-    /// `trimmed_open`), counted in the report.
+    /// `trimmed_open`), or a node cut its whole log (`log_cut_whole`),
+    /// counted in the report.
     Retention(&'static str),
     Trace(String),
 }
@@ -299,6 +300,12 @@ impl SimNode {
             match e {
                 NodeEvent::Leader { term, .. } => ev.push(Event::Leader { term: term as u64 }),
                 NodeEvent::Trimmed { .. } => ev.push(Event::Retention("trim")),
+                NodeEvent::Truncated { from: 0, removed } => {
+                    ev.push(Event::Retention("log_cut_whole"));
+                    ev.push(Event::Trace(format!(
+                        "node {id}: cut its {removed} entries"
+                    )));
+                }
                 NodeEvent::Installed { first } => {
                     ev.push(Event::Retention("install"));
                     ev.push(Event::Trace(format!("node {id}: installed, from {first}")));

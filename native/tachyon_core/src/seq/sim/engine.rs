@@ -75,6 +75,8 @@ pub(super) struct Sim<'a> {
     pub primary: usize,
     /// When the first primary was elected.
     pub(super) first_primary: Option<Nanos>,
+    /// A scenario mutes the next node elected ([`Action::MuteNextPrimary`]).
+    pub(super) mute_next_primary: bool,
     /// When the process being handled starts sending what it queued (the
     /// latency model: after reading its batch; 0: no cost, all leaves
     /// now); each datagram leaves once its own send is done.
@@ -197,6 +199,7 @@ impl<'a> Sim<'a> {
             heals: Vec::new(),
             primary: 0,
             first_primary: None,
+            mute_next_primary: false,
             send_at: 0,
             faults: BTreeMap::new(),
             retention: BTreeMap::new(),
@@ -422,6 +425,15 @@ impl<'a> Sim<'a> {
     pub fn after(&mut self, i: usize) {
         let from = self.procs[i].addr;
         let is_node = self.is_node(i);
+        let elected = || self.ev.iter().any(|e| matches!(e, Event::Leader { .. }));
+        if self.mute_next_primary && is_node && elected() {
+            // Before what it sent as it was elected leaves.
+            self.mute_next_primary = false;
+            self.trace(|| format!("scenario: node {i} elected, muted"));
+            for j in (0..self.procs.len()).filter(|j| *j != i) {
+                self.cut(i, j, false, Nanos::MAX);
+            }
+        }
         let out = std::mem::take(&mut self.out);
         for (k, (to, d)) in out.iter().enumerate() {
             if is_node {

@@ -282,7 +282,7 @@ impl Sim<'_> {
         true
     }
 
-    fn cut(&mut self, a: usize, b: usize, both: bool, until: Nanos) {
+    pub(super) fn cut(&mut self, a: usize, b: usize, both: bool, until: Nanos) {
         let cut = Link {
             cut: true,
             ..self.net.default
@@ -512,6 +512,7 @@ impl Sim<'_> {
                     self.undo(Heal::Link(i, j));
                 }
             }
+            Action::MuteNextPrimary => self.mute_next_primary = true,
             Action::DiskFull(i, full) => self.set_full(i, full),
             Action::Witness(i, down) => {
                 let at = self.local(i);

@@ -114,7 +114,10 @@ impl Protocol for Group {
         cfg.two_nodes = self.two_nodes;
         cfg.election_timeout = self.election_timeout;
         cfg.eager = i == 0 && !restart;
-        cfg.new_session = self.session.get();
+        // Each node draws its own session for a new log, as a real one
+        // does: two first primaries of an empty group write two sessions.
+        cfg.new_session =
+            (self.session.get() ^ (i as u64 + 1).wrapping_mul(0x9e37_79b9_7f4a_7c15)) | 1;
         cfg.durability = self.durability;
         cfg.ack_fanout = self.ack_fanout;
         self.starts.set(self.starts.get() + 1);

@@ -24,9 +24,12 @@ use crate::seq::wire::Msg;
 use super::check::Violation;
 
 /// The term of a log entry, given the term of the entry before it (the
-/// term of the last epoch record at or before it).
+/// term of the last epoch record at or before it; the session record,
+/// before any, is of the term of the primary that wrote it: two new
+/// logs' entries 0 of two terms are two entries).
 pub fn entry_term(e: &[u8], prev: u32) -> u32 {
     match Msg::from_entry(e) {
+        Ok(m) if prev == 0 && m.epoch().is_none() => m.term,
         Ok(m) => m.epoch().unwrap_or(prev),
         Err(_) => prev,
     }

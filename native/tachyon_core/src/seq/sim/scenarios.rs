@@ -31,6 +31,9 @@ pub enum Action {
     /// Process `i` cut from every other until it rejoins.
     Isolate(usize),
     Rejoin(usize),
+    /// The datagrams of the next node elected are lost from that moment
+    /// (its first as primary included) until the heal.
+    MuteNextPrimary,
     /// Node `i`'s disk is full (`true`) or has room again; a scenario's
     /// full disk outlasts the heal.
     DiskFull(usize, bool),
@@ -73,7 +76,8 @@ pub struct Scenario {
     /// The run's retention (none: the log keeps everything).
     pub retention: Option<Retention>,
     /// What retention must have done by the end (`install`,
-    /// `member_skip`, `trimmed_open`): the script reached its path.
+    /// `member_skip`, `trimmed_open`), or a node (`log_cut_whole`): the
+    /// script reached its path.
     pub expects: &'static [&'static str],
 }
 
@@ -223,6 +227,23 @@ impl Scenario {
                 primary_by: Some(ms(500)),
                 retention: None,
                 expects: &[],
+            },
+            Scenario {
+                name: "split_bootstrap",
+                what: "a new group's first primary is elected, but nothing it sends as primary \
+                       arrives; the other two elect one of them in a later term, which writes a \
+                       session of its own: the first, heard again, must cut its bootstrap and \
+                       follow (it dropped the group's datagrams as another session's for ever, \
+                       and the group ran one node short: every delivered message must be in \
+                       every node's log at the end)",
+                nodes: 3,
+                members: 2,
+                late_members: vec![],
+                actions: vec![(0, MuteNextPrimary)],
+                heal_at: ms(800),
+                primary_by: None,
+                retention: None,
+                expects: &["log_cut_whole"],
             },
             Scenario {
                 name: "follower_behind_retention",

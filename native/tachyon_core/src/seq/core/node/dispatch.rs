@@ -14,6 +14,34 @@ impl<L: Log> Node<L> {
         s == 0 || self.ls.session == 0 || s == self.ls.session
     }
 
+    /// A primary of a later term and another session, heard by a node
+    /// whose whole log is a bootstrap (a session record and an epoch
+    /// record, not known committed): the log is cut and the primary taken.
+    ///
+    /// Two nodes of a new group can each be elected in turn before either
+    /// term's first entries reach a majority (the first primary's appends
+    /// lost); each writes a session of its own. Only one can commit, and
+    /// a later term's primary exists only if this one did not (its voters
+    /// had empty logs). Raft cuts a follower's log where it conflicts
+    /// with the primary's, and entry 0 conflicts: so the node cuts it
+    /// and follows, its sync copying the real session. Without this it
+    /// dropped the group's every datagram for ever (`wrong_session`), and
+    /// the group ran one node short. A log with anything more keeps its
+    /// session: another session's datagrams are another group's.
+    fn yield_bootstrap(&mut self, b: &Bus<'_>, env: &mut dyn Env) -> bool {
+        let bootstrap = self.ls.first == 0 && self.ls.next <= 2 && self.commit == 0;
+        // The primary's term is this node's at least (Raft takes an
+        // AppendEntries of the current term), and later than the log's.
+        let t = b.h.term;
+        if !bootstrap || b.h.session == 0 || t < self.term || t <= self.ls.last_term() {
+            return false;
+        }
+        if t > self.term {
+            self.adopt_term(t, Some(b.h.node), env);
+        }
+        self.cut_log(0, env)
+    }
+
     /// One datagram from `from`.
     pub fn on_datagram(&mut self, now: Nanos, from: SocketAddr, d: &[u8], env: &mut dyn Env) {
         match wire::magic(d) {
@@ -25,7 +53,7 @@ impl<L: Log> Node<L> {
                 Ok(b) => {
                     if !self.sent_by_node(from, b.h.node) {
                         self.c.strangers.bump(1);
-                    } else if !self.session_ok(b.h.session) {
+                    } else if !self.session_ok(b.h.session) && !self.yield_bootstrap(&b, env) {
                         self.c.wrong_session.bump(1);
                     } else {
                         self.on_bus(now, &b, env);
@@ -187,5 +215,89 @@ impl<L: Log> Node<L> {
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::testnet::{addr, Net, Out};
+    use crate::seq::wire::{self, BusHeader, BusKind};
+
+    /// A group of three whose nodes draw their own sessions, as they do.
+    fn net() -> Net {
+        let mut net = Net::new(3, &[]);
+        for (i, n) in net.nodes.iter_mut().enumerate() {
+            n.cfg.new_session = 100 + i as u64;
+        }
+        net
+    }
+
+    #[test]
+    fn a_bootstrap_that_reached_no_one_yields_to_a_later_terms_primary() {
+        let mut net = net();
+        // Node 0 (eager) is elected in term 1 and writes its session and
+        // epoch records, but nothing it sends as primary arrives.
+        assert!(net.run_until(500, |n| n.nodes[0].is_leader()));
+        net.muted[0] = true;
+        net.wire.retain(|w| w.0 != addr(0));
+        assert_eq!((net.nodes[0].session(), net.nodes[0].next_seq()), (100, 2));
+        // The other two elect one of them in a later term, which writes
+        // a session of its own and commits.
+        assert!(net.run_until(3_000, |n| (1..3)
+            .any(|i| n.nodes[i].is_leader() && n.nodes[i].commit() > 1)));
+        let p = (1..3).find(|i| net.nodes[*i].is_leader()).unwrap();
+        let session = 100 + p as u64;
+        assert_eq!(net.nodes[p].session(), session);
+        assert!(net.nodes[p].term() > 1);
+        // Heard again, node 0 cuts its bootstrap and follows.
+        net.muted[0] = false;
+        assert!(
+            net.run_until(3_000, |n| n.nodes[0].session() == session
+                && n.nodes[0].next_seq() == n.nodes[p].next_seq()
+                && n.nodes[0].leader() == Some(p as u8)),
+            "{:?}",
+            (
+                net.nodes[0].session(),
+                net.nodes[0].next_seq(),
+                net.nodes[p].next_seq(),
+                net.nodes[0].leader(),
+                net.nodes[0].term(),
+                net.nodes[p].term(),
+                net.nodes[0].c.wrong_session.get(),
+                net.nodes[0].role
+            )
+        );
+        assert!(net.nodes[0].c.truncated.get() >= 2);
+    }
+
+    #[test]
+    fn a_log_beyond_its_bootstrap_keeps_its_session() {
+        let mut net = net();
+        assert!(net.run_until(500, |n| n.nodes[0].is_leader() && n.nodes[0].commit() > 1));
+        // A third entry (a membership change), committed everywhere.
+        let mut out = Out::default();
+        assert!(net.nodes[0].add_node(net.now, addr(9), &mut out).is_ok());
+        net.take(0, out);
+        assert!(net.run_until(500, |n| n.nodes[2].next_seq() == 3
+            && n.nodes[0].commit() == 3));
+        // A primary of another session and a later term, at node 1's
+        // address (another group's, misconfigured): node 2 ignores it.
+        let term = net.nodes[2].term() + 5;
+        let h = BusHeader {
+            term,
+            session: 777,
+            seq: 5,
+            commit: 5,
+            node: 1,
+        };
+        let mut d = Vec::new();
+        wire::bus_header(&mut d, BusKind::Heartbeat, &h, 0);
+        let wrong = net.nodes[2].c.wrong_session.get();
+        let mut out = Out::default();
+        let now = net.now;
+        net.nodes[2].on_datagram(now, addr(1), &d, &mut out);
+        assert_eq!(net.nodes[2].c.wrong_session.get(), wrong + 1);
+        assert_eq!((net.nodes[2].session(), net.nodes[2].next_seq()), (100, 3));
+        assert!(net.nodes[2].term() < term);
     }
 }

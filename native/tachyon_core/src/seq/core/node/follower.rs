@@ -202,6 +202,25 @@ impl<L: Log> Node<L> {
         self.send_peer(l, PeerKind::Sync, term, 0, (last, end), 0, env);
     }
 
+    /// Removes the log's entries from `at` on, durably (an uncommitted
+    /// tail: a conflict with the primary's log, or damage); false if the
+    /// store failed (counted).
+    pub(super) fn cut_log(&mut self, at: u64, env: &mut dyn Env) -> bool {
+        if at >= self.ls.next {
+            return true;
+        }
+        let removed = self.ls.next - at;
+        if self.ls.truncate(&mut self.log, at).is_err() {
+            self.c.store_errors.bump(1);
+            return false;
+        }
+        self.c.truncated.bump(removed);
+        self.truncated_to(at);
+        self.commit = self.commit.min(at);
+        env.event(NodeEvent::Truncated { from: at, removed });
+        true
+    }
+
     /// The primary's answer to a sync.
     pub(super) fn on_sync_reply(
         &mut self,
@@ -215,16 +234,8 @@ impl<L: Log> Node<L> {
         }
         let (epoch, end, leader_end) = (p.a as u32, p.b, p.c);
         let m = self.ls.matching_end(epoch, end);
-        if m < self.ls.next {
-            let removed = self.ls.next - m;
-            if self.ls.truncate(&mut self.log, m).is_err() {
-                self.c.store_errors.bump(1);
-                return;
-            }
-            self.c.truncated.bump(removed);
-            self.truncated_to(m);
-            env.event(NodeEvent::Truncated { from: m, removed });
-            self.commit = self.commit.min(m);
+        if !self.cut_log(m, env) {
+            return;
         }
         if self.ls.next == 0 || self.ls.last_term() == epoch {
             self.fl.synced = true;

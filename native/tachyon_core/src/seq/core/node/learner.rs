@@ -239,16 +239,10 @@ impl<L: Log> Node<L> {
         if self.role == Role::Leader {
             self.stop(now, env);
         }
-        let removed = self.ls.next - at;
-        if self.ls.truncate(&mut self.log, at).is_err() {
-            self.c.store_errors.bump(1);
+        if !self.cut_log(at, env) {
             return;
         }
-        self.truncated_to(at);
-        self.c.truncated.bump(removed);
-        self.commit = self.commit.min(at);
         self.fl.reset();
-        env.event(NodeEvent::Truncated { from: at, removed });
         if !self.meta.learner {
             self.meta.learner = true;
             self.persist();

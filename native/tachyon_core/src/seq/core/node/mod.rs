@@ -48,6 +48,8 @@ pub mod membership;
 pub mod quorum;
 mod retention;
 pub mod snapshots;
+#[cfg(test)]
+mod testnet;
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
