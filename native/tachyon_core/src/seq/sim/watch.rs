@@ -141,7 +141,7 @@ impl Sim<'_> {
                     .actor
                     .as_ref()
                     .is_some_and(|a| a.primary_term().is_some())
-                && old.unhealthy_until + w <= self.now
+                && old.unhealthy_until.saturating_add(w) <= self.now
                 && !self.net.link_impaired(p, i)
                 && !self.net.link_impaired(i, p);
             if healthy {

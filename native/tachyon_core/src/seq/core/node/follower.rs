@@ -34,6 +34,9 @@ pub(super) struct Follow {
     stale_at: Option<Nanos>,
     /// The highest commit position the primary announced.
     commit_heard: u64,
+    /// The log end this follower last acknowledged to the members
+    /// (`acks.rs`).
+    pub members_acked: u64,
 }
 
 impl Follow {
@@ -260,7 +263,7 @@ impl<L: Log> Node<L> {
         if std::mem::take(&mut self.fl.ack_due) {
             let (term, end) = (self.term, self.acked_end());
             // The members first: theirs is the critical path now.
-            self.ack_members(end, env);
+            self.follower_ack_members(end, env);
             self.send_peer(l, PeerKind::Ack, term, 0, (0, end), 0, env);
         }
         self.fill_gap(now, env);

@@ -17,6 +17,7 @@ use super::commands::Window;
 use super::{quorum, Node, Role, TwoNodes, MAX_NODES, TICK_CAP};
 use crate::seq::core::{Env, Log, LogError, Nanos, NodeEvent};
 use crate::seq::wire::{self, BusKind, Msg, CONTROL};
+use crate::seq::BusMode;
 
 /// Why an entry was not appended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -31,6 +32,22 @@ pub(super) enum Refused {
 
 /// A hole is nacked again after this long (the resent command was lost).
 const RENACK_AFTER: Nanos = 2_000_000;
+
+/// Who a heartbeat goes to (on a multicast bus: the group, always).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Beat {
+    /// Every node and member: a new term, and the heartbeats that keep
+    /// it (from a tenth of `heartbeat` after data on).
+    All,
+    /// Acknowledgements moved the commit position: the members, who
+    /// deliver by it. The followers read it from the next datagram (they
+    /// need it for nothing urgent), which saves each a wake-up per message.
+    Commit,
+    /// The first heartbeats after data (a lost tail is found by them):
+    /// the members, and the followers whose acknowledgement does not
+    /// reach the log's end.
+    Tail,
+}
 
 pub(super) struct Lead {
     /// The index of this term's epoch record.
@@ -51,6 +68,8 @@ pub(super) struct Lead {
     sent_in_batch: bool,
     /// The commit position the bus was last told.
     commit_sent: u64,
+    /// Where a heartbeat to some goes (reused).
+    beat_to: Vec<SocketAddr>,
     pub windows: BTreeMap<u32, Window>,
     pub replays: HashMap<SocketAddr, (u64, Nanos)>,
 }
@@ -68,6 +87,7 @@ impl Lead {
             last_send: 0,
             due: 0,
             sent_in_batch: false,
+            beat_to: Vec::new(),
             commit_sent: 0,
             windows: BTreeMap::new(),
             replays: HashMap::new(),
@@ -144,7 +164,7 @@ impl<L: Log> Node<L> {
         self.el.reset();
         self.c.terms_led.bump(1);
         self.leader_flush(now, env);
-        self.heartbeat(now, env);
+        self.heartbeat(now, Beat::All, env);
         // The counters first: whoever hears the event and reads the stats
         // sees the new term's epoch record in `next_seq`.
         self.mirror();
@@ -295,12 +315,33 @@ impl<L: Log> Node<L> {
         self.flush_data(env);
     }
 
-    fn heartbeat(&mut self, now: Nanos, env: &mut dyn Env) {
+    fn heartbeat(&mut self, now: Nanos, beat: Beat, env: &mut dyn Env) {
         self.advance_commit();
         let h = self.bus_header(self.ls.next);
         let f = self.holds_flag();
         wire::bus_header(&mut self.scratch, BusKind::Heartbeat, &h, f);
-        env.send(&self.targets, &self.scratch);
+        if beat == Beat::All || matches!(self.cfg.bus, BusMode::Multicast { .. }) {
+            env.send(&self.targets, &self.scratch);
+        } else {
+            // Unicast: the nodes first in `targets`, then the members.
+            let mut to = std::mem::take(&mut self.ld.beat_to);
+            to.clear();
+            let nodes = self.targets.len() - self.unicast_members;
+            if beat == Beat::Tail {
+                let end = self.ls.next;
+                let m = self.membership();
+                let behind = |a: &SocketAddr| {
+                    m.id_of(*a)
+                        .is_none_or(|id| self.ld.matched.get(id as usize).is_none_or(|e| *e < end))
+                };
+                to.extend(self.targets[..nodes].iter().filter(|a| behind(a)));
+            }
+            to.extend_from_slice(&self.targets[nodes..]);
+            if !to.is_empty() {
+                env.send(&to, &self.scratch);
+            }
+            self.ld.beat_to = to;
+        }
         self.c.heartbeats.bump(1);
         self.ld.last_send = now;
         self.ld.commit_sent = self.commit;
@@ -311,7 +352,7 @@ impl<L: Log> Node<L> {
         self.advance_commit();
         if self.commit > self.ld.commit_sent {
             // Acknowledgements moved the commit position: tell the bus now.
-            self.heartbeat(now, env);
+            self.heartbeat(now, Beat::Commit, env);
         }
         if std::mem::take(&mut self.ld.sent_in_batch) {
             self.ld.due = self.cfg.heartbeat_after;
@@ -340,10 +381,14 @@ impl<L: Log> Node<L> {
         }
         self.renack(now, env);
         self.advance_commit();
-        if self.commit > self.ld.commit_sent || now.saturating_sub(self.ld.last_send) >= self.ld.due
-        {
-            self.heartbeat(now, env);
+        if now.saturating_sub(self.ld.last_send) >= self.ld.due {
+            // The first ones after data find a lost tail; from a tenth of
+            // the heartbeat on they keep the term (every node hears them).
+            let tail = self.ld.due < self.cfg.heartbeat / 10;
+            self.heartbeat(now, if tail { Beat::Tail } else { Beat::All }, env);
             self.ld.due = self.ld.due.saturating_mul(10).min(self.cfg.heartbeat);
+        } else if self.commit > self.ld.commit_sent {
+            self.heartbeat(now, Beat::Commit, env);
         }
         let mut due = (self.ld.last_send + self.ld.due).min(now + TICK_CAP);
         if self.ld.windows.values().any(|w| !w.held.is_empty()) {
