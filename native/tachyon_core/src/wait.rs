@@ -248,7 +248,11 @@ pub fn poll_fds(fds: &[(RawFd, libc::c_short)], timeout: Option<Duration>) -> io
 /// idle core, and on a busy one it lets the thread that must handle the
 /// datagram (often a BEAM scheduler) run; measured on 2 cores, a spinning
 /// phase there made Tachyon.UDP round trips several times slower. After 500
-/// yields it blocks in `ppoll` on the socket, so the next datagram wakes it.
+/// yields it blocks in `ppoll` on the socket, so the next datagram wakes it;
+/// and at once after a yield that gave the core away for 20 us or more (the
+/// core is contended: a group of three nodes, a member and a BEAM on two
+/// cores had every node polling in turn, a p99 round trip 4x that of
+/// sleeping at once).
 #[derive(Debug)]
 pub struct Waiter {
     strategy: WaitStrategy,
@@ -256,12 +260,19 @@ pub struct Waiter {
     socket: Option<RawFd>,
     max_park: Duration,
     rounds: u32,
+    /// When a socket loop's yield phase began.
+    idle_since: Option<std::time::Instant>,
 }
 
 impl Waiter {
     const SPIN_ROUNDS: u32 = 200;
     const YIELD_ROUNDS: u32 = 300;
     const SOCKET_YIELD_ROUNDS: u32 = 500;
+    /// A socket loop's yield that gave the core away this long (others had
+    /// work) ends its yield phase: it sleeps in `ppoll` until a datagram.
+    const CONTENDED_YIELD: Duration = Duration::from_micros(20);
+    /// A socket loop's yield phase lasts this long at most.
+    const SOCKET_YIELD_FOR: Duration = Duration::from_micros(30);
     /// Longest nap of a socket loop: only a safety net, since datagrams and
     /// wake-ups both end the sleep.
     const SOCKET_MAX_PARK: Duration = Duration::from_millis(100);
@@ -275,6 +286,7 @@ impl Waiter {
             socket: None,
             max_park,
             rounds: 0,
+            idle_since: None,
         }
     }
 
@@ -299,6 +311,7 @@ impl Waiter {
     #[inline]
     pub fn reset(&mut self) {
         self.rounds = 0;
+        self.idle_since = None;
     }
 
     /// Whether the next [`Waiter::idle`] may sleep (so wakers must be told:
@@ -343,6 +356,18 @@ impl Waiter {
                 if r < self.sleep_after() {
                     if self.socket.is_none() && r < Self::SPIN_ROUNDS {
                         std::hint::spin_loop();
+                    } else if self.socket.is_some() {
+                        let t = std::time::Instant::now();
+                        let since = *self.idle_since.get_or_insert(t);
+                        std::thread::yield_now();
+                        if t.elapsed() >= Self::CONTENDED_YIELD
+                            || t.duration_since(since) >= Self::SOCKET_YIELD_FOR
+                        {
+                            // The core went to others that had work (it is
+                            // contended: polling on takes their time), or
+                            // nothing came for a while: sleep in `ppoll`.
+                            self.rounds = self.sleep_after();
+                        }
                     } else {
                         std::thread::yield_now();
                     }
