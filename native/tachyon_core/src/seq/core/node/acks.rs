@@ -58,31 +58,28 @@ impl<L: Log> Node<L> {
     /// new: nothing sent.
     pub(super) fn follower_ack_members(&mut self, end: u64, env: &mut dyn Env) {
         let last = self.fl.members_acked;
-        if end <= last || self.fl.commit_heard() < last || !self.acks_for_members() {
+        if end <= last || self.fl.commit_heard() < last {
             return;
         }
         self.fl.members_acked = end;
         self.ack_members(end, env);
     }
 
-    /// Whether this follower is one of those whose acknowledgements the
-    /// members count on: with `:replicated` the primary counts for what it
-    /// sent, so a majority needs `majority - 1` followers: the first
-    /// voters of the membership but the primary. The others' would reach the members
-    /// after the commit they complete (a member's wake-up for nothing);
-    /// if one of the counted is lost or late, the primary's commit
-    /// position follows. With `:fsync` every voter's counts.
-    fn acks_for_members(&self) -> bool {
-        if self.cfg.durability.on_disk() {
-            return true;
-        }
-        let (me, primary) = (self.id(), self.leader);
-        let m = self.membership();
-        let needed = m.majority().saturating_sub(1);
-        m.voters()
-            .filter(|v| Some(*v) != primary)
-            .take(needed)
-            .any(|v| v == me)
+    /// Whether the members commit in three hops from the followers'
+    /// acknowledgements and the primary's HOLDS (`:replicated`, more than
+    /// two voters, the members within `ack_fanout`): then the primary
+    /// sends no heartbeat when acknowledgements move its commit position.
+    /// Its first heartbeat after data (`heartbeat_after`, 10 us) still
+    /// carries it to the members, should a follower's acknowledgement to
+    /// them be lost; what it saved was a datagram per message to every
+    /// member, which on two cores is a member's wake-up.
+    pub(super) fn members_count_acks(&self) -> bool {
+        let fanout = self.cfg.ack_fanout;
+        let reach = match self.cfg.bus {
+            BusMode::Multicast { .. } => fanout > 0,
+            BusMode::Unicast => fanout > 0 && self.unicast_members <= fanout,
+        };
+        reach && !self.cfg.durability.on_disk() && self.membership().n_voters() > 2
     }
 
     /// This node's acknowledgement of its log up to `end`, to the members

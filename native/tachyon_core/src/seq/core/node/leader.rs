@@ -40,8 +40,10 @@ enum Beat {
     /// it (from a tenth of `heartbeat` after data on).
     All,
     /// Acknowledgements moved the commit position: the members, who
-    /// deliver by it. The followers read it from the next datagram (they
-    /// need it for nothing urgent), which saves each a wake-up per message.
+    /// deliver by it (unless they count the followers' acknowledgements:
+    /// then none, see `members_count_acks`). The followers read it from
+    /// the next datagram (they need it for nothing urgent), which saves
+    /// each a wake-up per message.
     Commit,
     /// The first heartbeats after data (a lost tail is found by them):
     /// the members, and the followers whose acknowledgement does not
@@ -350,7 +352,7 @@ impl<L: Log> Node<L> {
     pub(super) fn leader_end_batch(&mut self, now: Nanos, env: &mut dyn Env) {
         self.flush_data(env);
         self.advance_commit();
-        if self.commit > self.ld.commit_sent {
+        if self.commit > self.ld.commit_sent && !self.members_count_acks() {
             // Acknowledgements moved the commit position: tell the bus now.
             self.heartbeat(now, Beat::Commit, env);
         }
@@ -387,7 +389,7 @@ impl<L: Log> Node<L> {
             let tail = self.ld.due < self.cfg.heartbeat / 10;
             self.heartbeat(now, if tail { Beat::Tail } else { Beat::All }, env);
             self.ld.due = self.ld.due.saturating_mul(10).min(self.cfg.heartbeat);
-        } else if self.commit > self.ld.commit_sent {
+        } else if self.commit > self.ld.commit_sent && !self.members_count_acks() {
             self.heartbeat(now, Beat::Commit, env);
         }
         let mut due = (self.ld.last_send + self.ld.due).min(now + TICK_CAP);
