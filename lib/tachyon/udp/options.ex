@@ -110,8 +110,9 @@ defmodule Tachyon.UDP.Options do
         timeout, `:backoff` and `:yield` poll for `:spin_us` microseconds then
         sleep, `:park` sleeps at once). With `delivery: :messages`: `:backoff`
         (after each datagram it keeps polling, yielding the core between
-        polls, for a few hundred microseconds, then blocks in `poll` until
-        the next one: fast for request/response traffic, no CPU when idle),
+        polls, for up to 30 microseconds, or less when a yield shows the
+        cores are busy, then blocks in `poll` until the next one: fast for
+        request/response traffic, no CPU when idle),
         `:park` (blocks in `poll` at once: the least CPU, but the kernel must
         wake the thread for each datagram, which costs a few microseconds),
         `:yield` (never blocks: polls and yields forever), or `:busy_spin`
