@@ -94,3 +94,122 @@ impl<L: Log> Node<L> {
         self.ack_to = to;
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::net::SocketAddr;
+
+    use super::super::testnet::{addr, Net, Out};
+    use crate::seq::wire::{self, Bus, BusKind, HelloBody, Peer, PeerKind};
+
+    const MEMBER: u32 = 7;
+
+    fn member() -> SocketAddr {
+        SocketAddr::from(([10, 0, 0, 9], 9000))
+    }
+
+    /// A group of three, its term committed, and a unicast member bound at
+    /// the primary and known to every node (its hello to each).
+    fn group_with_member() -> Net {
+        let mut net = Net::new(3, &[]);
+        assert!(net.run_until(500, |n| n.nodes[0].is_leader()
+            && (1..3).all(|i| n.nodes[i].leader() == Some(0))
+            && n.nodes[0].commit() > n.nodes[0].ld.term_start));
+        let h = HelloBody {
+            flags: wire::UNICAST,
+            incarnation: 5,
+            epoch: u32::MAX,
+            next: 0,
+        };
+        for i in 0..3 {
+            let mut d = Vec::new();
+            wire::hello(&mut d, MEMBER, net.nodes[0].ls.session, &h);
+            net.wire.push((member(), addr(i), d));
+        }
+        assert!(
+            net.run_until(10, |n| n.nodes[0].bindings.contains_key(&MEMBER)
+                && (1..3).all(|i| !n.nodes[i].ack_to.is_empty()))
+        );
+        net.run_until(20, |_| false);
+        net
+    }
+
+    /// The heartbeats in flight from the primary: to the member, to followers.
+    fn heartbeats(net: &Net) -> (usize, usize) {
+        let beats = net.wire.iter().filter(|(from, _, d)| {
+            *from == addr(0) && Bus::parse(d).is_ok_and(|b| b.kind == BusKind::Heartbeat)
+        });
+        beats.fold((0, 0), |(m, f), (_, to, _)| {
+            if *to == member() {
+                (m + 1, f)
+            } else {
+                (m, f + 1)
+            }
+        })
+    }
+
+    #[test]
+    fn heartbeats_after_data_skip_followers_that_acknowledged_and_a_counted_commit_sends_none() {
+        let mut net = group_with_member();
+        assert!(net.nodes[0].members_count_acks());
+        // A command from the member: the primary sequences it (step 1),
+        // the followers acknowledge it (step 2), the acknowledgements move
+        // the primary's commit index (step 3).
+        let mut d = Vec::new();
+        let session = net.nodes[0].ls.session;
+        wire::cmd_header(&mut d, wire::CmdKind::Publish, MEMBER, session, 5);
+        wire::write_cmd_msg(&mut d, 1, 0, b"x");
+        wire::set_cmd_count(&mut d, 1);
+        net.wire.push((member(), addr(0), d));
+        let end = net.nodes[0].next_seq() + 1;
+        net.step();
+        assert_eq!(net.nodes[0].next_seq(), end);
+        net.step();
+        net.step();
+        assert_eq!(
+            net.nodes[0].commit(),
+            end,
+            "committed by the acknowledgements"
+        );
+        assert!((1..3).all(|i| net.nodes[0].ld.matched[i] == end));
+        // The heartbeat that went at that step (100 us after the first):
+        // to the member, to no follower (both hold the end), and none for
+        // the commit itself (the member counts the acknowledgements).
+        assert_eq!(heartbeats(&net), (1, 0));
+        let acks_to_member = net.wire.iter().filter(|(from, to, d)| {
+            *to == member()
+                && *from != addr(0)
+                && Peer::parse(d).is_ok_and(|p| p.h.kind == PeerKind::Ack)
+        });
+        assert_eq!(acks_to_member.count(), 0, "sent a step earlier");
+        // A tenth of the heartbeat interval after data, every node hears
+        // them again (they keep the term).
+        assert!(net.run_until(50, |n| heartbeats(n).1 == 2));
+    }
+
+    #[test]
+    fn a_follower_acknowledges_to_the_members_one_ahead_of_the_commit() {
+        let mut net = group_with_member();
+        let acks = |out: &Out| {
+            out.sent
+                .iter()
+                .filter(|(to, d)| {
+                    *to == member() && Peer::parse(d).is_ok_and(|p| p.h.kind == PeerKind::Ack)
+                })
+                .count()
+        };
+        let f = &mut net.nodes[1];
+        let base = f.fl.members_acked;
+        f.fl.commit_heard = base;
+        let mut out = Out::default();
+        f.follower_ack_members(base + 5, &mut out);
+        assert_eq!(acks(&out), 1, "the commit reached what it sent last");
+        f.follower_ack_members(base + 9, &mut out);
+        assert_eq!(acks(&out), 1, "one ahead of the commit at a time");
+        f.fl.commit_heard = base + 5;
+        f.follower_ack_members(base + 5, &mut out);
+        assert_eq!(acks(&out), 1, "nothing new");
+        f.follower_ack_members(base + 9, &mut out);
+        assert_eq!(acks(&out), 2);
+    }
+}

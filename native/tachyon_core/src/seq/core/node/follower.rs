@@ -33,7 +33,7 @@ pub(super) struct Follow {
     pub ack_due: bool,
     stale_at: Option<Nanos>,
     /// The highest commit position the primary announced.
-    commit_heard: u64,
+    pub(super) commit_heard: u64,
     /// The log end this follower last acknowledged to the members
     /// (`acks.rs`).
     pub members_acked: u64,
