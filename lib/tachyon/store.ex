@@ -151,9 +151,9 @@ defmodule Tachyon.Store do
   See `docs/FORMAT.md` for the file format and `docs/ARCHITECTURE.md` for the
   threads and files.
   """
-  require Logger
 
   alias Tachyon.{Native, Named}
+  alias Tachyon.Store.Report
 
   defstruct [:ref, :path, :access, :name, :recovery]
 
@@ -293,7 +293,7 @@ defmodule Tachyon.Store do
     case Native.store_open(abs, nif_opts) do
       {:ok, ref, rec} ->
         store = %__MODULE__{ref: ref, path: abs, access: opts[:access], name: name, recovery: rec}
-        report_open(store, rec, System.monotonic_time() - t0)
+        Report.open(store, rec, System.monotonic_time() - t0)
         {:ok, store}
 
       {:error, {:bad_config, msg}} ->
@@ -307,38 +307,6 @@ defmodule Tachyon.Store do
   end
 
   defp normalize(error, path), do: Tachyon.Error.normalize(error, __MODULE__, path)
-
-  defp report_open(store, rec, duration) do
-    # `:mode` is the deprecated name of `:access` (one release).
-    meta = %{path: store.path, access: store.access, mode: store.access, name: store.name}
-
-    Tachyon.Telemetry.execute(
-      [:tachyon, :store, :open],
-      %{duration: duration, segments: rec.segments, messages: rec.messages},
-      meta
-    )
-
-    if store.access == :write do
-      Tachyon.Telemetry.execute(
-        [:tachyon, :store, :recover],
-        %{
-          duration: System.convert_time_unit(rec.duration_ns, :nanosecond, :native),
-          recovered: rec.recovered,
-          truncated_bytes: rec.truncated_bytes,
-          lost_records: rec.lost_records
-        },
-        %{path: store.path, segment: rec.segment, cut: rec.cut, offset: rec.offset}
-      )
-
-      if rec.cut do
-        Logger.warning(
-          "Tachyon.Store #{store.path}: recovery cut the log (#{rec.cut}) in segment #{rec.segment} " <>
-            "at offset #{rec.offset}: #{rec.truncated_bytes} bytes truncated, #{rec.lost_records} records lost; " <>
-            "#{rec.messages} messages kept"
-        )
-      end
-    end
-  end
 
   # -- the log -----------------------------------------------------------------
 
@@ -545,7 +513,7 @@ defmodule Tachyon.Store do
             %{path: s.path, name: s.name}
           )
 
-          flush_events(s)
+          Report.events(s)
           :ok
 
         {:error, _} = error ->
@@ -597,7 +565,7 @@ defmodule Tachyon.Store do
   """
   @spec close(store()) :: :ok | {:error, :noproc}
   def close(%__MODULE__{} = s) do
-    flush_events(s)
+    Report.events(s)
     Native.store_close(s.ref)
   end
 
@@ -615,21 +583,4 @@ defmodule Tachyon.Store do
   def whereis(name) when is_atom(name), do: Named.whereis(__MODULE__, name)
 
   defp resolve(store), do: Named.resolve(__MODULE__, store)
-
-  @doc false
-  def flush_events(s) do
-    for ev <- Native.store_take_events(s.ref) do
-      {event, measurements} = Map.pop(ev, :event)
-      # (A retention event's reason is metadata.)
-      {reason, measurements} = Map.split(measurements, [:reason])
-
-      Tachyon.Telemetry.execute(
-        [:tachyon, :store, event],
-        measurements,
-        Map.merge(%{path: s.path, name: s.name}, reason)
-      )
-    end
-
-    :ok
-  end
 end

@@ -41,7 +41,7 @@ defmodule Tachyon.AsyncStore.Server do
     AsyncStore.handle_report(kind, fields, meta(state))
 
     if kind == :stats and state.handle && state.handle.owns_store,
-      do: Store.flush_events(state.handle.store)
+      do: Store.Report.events(state.handle.store)
 
     state
   end

@@ -31,7 +31,7 @@ defmodule Tachyon.Store.Server do
 
   @impl true
   def tick(state) do
-    Store.flush_events(state.handle)
+    Store.Report.events(state.handle)
     state
   end
 

@@ -6,7 +6,7 @@ use std::net::SocketAddr;
 use super::config::MemberConfig;
 use crate::seq::core::node::Membership;
 use crate::seq::core::{Nanos, Sink, MILLI};
-use crate::seq::wire::{self, Bus, BusKind, HelloBody, TAKEN, UNICAST};
+use crate::seq::wire::{self, Bus, BusKind, HelloBody, WelcomeBody, TAKEN, UNICAST};
 
 /// Hellos go out again this often until a welcome comes.
 const HELLO_EVERY: Nanos = 20 * MILLI;
@@ -42,6 +42,29 @@ pub struct Welcome {
     /// those the member was given; the voters whose acknowledgements
     /// count, `acks.rs`).
     pub config: Option<Membership>,
+}
+
+impl Welcome {
+    /// The welcome a bus datagram `b` (its body `w`) from `from` says:
+    /// taken if the datagram says so, nothing delivered, no membership
+    /// (the caller sets those it knows).
+    pub(super) fn parse(b: &Bus<'_>, w: &WelcomeBody, from: SocketAddr) -> Welcome {
+        Welcome {
+            session: b.h.session,
+            term: b.h.term,
+            next: b.h.seq,
+            commit: b.h.commit,
+            last: w.last,
+            epoch: w.epoch,
+            first: w.first,
+            snap: (w.snap_from, w.snap_epoch, w.snap_as_of),
+            max_datagram: w.max_datagram as usize,
+            from,
+            taken: b.flags & TAKEN != 0,
+            delivered: 0,
+            config: None,
+        }
+    }
 }
 
 /// A member saying hello until welcomed.
@@ -96,19 +119,8 @@ impl Join {
         }
         if b.kind == BusKind::Welcome && self.best.as_ref().is_none_or(|x| b.h.term > x.term) {
             self.best = Some(Welcome {
-                session: b.h.session,
-                term: b.h.term,
-                next: b.h.seq,
-                commit: b.h.commit,
-                last: w.last,
-                epoch: w.epoch,
-                first: w.first,
-                snap: (w.snap_from, w.snap_epoch, w.snap_as_of),
-                max_datagram: w.max_datagram as usize,
-                from,
-                taken: b.flags & TAKEN != 0,
-                delivered: 0,
                 config: Membership::decode(b.welcome_tail()),
+                ..Welcome::parse(&b, &w, from)
             });
             self.best_at = now;
         }

@@ -74,20 +74,10 @@ impl Rx {
             self.heard = w.last;
         }
         if !self.welcomed {
+            // Not taken: a taken welcome returned above.
             self.welcome = Some(Welcome {
-                session: b.h.session,
-                term: b.h.term,
-                next: b.h.seq,
-                commit: b.h.commit,
-                last: w.last,
-                epoch: w.epoch,
-                first: w.first,
-                snap: (w.snap_from, w.snap_epoch, w.snap_as_of),
-                max_datagram: w.max_datagram as usize,
-                from: self.leader,
-                taken: false,
                 delivered: self.own_at_term,
-                config: None,
+                ..Welcome::parse(b, &w, self.leader)
             });
         }
         self.welcomed = true;
