@@ -6,7 +6,7 @@
 use super::engine::Sim;
 use super::members::Start;
 use super::net::Link;
-use super::{Action, Disk};
+use super::Disk;
 use crate::seq::core::{MemLog, Nanos, MILLI};
 
 /// The faults the nemesis picks from.
@@ -182,7 +182,7 @@ impl Sim<'_> {
         }
     }
 
-    fn undo(&mut self, h: Heal) {
+    pub(super) fn undo(&mut self, h: Heal) {
         match h {
             Heal::Link(a, b) => {
                 self.net.heal(a, b);
@@ -201,7 +201,7 @@ impl Sim<'_> {
         p.unhealthy_until = p.unhealthy_until.max(until);
     }
 
-    fn set_full(&mut self, i: usize, full: bool) {
+    pub(super) fn set_full(&mut self, i: usize, full: bool) {
         let p = &mut self.procs[i];
         if let Some(l) = p.actor.as_mut().and_then(|a| a.log_mut()) {
             l.full = full;
@@ -478,70 +478,6 @@ impl Sim<'_> {
         }
     }
 
-    /// A scripted action ([`Action`]).
-    pub(super) fn act(&mut self, a: Action) {
-        let now = self.now;
-        self.trace(|| format!("scenario: {a:?}"));
-        match a {
-            Action::Kill(i) => {
-                self.take_down(i, Down::Kill, Nanos::MAX);
-            }
-            Action::PowerLoss(i) => {
-                self.take_down(i, Down::PowerLoss, Nanos::MAX);
-            }
-            Action::ReplaceDisk(i) => {
-                self.take_down(i, Down::Replace, Nanos::MAX);
-            }
-            Action::Restart(i) => self.procs[i].restart_at = now,
-            Action::Pause(i, d) => {
-                self.procs[i].paused = Some((now + d, false));
-                self.mark(i, now + d);
-            }
-            Action::Cut(a, b) => self.cut(a, b, true, Nanos::MAX),
-            Action::CutOneWay(a, b) => self.cut(a, b, false, Nanos::MAX),
-            Action::Mend(a, b) => self.undo(Heal::Link(a, b)),
-            Action::Isolate(i) => {
-                for j in 0..self.procs.len() {
-                    if j != i {
-                        self.cut(i, j, true, Nanos::MAX);
-                    }
-                }
-            }
-            Action::Rejoin(i) => {
-                for j in 0..self.procs.len() {
-                    self.undo(Heal::Link(i, j));
-                }
-            }
-            Action::MuteNextPrimary => self.mute_next_primary = true,
-            Action::DiskFull(i, full) => self.set_full(i, full),
-            Action::Witness(i, down) => {
-                let at = self.local(i);
-                if let Some(a) = self.procs[i].actor.as_mut() {
-                    a.witness(at, down);
-                }
-            }
-            Action::MemberKill(id) => {
-                let i = self.member_proc(id);
-                self.with_member(i, |a, _, _, ev| a.kill_member(Nanos::MAX, ev));
-            }
-            Action::MemberClose(id) => {
-                let i = self.member_proc(id);
-                self.with_member(i, |a, now, out, ev| {
-                    a.close_member(now, Nanos::MAX, out, ev)
-                });
-            }
-            Action::MemberOpen(id, start) => {
-                let i = self.member_proc(id);
-                self.with_member(i, |a, now, _, _| a.reopen_member(now, start));
-            }
-            Action::MemberPause(id, d) => {
-                let i = self.member_proc(id);
-                self.procs[i].paused = Some((now + d, false));
-                self.mark(i, now + d);
-            }
-        }
-    }
-
     /// The primary adds a node (a spare slot starts, and asks to join) if
     /// the group has no more voters than it began with, else removes a
     /// random voter.
@@ -572,7 +508,7 @@ impl Sim<'_> {
         ok
     }
 
-    fn member_proc(&self, id: u32) -> usize {
+    pub(super) fn member_proc(&self, id: u32) -> usize {
         self.procs
             .iter()
             .position(|p| p.member_id == id)

@@ -5,6 +5,8 @@
 //! run. They replay the findings of a review of the protocol; each names
 //! the invariant that caught it before its fix.
 
+use super::engine::Sim;
+use super::faults::{Down, Heal};
 use super::group::Retention;
 use super::members::Start;
 use super::SimConfig;
@@ -298,5 +300,71 @@ impl Scenario {
 
     pub fn by_name(name: &str) -> Option<Scenario> {
         Scenario::all().into_iter().find(|s| s.name == name)
+    }
+}
+
+impl Sim<'_> {
+    /// A scripted action ([`Action`]).
+    pub(super) fn act(&mut self, a: Action) {
+        let now = self.now;
+        self.trace(|| format!("scenario: {a:?}"));
+        match a {
+            Action::Kill(i) => {
+                self.take_down(i, Down::Kill, Nanos::MAX);
+            }
+            Action::PowerLoss(i) => {
+                self.take_down(i, Down::PowerLoss, Nanos::MAX);
+            }
+            Action::ReplaceDisk(i) => {
+                self.take_down(i, Down::Replace, Nanos::MAX);
+            }
+            Action::Restart(i) => self.procs[i].restart_at = now,
+            Action::Pause(i, d) => {
+                self.procs[i].paused = Some((now + d, false));
+                self.mark(i, now + d);
+            }
+            Action::Cut(a, b) => self.cut(a, b, true, Nanos::MAX),
+            Action::CutOneWay(a, b) => self.cut(a, b, false, Nanos::MAX),
+            Action::Mend(a, b) => self.undo(Heal::Link(a, b)),
+            Action::Isolate(i) => {
+                for j in 0..self.procs.len() {
+                    if j != i {
+                        self.cut(i, j, true, Nanos::MAX);
+                    }
+                }
+            }
+            Action::Rejoin(i) => {
+                for j in 0..self.procs.len() {
+                    self.undo(Heal::Link(i, j));
+                }
+            }
+            Action::MuteNextPrimary => self.mute_next_primary = true,
+            Action::DiskFull(i, full) => self.set_full(i, full),
+            Action::Witness(i, down) => {
+                let at = self.local(i);
+                if let Some(a) = self.procs[i].actor.as_mut() {
+                    a.witness(at, down);
+                }
+            }
+            Action::MemberKill(id) => {
+                let i = self.member_proc(id);
+                self.with_member(i, |a, _, _, ev| a.kill_member(Nanos::MAX, ev));
+            }
+            Action::MemberClose(id) => {
+                let i = self.member_proc(id);
+                self.with_member(i, |a, now, out, ev| {
+                    a.close_member(now, Nanos::MAX, out, ev)
+                });
+            }
+            Action::MemberOpen(id, start) => {
+                let i = self.member_proc(id);
+                self.with_member(i, |a, now, _, _| a.reopen_member(now, start));
+            }
+            Action::MemberPause(id, d) => {
+                let i = self.member_proc(id);
+                self.procs[i].paused = Some((now + d, false));
+                self.mark(i, now + d);
+            }
+        }
     }
 }
