@@ -322,7 +322,10 @@ impl<L: Log> Node<L> {
         let h = self.bus_header(self.ls.next);
         let f = self.holds_flag();
         wire::bus_header(&mut self.scratch, BusKind::Heartbeat, &h, f);
-        if beat == Beat::All || matches!(self.cfg.bus, BusMode::Multicast { .. }) {
+        let everyone = beat == Beat::All
+            || matches!(self.cfg.bus, BusMode::Multicast { .. })
+            || !self.members_count_acks();
+        if everyone {
             env.send(&self.targets, &self.scratch);
         } else {
             // Unicast: the nodes first in `targets`, then the members.
