@@ -34,9 +34,10 @@ pub(super) struct Follow {
     stale_at: Option<Nanos>,
     /// The highest commit position the primary announced.
     pub(super) commit_heard: u64,
-    /// The log end this follower last acknowledged to the members
-    /// (`acks.rs`).
+    /// The log ends this follower last acknowledged to the members, and
+    /// the one before (`acks.rs`).
     pub members_acked: u64,
+    pub members_acked_before: u64,
 }
 
 impl Follow {
