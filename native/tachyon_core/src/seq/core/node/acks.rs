@@ -60,9 +60,7 @@ impl<L: Log> Node<L> {
     /// commit of the one before it, not of the last; with one ahead, that
     /// race left the member to wait for the primary's next heartbeat (the
     /// simulator's latency model: 1.50x one node with one ahead, 1.45x
-    /// with two; the bench's group p50 was 57 us in one of three runs with
-    /// one ahead, 18-29 us in three of three with two). Nothing new:
-    /// nothing sent.
+    /// with two). Nothing new: nothing sent.
     pub(super) fn follower_ack_members(&mut self, end: u64, env: &mut dyn Env) {
         let (last, before) = (self.fl.members_acked, self.fl.members_acked_before);
         if end <= last || self.fl.commit_heard() < before {
