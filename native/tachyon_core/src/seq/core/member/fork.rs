@@ -77,10 +77,17 @@ impl Epochs {
         // The member's largest epoch not above the primary's.
         let Some(k) = self.starts.iter().rposition(|s| s.0 <= epoch) else {
             // Every epoch the member delivered is above what the primary
-            // has: the two agree at most where the primary's epoch ends
-            // (perhaps before where the member started: it goes back
-            // there, the new order's messages from there on are its own).
-            return Matching::At(end.min(next));
+            // has, the one it started in too (the epoch of the entry just
+            // before its start): the two logs differ from there on, so
+            // they agree at most where the member started, or where the
+            // primary's epoch ends if that is before (it goes back there,
+            // the new order's messages from there on are its own). Where
+            // the primary's epoch ends after the member's start is no
+            // agreement: a member that joined at 3293 in epoch 128 and met
+            // a primary whose epoch 65 ends at 4997 resumed at 4997 and
+            // kept what it had delivered from 3293 (`tachyon_sim --nodes 2
+            // --two-nodes available --seed 410`: diverged).
+            return Matching::At(end.min(self.floor()).min(next));
         };
         let own_end = self.starts.get(k + 1).map_or(next, |s| s.1);
         let at = own_end.min(end);
@@ -163,7 +170,14 @@ mod tests {
         // Even before where the member started: the new order from there
         // on is what it must deliver.
         assert_eq!(e.matching(2, 90, 300), Matching::At(90));
-        assert_eq!(e.matching(2, 120, 300), Matching::At(120));
+        // The primary's epoch 2 ending after the member's start: the entry
+        // before the start is of epoch 4 here and of 2 there, so nothing
+        // the member delivered is in the primary's log.
+        assert_eq!(e.matching(2, 120, 300), Matching::At(100));
+        assert_eq!(
+            Epochs::new(128, 3293).matching(65, 4997, 6485),
+            Matching::At(3293)
+        );
         e.truncate(90, 2);
         assert_eq!((e.floor(), e.last()), (90, 2));
     }
