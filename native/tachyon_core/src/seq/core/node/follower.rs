@@ -34,10 +34,9 @@ pub(super) struct Follow {
     stale_at: Option<Nanos>,
     /// The highest commit position the primary announced.
     pub(super) commit_heard: u64,
-    /// The log ends this follower last acknowledged to the members, and
-    /// the one before (`acks.rs`).
+    /// The log end this follower last acknowledged to the members
+    /// (`acks.rs`).
     pub members_acked: u64,
-    pub members_acked_before: u64,
 }
 
 impl Follow {
