@@ -27,7 +27,8 @@
 //!   with the disks;
 //! * a new group (every node starts as a learner: no metadata yet) need not
 //!   wait for its last node: learners with empty logs that hear a majority
-//!   of empty logs (themselves included) vote among themselves.
+//!   of empty logs (themselves included), and no node with a log, vote
+//!   among themselves.
 //!
 //! One candidate per term ([`quorum::candidate_of`]) keeps a forgotten
 //! vote harmless: a learner that voted in a term before it lost its disk
@@ -133,12 +134,19 @@ impl<L: Log> Node<L> {
             .all(|&i| heard(i).is_some_and(|h| at_least(last_term, end, h.last_term, h.end)));
         // A new group: this node and a majority with it have empty logs
         // (nothing was ever acknowledged anywhere they could vouch for):
-        // it need not wait for every node to start.
+        // it need not wait for every node to start. Not if any node it
+        // heard holds a log: then the group exists (two nodes removed from
+        // it, their disks replaced and restarted on the first membership,
+        // elected a group of their own beside it: `tachyon_sim --nodes 3
+        // --durability fsync --seed 3114` with another timing), or the
+        // nodes that lost their disks are a majority and the one with a
+        // log is the group's memory: they vote for it (`all`).
         let empty = 1 + others
             .iter()
             .filter(|&&i| heard(i).is_some_and(|h| h.end == 0))
             .count();
-        all || (self.ls.next == 0 && end == 0 && empty >= self.majority())
+        let a_log = others.iter().any(|&i| heard(i).is_some_and(|h| h.end > 0));
+        all || (self.ls.next == 0 && end == 0 && !a_log && empty >= self.majority())
     }
 
     /// Whether this node may campaign: its disk has room, and it would
@@ -284,6 +292,37 @@ mod tests {
         assert_eq!(at_start(&cfg, Some(rebooted), false).0.boot, 7);
         cfg.durability = Durability::Fsync;
         assert_eq!(at_start(&cfg, Some(rebooted), false).1, None);
+    }
+
+    #[test]
+    fn empty_logs_start_a_new_group_only_where_no_node_holds_a_log() {
+        use crate::seq::core::MemLog;
+        let group: Vec<_> = (0..3)
+            .map(|i| format!("127.0.0.1:{}", 7000 + i).parse().unwrap())
+            .collect();
+        let mut n = Node::new(NodeConfig::new(0, group), MemLog::new(), 0).unwrap();
+        assert!(n.meta.learner, "a new disk");
+        let now = 1_000_000;
+        let said = |end: u64| {
+            Some(Heard {
+                last_term: if end == 0 { 0 } else { 64 },
+                end,
+                at: now,
+            })
+        };
+        // A new group whose third node has not started: a majority of
+        // empty logs.
+        n.lr.heard[1] = said(0);
+        assert!(n.may_vouch(now, 0, 0));
+        n.lr.heard[2] = said(0);
+        assert!(n.may_vouch(now, 0, 0));
+        // The third holds a log: the group exists (this node and node 1
+        // were removed from it and lost their disks, or lost them with
+        // it alive): no new group of empty logs...
+        n.lr.heard[2] = said(500);
+        assert!(!n.may_vouch(now, 0, 0));
+        // ...but a vote for the node with the log, heard with the others.
+        assert!(n.may_vouch(now, 64, 500));
     }
 
     #[test]
