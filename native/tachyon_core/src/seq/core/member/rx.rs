@@ -83,6 +83,11 @@ pub struct Rx {
     hello_backoff: u32,
     /// A hello to the primary is due (a new term, or its end).
     hello_now: bool,
+    /// The epoch the last hello asked about (`u32::MAX`: none, a join).
+    asked_epoch: u32,
+    /// An epoch asked about again because the answer named an earlier one
+    /// (`rx_welcome.rs`).
+    reasked: Option<u32>,
     keepalive_at: Nanos,
     switch_to: Option<SocketAddr>,
     /// A welcome of the current term, for the publishing side.
@@ -166,6 +171,8 @@ impl Rx {
             hello_all_at: Some(now),
             hello_backoff: 0,
             hello_now: false,
+            asked_epoch: u32::MAX,
+            reasked: None,
             keepalive_at: now,
             switch_to: None,
             welcome: None,

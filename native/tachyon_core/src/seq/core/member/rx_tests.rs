@@ -345,3 +345,88 @@ fn after_a_trim_the_welcome_says_which_own_commands_were_sequenced() {
     );
     assert_eq!(rx.own_heard(), 5);
 }
+
+/// A welcome may answer a hello earlier than the last: a member that
+/// delivered into a later epoch since (datagrams of the term before, that
+/// waited in its socket) must not read the end of the earlier epoch as a
+/// fork; an answer that names an earlier epoch than the one last asked
+/// about counts only when asked twice.
+#[test]
+fn a_welcome_to_an_earlier_question_is_not_a_fork() {
+    use crate::seq::wire::{CONTROL, EPOCH};
+    let third = SocketAddr::from(([127, 0, 0, 1], 7002));
+    // Epoch 1 (1..=5), then epoch 3 from another primary (6..=7).
+    let start = |rx: &mut Rx| {
+        let d = data(1, 1, 6, &[(0, 1, CONTROL | EPOCH, b""), (2, 1, 0, b"a")]);
+        rx.on_datagram(MS, &d, Some(primary()), &mut |_, _, _, _| {});
+        let d = data(
+            1,
+            3,
+            6,
+            &[(2, 2, 0, b"b"), (2, 3, 0, b"c"), (2, 4, 0, b"d")],
+        );
+        rx.on_datagram(MS, &d, Some(primary()), &mut |_, _, _, _| {});
+        let w = welcome_of(3, 6, 0, 1, 6);
+        rx.on_datagram(2 * MS, &w, Some(other()), &mut |_, _, _, _| {});
+        let d = data(3, 6, 8, &[(0, 3, CONTROL | EPOCH, b""), (2, 5, 0, b"e")]);
+        rx.on_datagram(3 * MS, &d, Some(other()), &mut |_, _, _, _| {});
+        assert_eq!(rx.next_seq(), 8);
+        rx.take_events();
+        // It asks about epoch 3 (a hello to whoever is primary next).
+        rx.hello(0, true, &mut Outbox::new());
+    };
+    let forks = |rx: &mut Rx| {
+        rx.take_events()
+            .iter()
+            .filter(|e| matches!(e, MemberEvent::Fork { .. }))
+            .count()
+    };
+    let hellos = |rx: &mut Rx| {
+        let mut out = Outbox::new();
+        rx.end_batch(5 * MS, &mut out);
+        out.iter()
+            .filter_map(|(_, d)| Cmd::parse(d).ok())
+            .filter(|c| c.kind == CmdKind::Hello)
+            .count()
+    };
+    // The new primary's welcome names epoch 1, ending at 6 (its answer to
+    // a hello about epoch 1): asked again, no fork...
+    let mut rx = rx_of(&[other(), third]);
+    start(&mut rx);
+    let stale = welcome_of(5, 8, 0, 1, 6);
+    rx.on_datagram(
+        4 * MS,
+        &stale,
+        Some(third),
+        &mut |_, _, _, _| unreachable!(),
+    );
+    assert_eq!((forks(&mut rx), rx.next_seq()), (0, 8));
+    assert_eq!(hellos(&mut rx), 1, "asked again");
+    // ...and the answer about epoch 3 holds everything.
+    let fresh = welcome_of(5, 8, 0, 3, 8);
+    rx.on_datagram(
+        6 * MS,
+        &fresh,
+        Some(third),
+        &mut |_, _, _, _| unreachable!(),
+    );
+    assert_eq!((forks(&mut rx), rx.next_seq()), (0, 8));
+    // The same answer twice is one: the new primary lacks epoch 3.
+    let mut rx = rx_of(&[other(), third]);
+    start(&mut rx);
+    rx.on_datagram(
+        4 * MS,
+        &stale,
+        Some(third),
+        &mut |_, _, _, _| unreachable!(),
+    );
+    assert_eq!(hellos(&mut rx), 1);
+    rx.on_datagram(
+        6 * MS,
+        &stale,
+        Some(third),
+        &mut |_, _, _, _| unreachable!(),
+    );
+    assert_eq!(forks(&mut rx), 1);
+    assert_eq!(rx.next_seq(), 6);
+}

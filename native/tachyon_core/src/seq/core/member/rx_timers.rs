@@ -22,6 +22,7 @@ impl Rx {
             },
             next: self.st.next,
         };
+        self.asked_epoch = h.epoch;
         let mut d = std::mem::take(&mut self.scratch);
         wire::hello(&mut d, self.st.member_id, self.session, &h);
         if to_all {

@@ -32,6 +32,29 @@ impl Rx {
         // Checked at the first welcome of a term only: until then nothing is
         // delivered, so the welcome answers exactly what the hello asked
         // (a later one, a keepalive's, may answer an older position).
+        // The welcome answers a hello, but not always the last one: a
+        // member that delivered datagrams of the term before (they waited
+        // in its socket) after a hello asks again about its new position,
+        // and the answer to the earlier hello may come after. Taken for
+        // the answer to the last, the end of the earlier epoch read as a
+        // fork there, and the member delivered again what it had delivered
+        // (`tachyon_sim --nodes 2 --two-nodes safe --seed 243` with
+        // heartbeats by target). So an answer that names an epoch before
+        // the one last asked about is taken only when asked twice, and one
+        // that comes after this member delivered into a later epoch than
+        // it asked about, not at all: it asks again.
+        let asked = self.asked_epoch;
+        if !self.welcomed && self.st.delivered_any && asked != u32::MAX {
+            let moved = self.st.epochs.last() != asked;
+            let earlier = w.epoch < asked && self.reasked != Some(asked);
+            if moved || earlier {
+                if !moved {
+                    self.reasked = Some(asked);
+                }
+                self.hello_now = true;
+                return;
+            }
+        }
         if !self.welcomed && (self.st.delivered_any || self.fork.is_some()) {
             let next = self.st.next;
             let m = if self.st.delivered_any {
