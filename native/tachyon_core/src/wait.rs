@@ -248,11 +248,12 @@ pub fn poll_fds(fds: &[(RawFd, libc::c_short)], timeout: Option<Duration>) -> io
 /// idle core, and on a busy one it lets the thread that must handle the
 /// datagram (often a BEAM scheduler) run; measured on 2 cores, a spinning
 /// phase there made Tachyon.UDP round trips several times slower. After 500
-/// yields it blocks in `ppoll` on the socket, so the next datagram wakes it;
-/// and at once after a yield that gave the core away for 20 us or more (the
-/// core is contended: a group of three nodes, a member and a BEAM on two
-/// cores had every node polling in turn, a p99 round trip 4x that of
-/// sleeping at once).
+/// yields, or 30 us without work, it blocks in `ppoll` on the socket, so the
+/// next datagram wakes it; and at once after a yield that gave the core away
+/// for 20 us or more (the core is contended). With 500 yields and no time
+/// bound, a group of three nodes, a member and a BEAM on two cores had every
+/// node polling in turn: a p99 round trip of 548-671 us against 144-187 us
+/// (docs/ARCHITECTURE.md, "The loop").
 #[derive(Debug)]
 pub struct Waiter {
     strategy: WaitStrategy,

@@ -104,6 +104,7 @@ impl Rx {
             });
         }
         self.welcomed = true;
+        self.reasked = None;
         self.known = self.known.max(b.h.seq);
     }
 

@@ -74,18 +74,21 @@ impl<L: Log> Node<L> {
     /// them be lost; what it saved was a datagram per message to every
     /// member, which on two cores is a member's wake-up.
     pub(super) fn members_count_acks(&self) -> bool {
-        let fanout = self.cfg.ack_fanout;
-        let reach = match self.cfg.bus {
-            BusMode::Multicast { .. } => fanout > 0,
-            BusMode::Unicast => fanout > 0 && self.unicast_members <= fanout,
-        };
-        reach && !self.cfg.durability.on_disk() && self.membership().n_voters() > 2
+        self.acks_reach_members() && !self.cfg.durability.on_disk()
+    }
+
+    /// Whether this node's acknowledgements go to the members and count
+    /// there (`retarget_acks` chose where; a group of two voters or fewer:
+    /// members count none). Every node computes `ack_to` the same way, the
+    /// primary included.
+    fn acks_reach_members(&self) -> bool {
+        !self.ack_to.is_empty() && self.membership().n_voters() > 2
     }
 
     /// This node's acknowledgement of its log up to `end`, to the members
     /// (a group of two voters or fewer: none, members do not count them).
     pub(super) fn ack_members(&mut self, end: u64, env: &mut dyn Env) {
-        if self.ack_to.is_empty() || self.membership().n_voters() <= 2 {
+        if !self.acks_reach_members() {
             return;
         }
         let to = std::mem::take(&mut self.ack_to);

@@ -36,18 +36,17 @@ const RENACK_AFTER: Nanos = 2_000_000;
 /// Who a heartbeat goes to (on a multicast bus: the group, always).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Beat {
-    /// Every node and member: a new term, and the heartbeats that keep
-    /// it (from a tenth of `heartbeat` after data on).
+    /// Every node and member: a new term, the heartbeats that keep it
+    /// (from a tenth of `heartbeat` after data on), and one when
+    /// acknowledgements move the commit position (sent only where the
+    /// members do not count the acknowledgements themselves:
+    /// `members_count_acks`).
     All,
-    /// Acknowledgements moved the commit position: the members, who
-    /// deliver by it (unless they count the followers' acknowledgements:
-    /// then none, see `members_count_acks`). The followers read it from
-    /// the next datagram (they need it for nothing urgent), which saves
-    /// each a wake-up per message.
-    Commit,
     /// The first heartbeats after data (a lost tail is found by them):
-    /// the members, and the followers whose acknowledgement does not
-    /// reach the log's end.
+    /// where the members count acknowledgements, the members and the
+    /// followers whose acknowledgement does not reach the log's end (the
+    /// others need nothing from it: a wake-up saved per message); else
+    /// every node and member.
     Tail,
 }
 
@@ -332,15 +331,13 @@ impl<L: Log> Node<L> {
             let mut to = std::mem::take(&mut self.ld.beat_to);
             to.clear();
             let nodes = self.targets.len() - self.unicast_members;
-            if beat == Beat::Tail {
-                let end = self.ls.next;
-                let m = self.membership();
-                let behind = |a: &SocketAddr| {
-                    m.id_of(*a)
-                        .is_none_or(|id| self.ld.matched.get(id as usize).is_none_or(|e| *e < end))
-                };
-                to.extend(self.targets[..nodes].iter().filter(|a| behind(a)));
-            }
+            let end = self.ls.next;
+            let m = self.membership();
+            let behind = |a: &SocketAddr| {
+                m.id_of(*a)
+                    .is_none_or(|id| self.ld.matched.get(id as usize).is_none_or(|e| *e < end))
+            };
+            to.extend(self.targets[..nodes].iter().filter(|a| behind(a)));
             to.extend_from_slice(&self.targets[nodes..]);
             if !to.is_empty() {
                 env.send(&to, &self.scratch);
@@ -357,7 +354,7 @@ impl<L: Log> Node<L> {
         self.advance_commit();
         if self.commit > self.ld.commit_sent && !self.members_count_acks() {
             // Acknowledgements moved the commit position: tell the bus now.
-            self.heartbeat(now, Beat::Commit, env);
+            self.heartbeat(now, Beat::All, env);
         }
         if std::mem::take(&mut self.ld.sent_in_batch) {
             self.ld.due = self.cfg.heartbeat_after;
@@ -393,7 +390,7 @@ impl<L: Log> Node<L> {
             self.heartbeat(now, if tail { Beat::Tail } else { Beat::All }, env);
             self.ld.due = self.ld.due.saturating_mul(10).min(self.cfg.heartbeat);
         } else if self.commit > self.ld.commit_sent && !self.members_count_acks() {
-            self.heartbeat(now, Beat::Commit, env);
+            self.heartbeat(now, Beat::All, env);
         }
         let mut due = (self.ld.last_send + self.ld.due).min(now + TICK_CAP);
         if self.ld.windows.values().any(|w| !w.held.is_empty()) {
