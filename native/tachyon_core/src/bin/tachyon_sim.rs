@@ -290,7 +290,7 @@ fn run_scenarios(list: &[Scenario], base: &Group, from: u64, seeds: u64, trace: 
     let mut failed = 0;
     for s in list {
         let mut g = Group::new(s.nodes);
-        g.durability = base.durability;
+        g.durability = s.durability.unwrap_or(base.durability);
         g.two_nodes = base.two_nodes;
         g.ack_fanout = base.ack_fanout;
         g.retention = false;
@@ -320,7 +320,7 @@ fn run_scenarios(list: &[Scenario], base: &Group, from: u64, seeds: u64, trace: 
             "scenario {} ({} nodes, {:?}): {} of {seeds} seeds violating, {checks} checks",
             s.name,
             s.nodes,
-            base.durability,
+            g.durability,
             bad.len()
         );
         if !bad.is_empty() {

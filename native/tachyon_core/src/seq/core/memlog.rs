@@ -51,6 +51,11 @@ pub struct MemLog {
     meta: Option<Meta>,
     /// Test aid: appends fail while set.
     pub full: bool,
+    /// Test aid: the next [`Log::install`] saves the checkpoint, then the
+    /// process dies before the log is reset (`crashed` is set, the call
+    /// fails): the simulator kills the node there.
+    pub crash_in_install: bool,
+    pub crashed: bool,
     recovery_lost: u64,
     /// Entries whose every read fails (latent sector errors) until they
     /// are written again.
@@ -384,6 +389,12 @@ impl Log for MemLog {
     fn install(&mut self, base: u64, checkpoint: &[u8]) -> Result<(), LogError> {
         if self.full {
             return Err(LogError::NoSpace);
+        }
+        if std::mem::take(&mut self.crash_in_install) {
+            // The shell's order: the checkpoint is saved first.
+            self.checkpoint = Some(checkpoint.to_vec());
+            self.crashed = true;
+            return Err(LogError::NotFound);
         }
         let seed = self.prefixes.as_ref().and_then(|p| {
             let p = p.lock().unwrap_or_else(|e| e.into_inner());

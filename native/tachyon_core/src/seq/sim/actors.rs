@@ -34,10 +34,6 @@ pub enum Event {
         from: u64,
         first: u64,
     },
-    /// The node became primary of `term`.
-    Leader {
-        term: u64,
-    },
     /// A member's incarnation `inc` was welcomed (its open returned).
     Joined {
         inc: u32,
@@ -60,6 +56,9 @@ pub enum Event {
     /// `trimmed_open`), or a node cut its whole log (`log_cut_whole`),
     /// counted in the report.
     Retention(&'static str),
+    /// What a node reported ([`NodeEvent`]): counted, traced, and what a
+    /// scenario's triggers wait for.
+    Node(NodeEvent),
     Trace(String),
 }
 
@@ -295,24 +294,7 @@ impl SimNode {
             };
             self.sync = Some((now + lat, upto, gen));
         }
-        let id = self.node.id();
-        for e in self.events.drain(..) {
-            match e {
-                NodeEvent::Leader { term, .. } => ev.push(Event::Leader { term: term as u64 }),
-                NodeEvent::Trimmed { .. } => ev.push(Event::Retention("trim")),
-                NodeEvent::Truncated { from: 0, removed } => {
-                    ev.push(Event::Retention("log_cut_whole"));
-                    ev.push(Event::Trace(format!(
-                        "node {id}: cut its {removed} entries"
-                    )));
-                }
-                NodeEvent::Installed { first } => {
-                    ev.push(Event::Retention("install"));
-                    ev.push(Event::Trace(format!("node {id}: installed, from {first}")));
-                }
-                e => ev.push(Event::Trace(format!("node {id}: {e:?}"))),
-            }
-        }
+        ev.extend(self.events.drain(..).map(Event::Node));
     }
 
     /// The replayer: the jobs due, from the log as it is now, unless the

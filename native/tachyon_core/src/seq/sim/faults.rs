@@ -3,7 +3,7 @@
 //! faults, clocks, members killed and closed), at random or as a
 //! [`Scenario`](super::Scenario) says.
 
-use super::engine::Sim;
+use super::engine::{Sim, RECV_BATCH};
 use super::members::Start;
 use super::net::Link;
 use super::Disk;
@@ -163,8 +163,10 @@ impl Sim<'_> {
                     if tick_first {
                         self.tick(i);
                     }
-                    let b: Vec<_> = self.procs[i].inbox.drain(..).collect();
-                    if !b.is_empty() {
+                    // What waited, read in receive batches one after another.
+                    while !self.procs[i].inbox.is_empty() && self.procs[i].runs() {
+                        let k = self.procs[i].inbox.len().min(RECV_BATCH);
+                        let b: Vec<_> = self.procs[i].inbox.drain(..k).collect();
                         self.batch(i, b);
                     }
                     self.procs[i].next_tick = self.now;

@@ -16,10 +16,10 @@
 //! 3. *One vote per term*: a node, across restarts and disk replacements,
 //!    grants its vote in a term to one candidate at most.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use crate::seq::core::{MemLog, Nanos};
-use crate::seq::wire::Msg;
+use crate::seq::wire::{Msg, CONTROL};
 
 use super::check::Violation;
 
@@ -45,6 +45,8 @@ pub struct LogChecker {
     votes: HashMap<(usize, u32), usize>,
     /// The highest commit position announced.
     pub max_commit: u64,
+    /// Every session a log has begun with.
+    sessions: HashSet<u64>,
     pub checks: u64,
 }
 
@@ -59,6 +61,9 @@ impl LogChecker {
     /// Node `node`'s log changed from its `take_changed` point on.
     pub fn log_changed(&mut self, at: Nanos, node: usize, log: &mut MemLog) -> Option<Violation> {
         let from = log.take_changed()?;
+        if let Some(v) = self.new_session(at, node, from, log) {
+            return Some(v);
+        }
         let terms = &mut self.terms[node];
         terms.truncate(from as usize);
         if (terms.len() as u64) < from {
@@ -90,6 +95,40 @@ impl LogChecker {
             }
         }
         bad
+    }
+
+    /// *A group is created once*: a log whose entry 0 (changed from
+    /// `from`) begins a session no log began with before, once something
+    /// was committed (in the first session), is a second group beside the
+    /// first. Two sessions before anything commits are a new group's split
+    /// bootstrap (only one can commit; the other's nodes cut theirs).
+    fn new_session(
+        &mut self,
+        at: Nanos,
+        node: usize,
+        from: u64,
+        log: &MemLog,
+    ) -> Option<Violation> {
+        if from != 0 {
+            return None;
+        }
+        let m = Msg::from_entry(log.entry(0)?).ok()?;
+        if m.member_id != 0 || m.flags & CONTROL == 0 || m.epoch().is_some() {
+            return None;
+        }
+        self.checks += 1;
+        let first = self.sessions.is_empty();
+        if !self.sessions.insert(m.member_seq) || first || self.max_commit == 0 {
+            return None;
+        }
+        Some(Violation {
+            kind: "new_session",
+            at,
+            detail: format!(
+                "node {node} began session {:#x} after commit {} in another",
+                m.member_seq, self.max_commit
+            ),
+        })
     }
 
     /// A primary whose log is `primary` announced `commit`; `logs` are

@@ -28,6 +28,7 @@
 pub mod actors;
 pub mod check;
 mod clock;
+mod end;
 mod engine;
 mod faults;
 pub mod group;
@@ -36,8 +37,10 @@ mod machine;
 pub mod members;
 pub mod net;
 pub mod scenarios;
+mod script;
 #[cfg(test)]
 mod tests;
+mod triggers;
 mod watch;
 
 use std::collections::BTreeMap;
@@ -53,7 +56,9 @@ pub use faults::Fault;
 pub use group::{Durability, Group};
 pub use net::Capacity;
 use net::NetStats;
-pub use scenarios::{Action, Scenario};
+pub use scenarios::Scenario;
+pub use script::Action;
+pub use triggers::Trigger;
 
 /// How the protocol under test is set up.
 pub trait Protocol {

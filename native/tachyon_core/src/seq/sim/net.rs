@@ -210,6 +210,29 @@ impl Net {
         }
     }
 
+    /// Loses every datagram on its way between processes `a` (at
+    /// `a_addr`) and `b` (at `b_addr`), both ways; returns how many.
+    pub fn drop_in_flight(
+        &mut self,
+        (a, a_addr): (usize, SocketAddr),
+        (b, b_addr): (usize, SocketAddr),
+    ) -> u64 {
+        let before = self.heap.len();
+        self.heap.retain(|r| {
+            let f = &r.0;
+            !(f.to == b && f.from == a_addr || f.to == a && f.from == b_addr)
+        });
+        let lost = (before - self.heap.len()) as u64;
+        self.stats.lost += lost;
+        lost
+    }
+
+    /// Puts back a datagram taken by [`Net::pop_due`] and not read yet
+    /// (its receiver's batch was full): due as it was, in its order.
+    pub fn requeue(&mut self, f: InFlight) {
+        self.heap.push(Reverse(f));
+    }
+
     pub fn next_at(&self) -> Option<Nanos> {
         self.heap.peek().map(|r| r.0.at)
     }

@@ -88,7 +88,11 @@ fn every_scenario_holds() {
     let n = (seeds() / 3).max(3);
     let mut bad = Vec::new();
     for s in Scenario::all() {
-        for d in [Durability::Replicated, Durability::Fsync] {
+        let modes = match s.durability {
+            Some(d) => vec![d],
+            None => vec![Durability::Replicated, Durability::Fsync],
+        };
+        for d in modes {
             let mut g = Group::new(s.nodes);
             g.durability = d;
             g.retention = false;

@@ -27,6 +27,9 @@ impl Sim<'_> {
             }
         } else if wire::magic(d) == wire::PEER_MAGIC {
             if let Ok(p) = Peer::parse(d) {
+                if p.h.kind == PeerKind::HelloVia {
+                    self.count("hello_via");
+                }
                 if p.h.kind == PeerKind::VoteReply && p.h.flags & GRANTED != 0 {
                     if let Some(c) = self.node_addrs.iter().position(|a| *a == to) {
                         if let Some(v) = self.logs.voted(self.now, i, p.h.term, c) {
