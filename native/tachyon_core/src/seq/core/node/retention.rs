@@ -241,3 +241,55 @@ impl<L: Log> Node<L> {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashMap;
+
+    use super::super::checkpoint::Checkpoint;
+    use super::super::testnet::addr;
+    use super::super::{Node, NodeConfig};
+    use crate::seq::core::{Log, MemLog};
+    use crate::seq::wire::{self, CONTROL, EPOCH};
+
+    #[test]
+    fn an_install_a_crash_cut_short_is_finished_at_the_restart() {
+        // A follower's log: 10 entries of term 64.
+        let mut log = MemLog::new();
+        let mut e = Vec::new();
+        wire::write_msg(&mut e, 0, 77, CONTROL, 64, &[]);
+        log.append(&e).unwrap();
+        for k in 1..10u64 {
+            e.clear();
+            let (flags, seq) = if k == 1 {
+                (CONTROL | EPOCH, 64)
+            } else {
+                (0, k)
+            };
+            wire::write_msg(&mut e, if k == 1 { 0 } else { 9 }, seq, flags, 64, b"x");
+            log.append(&e).unwrap();
+        }
+        // It installs its primary's checkpoint at 100, and dies between
+        // saving the checkpoint and resetting the log.
+        let cp = Checkpoint {
+            first: 100,
+            session: 77,
+            epochs: vec![(64, 0)],
+            configs: Vec::new(),
+            last: HashMap::from([(9, 98)]),
+        }
+        .encode();
+        log.crash_in_install = true;
+        assert!(log.install(100, &cp).is_err());
+        assert!(log.crashed && log.next_index() == 10);
+        log.crashed = false;
+        // Restarted: the install is finished (the log goes on from 100,
+        // where the node's state says it does).
+        let group: Vec<_> = (0..3).map(addr).collect();
+        let n = Node::new(NodeConfig::new(1, group), log, 0).unwrap();
+        assert_eq!(n.next_seq(), 100);
+        assert_eq!(n.log().next_index(), 100, "the log's own end");
+        assert_eq!(n.log().first_index(), 100);
+        assert_eq!(n.last_of(9), 98);
+    }
+}
