@@ -208,7 +208,7 @@ defmodule Tachyon.Bench.Sequencer.Durability do
 
   # The sequencer's receive batch (datagrams per recvmmsg): one sync per
   # batch that appended, at most.
-  defp batch, do: Tachyon.Sequencer.Options.sequencer_schema()[:batch][:default]
+  defp batch, do: Tachyon.Sequencer.defaults().batch
 
   @doc "Prints each :fsync case beside its :replicated twin and the floor."
   def print_compare(cases) do

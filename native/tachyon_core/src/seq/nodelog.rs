@@ -231,6 +231,8 @@ fn encode_meta(m: &Meta) -> [u8; META_LEN] {
     b[12] = m.vote.is_some() as u8;
     b[13] = m.vote.unwrap_or(0);
     b[14] = m.learner as u8;
+    // 0 in files of before this flag: not fresh (safe: they held a log).
+    b[15] = m.fresh as u8;
     b[16..24].copy_from_slice(&m.log_id.to_le_bytes());
     b[24..32].copy_from_slice(&m.boot.to_le_bytes());
     let crc = crate::crc::crc32c(&b[..32]);
@@ -251,6 +253,7 @@ fn decode_meta(b: &[u8; META_LEN]) -> Option<Meta> {
         term: u32_at(8),
         vote: (b[12] == 1).then_some(b[13]),
         learner: b[14] == 1,
+        fresh: b[15] == 1,
         log_id: u64_at(16),
         boot: u64_at(24),
     })
@@ -366,11 +369,13 @@ mod tests {
             log_id: 0xdead_beef,
             boot: 42,
             learner: true,
+            fresh: true,
         };
         assert_eq!(decode_meta(&encode_meta(&m)), Some(m));
         let none = Meta {
             vote: None,
             learner: false,
+            fresh: false,
             ..m
         };
         assert_eq!(decode_meta(&encode_meta(&none)), Some(none));
@@ -429,6 +434,7 @@ mod tests {
             log_id: 7,
             boot: 1,
             learner: false,
+            fresh: false,
         };
         l.save_meta(&m).unwrap();
         l.store().close(); // (its pre-touch thread joined: no file changes after)
@@ -480,6 +486,7 @@ mod tests {
             log_id: 99,
             boot: 3,
             learner: false,
+            fresh: false,
         };
         l.save_meta(&m).unwrap();
         let reader = l.shared();

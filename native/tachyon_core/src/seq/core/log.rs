@@ -56,6 +56,12 @@ pub struct Meta {
     /// grants no vote until it has caught up with a primary (or heard
     /// every node, when none can lead).
     pub learner: bool,
+    /// The disk has never held a group's log (written `true` with a new
+    /// disk's first metadata, `false` before its first entry): only such
+    /// nodes, all of a group's, start a new group. A disk whose log was
+    /// lost is not fresh: the group it belonged to is not started again
+    /// beside what other nodes may hold.
+    pub fresh: bool,
 }
 
 /// An append-only log of entries indexed from 0, with the node's [`Meta`]

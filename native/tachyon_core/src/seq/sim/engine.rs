@@ -92,6 +92,8 @@ pub(super) struct Sim<'a> {
     pub script: VecDeque<(Nanos, Action)>,
     /// Actions waiting for a protocol event ([`Action::When`]).
     pub(super) armed: Vec<(super::Trigger, Vec<Action>)>,
+    /// The script's node indices, cast ([`Action::PrimaryIs0`]).
+    pub(super) roles: Vec<usize>,
     steps: u64,
     dumped: Nanos,
 }
@@ -212,6 +214,7 @@ impl<'a> Sim<'a> {
             mix,
             script,
             armed: Vec::new(),
+            roles: Vec::new(),
             steps: 0,
             dumped: 0,
         }

@@ -85,6 +85,7 @@ impl Scenario {
                 // death, before check-quorum deposes the primary.
                 late_members: vec![(ms(305), Start::Live)],
                 actions: vec![
+                    (ms(290), PrimaryIs0),
                     (ms(300), Kill(1)),
                     (ms(300), Kill(2)),
                     (ms(340), Kill(0)),
@@ -107,6 +108,7 @@ impl Scenario {
                 members: 3,
                 late_members: vec![],
                 actions: vec![
+                    (ms(290), PrimaryIs0),
                     (ms(300), Kill(2)),
                     (ms(1_200), PowerLoss(1)),
                     (ms(1_201), Kill(0)),
@@ -129,6 +131,7 @@ impl Scenario {
                 members: 3,
                 late_members: vec![],
                 actions: vec![
+                    (ms(290), PrimaryIs0),
                     (ms(300), Isolate(1)),
                     (ms(1_200), ReplaceDisk(2)),
                     (ms(1_210), Kill(0)),
@@ -150,7 +153,8 @@ impl Scenario {
                 nodes: 3,
                 members: 3,
                 late_members: vec![],
-                actions: vec![(ms(400), DiskFull(0, true))],
+                actions: vec![
+                    (ms(290), PrimaryIs0),(ms(400), DiskFull(0, true))],
                 heal_at: ms(2_000),
                 primary_between: None,
                 retention: None,
@@ -167,6 +171,7 @@ impl Scenario {
                 members: 3,
                 late_members: vec![],
                 actions: vec![
+                    (ms(290), PrimaryIs0),
                     (ms(400), CutOneWay(3, 0)),
                     (ms(500), MemberClose(1)),
                     (ms(600), Mend(3, 0)),
@@ -253,6 +258,7 @@ impl Scenario {
                 // Down longer than the lease a silent follower holds the
                 // floor for (3 s); the primary killed once it caught up.
                 actions: vec![
+                    (ms(290), PrimaryIs0),
                     (ms(300), Kill(2)),
                     (ms(3_800), Restart(2)),
                     (ms(4_600), Kill(0)),
@@ -272,7 +278,8 @@ impl Scenario {
                 nodes: 3,
                 members: 3,
                 late_members: vec![],
-                actions: vec![(ms(300), MemberPause(2, ms(3_600)))],
+                actions: vec![
+                    (ms(290), PrimaryIs0),(ms(300), MemberPause(2, ms(3_600)))],
                 heal_at: ms(4_500),
                 primary_between: None,
                 retention: RETENTION,
@@ -311,6 +318,7 @@ impl Scenario {
                 // the primary sequenced meanwhile, and its acknowledgement
                 // to the members reaches far past the primary's commit.
                 actions: vec![
+                    (ms(290), PrimaryIs0),
                     (ms(300), Isolate(2)),
                     (ms(795), WriteBack(1)),
                     (ms(800), Pause(1, ms(20))),
@@ -348,6 +356,7 @@ impl Scenario {
                 // the primary sequenced meanwhile, and its acknowledgement
                 // to the members reaches far past the primary's commit.
                 actions: vec![
+                    (ms(290), PrimaryIs0),
                     (ms(300), Isolate(2)),
                     (ms(800), Pause(1, ms(20))),
                     (
@@ -384,9 +393,10 @@ impl Scenario {
                 members: 2,
                 late_members: vec![],
                 // At one instant: nothing is committed on the other two
-                // alone before their disks go (node 0, the first primary,
-                // holds every committed entry).
+                // alone before their disks go (node 0, the primary, holds
+                // every committed entry).
                 actions: vec![
+                    (ms(290), PrimaryIs0),
                     (ms(300), Kill(0)),
                     (ms(300), ReplaceDisk(1)),
                     (ms(300), ReplaceDisk(2)),
@@ -412,6 +422,7 @@ impl Scenario {
                 members: 3,
                 late_members: vec![],
                 actions: vec![
+                    (ms(290), PrimaryIs0),
                     (ms(300), Kill(2)),
                     (ms(3_800), CrashInInstall(2)),
                     (ms(3_800), Restart(2)),
@@ -436,6 +447,7 @@ impl Scenario {
                 // Processes 0-4 are the node slots (two spare), 5 and 6
                 // the members.
                 actions: vec![
+                    (ms(290), PrimaryIs0),
                     (ms(300), CutOneWay(1, 5)),
                     (ms(300), CutOneWay(1, 6)),
                     (ms(300), CutOneWay(2, 5)),
@@ -462,7 +474,8 @@ impl Scenario {
                 nodes: 3,
                 members: 2,
                 late_members: vec![],
-                actions: vec![(ms(300), Loss(0, 1, 40)), (ms(1_300), Mend(0, 1))],
+                actions: vec![
+                    (ms(290), PrimaryIs0),(ms(300), Loss(0, 1, 40)), (ms(1_300), Mend(0, 1))],
                 heal_at: ms(2_000),
                 primary_between: None,
                 retention: None,
@@ -481,7 +494,8 @@ impl Scenario {
                 late_members: vec![(ms(400), Start::Live)],
                 // The late member is process 7 (after five node slots and
                 // two members).
-                actions: vec![(ms(350), CutOneWay(7, 0)), (ms(1_200), Mend(7, 0))],
+                actions: vec![
+                    (ms(290), PrimaryIs0),(ms(350), CutOneWay(7, 0)), (ms(1_200), Mend(7, 0))],
                 heal_at: ms(2_000),
                 primary_between: None,
                 retention: None,

@@ -62,6 +62,11 @@ pub enum Action {
     After(Nanos, Vec<Action>),
     /// Node `i`'s page cache reaches its disk (the kernel's write-back).
     WriteBack(usize),
+    /// From now on node index 0 in the script names the node that is
+    /// primary now (the others keep their order): a script written for
+    /// "A the primary, B and C its followers" holds whichever node the
+    /// seed elected first. Nothing happens if no node is primary.
+    PrimaryIs0,
     /// Node `i`'s next checkpoint install stops after the checkpoint is
     /// saved, before its log is reset: the node is killed there, and
     /// restarts 100 ms later.
@@ -72,6 +77,7 @@ impl Sim<'_> {
     /// A scripted action ([`Action`]).
     pub(super) fn act(&mut self, a: Action) {
         let now = self.now;
+        let a = self.cast(a);
         self.trace(|| format!("scenario: {a:?}"));
         match a {
             Action::Kill(i) => {
@@ -130,7 +136,24 @@ impl Sim<'_> {
                 self.procs[i].paused = Some((now + d, false));
                 self.mark(i, now + d);
             }
-            Action::When(t, actions) => self.armed.push((t, actions)),
+            Action::When(t, actions) => {
+                let actions = actions.into_iter().map(|a| self.cast(a)).collect();
+                self.armed.push((t, actions));
+            }
+            Action::PrimaryIs0 => {
+                let Some(p) = (0..self.initial_nodes).find(|&i| {
+                    self.procs[i]
+                        .actor
+                        .as_ref()
+                        .is_some_and(|a| a.primary_term().is_some())
+                }) else {
+                    return;
+                };
+                let mut roles: Vec<usize> = vec![p];
+                roles.extend((0..self.initial_nodes).filter(|&i| i != p));
+                self.trace(|| format!("scenario: nodes 0.. are now {roles:?}"));
+                self.roles = roles;
+            }
             // Outside a trigger there is no step to lose from.
             Action::DropSent(..) => {}
             Action::DropInFlight(a, b) => {
@@ -169,6 +192,42 @@ impl Sim<'_> {
                     self.script.insert(k, (at, a));
                 }
             }
+        }
+    }
+}
+
+impl Sim<'_> {
+    /// The process a script's index names (node indices as cast by
+    /// [`Action::PrimaryIs0`]; members and spare slots as they are).
+    fn who(&self, i: usize) -> usize {
+        self.roles.get(i).copied().unwrap_or(i)
+    }
+
+    /// `a` with its node indices cast (not a `When`'s inner actions: cast
+    /// when armed).
+    fn cast(&self, a: Action) -> Action {
+        use Action::*;
+        let w = |i| self.who(i);
+        match a {
+            Kill(i) => Kill(w(i)),
+            PowerLoss(i) => PowerLoss(w(i)),
+            ReplaceDisk(i) => ReplaceDisk(w(i)),
+            Restart(i) => Restart(w(i)),
+            Pause(i, d) => Pause(w(i), d),
+            Cut(a, b) => Cut(w(a), w(b)),
+            CutOneWay(a, b) => CutOneWay(w(a), w(b)),
+            Mend(a, b) => Mend(w(a), w(b)),
+            Isolate(i) => Isolate(w(i)),
+            Rejoin(i) => Rejoin(w(i)),
+            DiskFull(i, f) => DiskFull(w(i), f),
+            Witness(i, d) => Witness(w(i), w(d as usize) as u8),
+            When(t, actions) => When(t.cast(&w), actions),
+            DropSent(a, b) => DropSent(w(a), w(b)),
+            DropInFlight(a, b) => DropInFlight(w(a), w(b)),
+            Loss(a, b, p) => Loss(w(a), w(b), p),
+            CrashInInstall(i) => CrashInInstall(w(i)),
+            WriteBack(i) => WriteBack(w(i)),
+            other => other,
         }
     }
 }

@@ -42,6 +42,19 @@ pub enum Trigger {
 }
 
 impl Trigger {
+    /// The same trigger on node `w(i)`.
+    pub(super) fn cast(self, w: &dyn Fn(usize) -> usize) -> Trigger {
+        match self {
+            Trigger::CaughtUp(i) => Trigger::CaughtUp(w(i)),
+            Trigger::Learner(i) => Trigger::Learner(w(i)),
+            Trigger::Voted(i) => Trigger::Voted(w(i)),
+            Trigger::Elected(i) => Trigger::Elected(w(i)),
+            Trigger::SteppedDown(i) => Trigger::SteppedDown(w(i)),
+            Trigger::Installed(i) => Trigger::Installed(w(i)),
+            Trigger::AckToMembers(i, ahead) => Trigger::AckToMembers(w(i), ahead),
+        }
+    }
+
     /// Its name in a run's counts (a scenario's `expects`).
     pub fn name(self) -> &'static str {
         match self {

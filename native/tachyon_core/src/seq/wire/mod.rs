@@ -94,6 +94,9 @@ pub const GRANTED: u8 = 0x01;
 pub const LEARNER: u8 = 0x02;
 /// Peer flag: the sender is the primary of the header's term.
 pub const LEADER: u8 = 0x04;
+/// Probe reply flag: the sender's disk never held a group's log (a new
+/// node: it may start a new group, with every other node new too).
+pub const FRESH: u8 = 0x08;
 
 /// Kinds of bus datagrams.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

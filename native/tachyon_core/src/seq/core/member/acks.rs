@@ -15,8 +15,8 @@
 //!   incarnation of that node replaces what an earlier one said (a restart
 //!   may have lost it), as the primary resets `matched`;
 //! * a learner's ACK (a node that cannot vouch for its log) never counts,
-//!   nor a non-voter's, nor one from an address that is not the node's in
-//!   the membership;
+//!   and forgets what that node said before; nor a non-voter's, nor one
+//!   from an address that is not the node's in the membership;
 //! * the primary counts for what its data datagrams and heartbeats flagged
 //!   [`HOLDS`] reach (durability `:replicated`: it holds what it sent); with
 //!   `:fsync` they are not flagged, and it counts only by its own ACKs (of
@@ -128,8 +128,14 @@ impl Acks {
     }
 
     /// An acknowledgement from `from`; whether it counted.
+    ///
+    /// A learner's counts for nothing, and it makes the member forget what
+    /// that node said before (of any log identity or incarnation): a
+    /// learner may lack what it acknowledged (a restart after a power
+    /// loss, a replaced disk, a log cut), so an earlier word of it must not
+    /// keep counting for the rest of the term.
     pub fn ack(&mut self, from: SocketAddr, p: &Peer) -> bool {
-        if p.h.kind != PeerKind::Ack || p.h.term != self.term || p.h.flags & LEARNER != 0 {
+        if p.h.kind != PeerKind::Ack || p.h.term != self.term {
             return false;
         }
         let Some(c) = &self.config else { return false };
@@ -139,6 +145,12 @@ impl Acks {
         let Some(slot) = self.said.get_mut(p.h.node as usize) else {
             return false;
         };
+        if p.h.flags & LEARNER != 0 {
+            if slot.take().is_some() {
+                self.recount();
+            }
+            return false;
+        }
         let (log_id, incarnation, end) = (p.h.log_id, p.h.incarnation, p.b);
         *slot = match *slot {
             Some(s) if s.log_id == log_id && s.incarnation == incarnation => Some(Said {

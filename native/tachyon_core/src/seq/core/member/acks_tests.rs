@@ -135,6 +135,36 @@ fn a_learner_or_a_stranger_does_not_count() {
 }
 
 #[test]
+fn a_learners_acknowledgement_forgets_what_that_node_said_before() {
+    // Node 1 restarted a learner (its disk replaced, or its host lost
+    // power: incarnation 6), or a damaged entry cut its log (the same
+    // incarnation, 5): it may lack what it said. Its earlier word must
+    // not count for "b" with a later acknowledgement of the primary.
+    for incarnation in [6, 5] {
+        let mut rx = rx_with_term_2_acked();
+        assert!(feed(&mut rx, &ack(1, 2, 2, LEARNER, incarnation), node(1)).is_empty());
+        assert!(feed(&mut rx, &ack(0, 2, 4, 0, 3), node(0)).is_empty());
+        // Its word once it caught up counts again.
+        let caught_up = ack(1, 2, 4, 0, incarnation);
+        assert_eq!(feed(&mut rx, &caught_up, node(1)), vec![b"b".to_vec()]);
+    }
+}
+
+/// A member of `:fsync` (the primary counts by its own acknowledgements)
+/// whose node 1 acknowledged 1..=3 and the primary 1..=2: "a" delivered,
+/// "b" waits for the primary.
+fn rx_with_term_2_acked() -> Rx {
+    let mut rx = rx();
+    feed(&mut rx, &term_2(false), node(0));
+    assert!(feed(&mut rx, &ack(1, 2, 4, 0, 5), node(1)).is_empty());
+    assert_eq!(
+        feed(&mut rx, &ack(0, 2, 3, 0, 3), node(0)),
+        vec![b"a".to_vec()]
+    );
+    rx
+}
+
+#[test]
 fn nothing_commits_before_an_entry_of_the_current_term() {
     let mut rx = rx();
     // Entries of term 1 (the primary's log before its term), held.

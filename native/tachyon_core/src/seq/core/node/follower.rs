@@ -34,6 +34,9 @@ pub(super) struct Follow {
     stale_at: Option<Nanos>,
     /// The highest commit position the primary announced.
     pub(super) commit_heard: u64,
+    /// The primary's log end when it answered this follower's sync: a
+    /// learner catches up to it ([`super::learner`]).
+    pub(super) sync_end: u64,
     /// The log end this follower last acknowledged to the members
     /// (`acks.rs`).
     pub members_acked: u64,
@@ -144,6 +147,9 @@ impl<L: Log> Node<L> {
 
     /// Appends the primary's entry `seq` (the next one).
     fn copy(&mut self, seq: u64, m: &Msg<'_>) -> Result<(), LogError> {
+        if !self.hold_log() {
+            return Err(LogError::NotFound);
+        }
         self.scratch.clear();
         m.write(&mut self.scratch);
         match self.log.append(&self.scratch) {
@@ -242,6 +248,7 @@ impl<L: Log> Node<L> {
         }
         if self.ls.next == 0 || self.ls.last_term() == epoch {
             self.fl.synced = true;
+            self.fl.sync_end = leader_end;
             self.fl.known = self.fl.known.max(leader_end);
             self.drain_held(now, env);
             self.fl.ack_due = true;

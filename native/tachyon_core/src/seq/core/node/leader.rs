@@ -60,6 +60,9 @@ pub(super) struct Lead {
     pub ident: Vec<Option<(u64, u32)>>,
     /// Running time since each node was last heard.
     pub peer_silent: Vec<Nanos>,
+    /// Each node's last acknowledgement came from a learner (it may not
+    /// campaign: not named to succeed this primary).
+    pub learner: Vec<bool>,
     /// Nodes the witness reported down (a group of two).
     pub down: Vec<bool>,
     out: Vec<u8>,
@@ -82,6 +85,7 @@ impl Lead {
             matched: vec![0; n],
             ident: vec![None; n],
             peer_silent: vec![0; n],
+            learner: vec![false; n],
             down: vec![false; n],
             out: Vec::with_capacity(max_datagram),
             out_count: 0,
@@ -104,6 +108,7 @@ impl Lead {
             self.matched[i] = 0;
             self.ident[i] = None;
             self.peer_silent[i] = 0;
+            self.learner[i] = false;
             self.down[i] = false;
         }
     }
@@ -252,6 +257,9 @@ impl<L: Log> Node<L> {
         }
         if self.dur.full {
             return Err(Refused::NoSpace);
+        }
+        if !self.hold_log() {
+            return Err(Refused::Failed);
         }
         let full = !self.cfg.batching
             || self.ld.out_count == u16::MAX
@@ -430,11 +438,16 @@ impl<L: Log> Node<L> {
         let i = from as usize;
         self.c.acks.bump(1);
         let end = p.b.min(self.ls.next);
-        if self.same_incarnation(i, p) {
+        let learner = p.h.flags & wire::LEARNER != 0;
+        if self.same_incarnation(i, p) && !learner {
             self.ld.matched[i] = self.ld.matched[i].max(end);
         } else {
+            // Another start of that node, or a learner (its log may have
+            // lost what it said before, a damaged entry cut): what it
+            // holds now, only.
             self.ld.matched[i] = end;
         }
+        self.ld.learner[i] = learner;
         self.ld.peer_silent[i] = 0;
         self.ld.down[i] = false;
     }

@@ -37,7 +37,7 @@
 use super::quorum;
 use super::{Durability, Node, NodeConfig, Role, TwoNodes, MAX_NODES};
 use crate::seq::core::{Env, Log, Meta, Nanos, NodeEvent};
-use crate::seq::wire::{Peer, PeerKind, LEADER};
+use crate::seq::wire::{Peer, PeerKind, FRESH, LEADER};
 
 /// A probe answer older than this many election timeouts is asked again.
 const PROBE_FRESH: u64 = 4;
@@ -46,6 +46,8 @@ const PROBE_FRESH: u64 = 4;
 struct Heard {
     last_term: u32,
     end: u64,
+    /// Its disk never held a group's log ([`FRESH`]).
+    fresh: bool,
     at: Nanos,
 }
 
@@ -78,6 +80,7 @@ pub(super) fn at_start(
                 log_id: cfg.new_log_id,
                 boot: cfg.boot,
                 learner: true,
+                fresh: true,
             },
             Some("new_disk"),
         ),
@@ -122,6 +125,18 @@ impl<L: Log> Node<L> {
     /// `last_term` at `end` (besides Raft's own rules): any node may, a
     /// learner only if it heard every node lately and the candidate's log
     /// is at least as up to date as each.
+    ///
+    /// A group is created once. A candidate with an empty log would start
+    /// a new group (a new session): a learner votes for one only if every
+    /// node of the group, this one included, said it is [`FRESH`] (its
+    /// disk never held a log) and empty. Empty logs that hear no log are
+    /// not enough: the node that holds it may be down (two nodes whose
+    /// disks were replaced, the third down, elected a new group beside
+    /// the log: `tachyon_sim --scenario two_replaced_disks`), or removed
+    /// nodes restarted on the first membership may hear only each other.
+    /// So a new group waits for all its nodes; a group whose logs are all
+    /// gone waits for an operator (who empties every node's directory). A
+    /// group of one has no one else to ask: its node starts over.
     pub(super) fn may_vouch(&self, now: Nanos, last_term: u32, end: u64) -> bool {
         if !self.learning() {
             return true;
@@ -132,21 +147,13 @@ impl<L: Log> Node<L> {
         let all = others
             .iter()
             .all(|&i| heard(i).is_some_and(|h| at_least(last_term, end, h.last_term, h.end)));
-        // A new group: this node and a majority with it have empty logs
-        // (nothing was ever acknowledged anywhere they could vouch for):
-        // it need not wait for every node to start. Not if any node it
-        // heard holds a log: then the group exists (two nodes removed from
-        // it, their disks replaced and restarted on the first membership,
-        // elected a group of their own beside it: `tachyon_sim --nodes 3
-        // --durability fsync --seed 3114` with another timing), or the
-        // nodes that lost their disks are a majority and the one with a
-        // log is the group's memory: they vote for it (`all`).
-        let empty = 1 + others
+        if end > 0 || others.is_empty() {
+            return all;
+        }
+        let all_new = others
             .iter()
-            .filter(|&&i| heard(i).is_some_and(|h| h.end == 0))
-            .count();
-        let a_log = others.iter().any(|&i| heard(i).is_some_and(|h| h.end > 0));
-        all || (self.ls.next == 0 && end == 0 && !a_log && empty >= self.majority())
+            .all(|&i| heard(i).is_some_and(|h| h.fresh && h.end == 0));
+        all && all_new && self.meta.fresh && self.ls.next == 0
     }
 
     /// Whether this node may campaign: its disk has room, and it would
@@ -174,9 +181,13 @@ impl<L: Log> Node<L> {
         }
     }
 
-    /// Any node answers a probe: where its log stands.
+    /// Any node answers a probe: where its log stands, and whether its
+    /// disk never held one.
     pub(super) fn on_probe(&mut self, from: u8, env: &mut dyn Env) {
-        let flags = if self.role == Role::Leader { LEADER } else { 0 };
+        let mut flags = if self.role == Role::Leader { LEADER } else { 0 };
+        if self.meta.fresh && self.ls.next == 0 {
+            flags |= FRESH;
+        }
         let (term, last, end, commit) = (self.term, self.ls.last_term(), self.ls.next, self.commit);
         self.send_peer(
             from,
@@ -194,15 +205,30 @@ impl<L: Log> Node<L> {
             *h = Some(Heard {
                 last_term: p.a.min(u32::MAX as u64) as u32,
                 end: p.b,
+                fresh: p.h.flags & FRESH != 0,
                 at: now,
             });
         }
     }
 
     /// A learner that follows the primary of this term, holds its epoch
-    /// record and everything up to a commit position beyond it holds every
-    /// entry committed before it lost its data: it votes again (as if it
-    /// had voted for this primary in its term).
+    /// record, everything up to a commit position the primary announced
+    /// beyond it, and everything the primary's log held when it answered
+    /// this learner's sync, holds every entry committed before it lost its
+    /// data: it votes again (as if it had voted for this primary in its
+    /// term).
+    ///
+    /// The primary's log end, not only its commit: with commit in three
+    /// hops a member may deliver what the primary has not counted yet (a
+    /// majority's acknowledgements reached the members, not the primary),
+    /// counting an acknowledgement this node sent before it lost its data.
+    /// That entry is in the log of the primary of the term it was
+    /// acknowledged in, and of every primary after it while this node is
+    /// a learner (each elected by a majority without this node's vote, so
+    /// with the vote of a node that holds it). Catching up to the primary's
+    /// commit only, this node voted again without it, and with a node cut
+    /// off meanwhile elected a log that lacked it (`tachyon_sim --scenario
+    /// three_hops_lost_ack_power_loss`, `silent_fork`).
     pub(super) fn catch_up(&mut self, env: &mut dyn Env) {
         if !self.meta.learner || self.role != Role::Follower || !self.fl.synced {
             return;
@@ -211,7 +237,8 @@ impl<L: Log> Node<L> {
             return;
         };
         let c = self.fl.commit_heard();
-        if c <= start || self.ls.next < c || self.acked_end() < c {
+        let target = c.max(self.fl.sync_end);
+        if c <= start || self.ls.next < target || self.acked_end() < target {
             return;
         }
         self.meta.learner = false;
@@ -223,6 +250,32 @@ impl<L: Log> Node<L> {
         } else {
             self.meta.learner = true;
         }
+    }
+
+    /// Before this node's first entry (appended, copied, or a checkpoint
+    /// installed): its disk holds a group's log from now on, recorded
+    /// first; false if that could not be written (nothing is appended).
+    pub(super) fn hold_log(&mut self) -> bool {
+        if !self.meta.fresh {
+            return true;
+        }
+        self.meta.fresh = false;
+        if self.persist() {
+            return true;
+        }
+        self.meta.fresh = true;
+        false
+    }
+
+    /// Test aid: node `i` said just now that its disk is new and empty.
+    #[cfg(test)]
+    pub(super) fn heard_new_and_empty(&mut self, i: u8, now: Nanos) {
+        self.lr.heard[i as usize] = Some(Heard {
+            last_term: 0,
+            end: 0,
+            fresh: true,
+            at: now,
+        });
     }
 
     /// A new primary (from a learner's campaign, once it could vouch): it
@@ -268,6 +321,7 @@ impl<L: Log> Node<L> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::seq::wire::LEARNER;
 
     #[test]
     fn a_node_is_a_learner_when_it_cannot_vouch_for_its_log() {
@@ -279,8 +333,10 @@ mod tests {
             log_id: 9,
             boot: 7,
             learner: false,
+            fresh: false,
         };
         assert_eq!(at_start(&cfg, None, false).1, Some("new_disk"));
+        assert!(at_start(&cfg, None, false).0.fresh, "a new disk");
         assert_eq!(at_start(&cfg, Some(m), false), (m, None));
         assert_eq!(at_start(&cfg, Some(m), true).1, Some("cut"));
         let learner = Meta { learner: true, ..m };
@@ -295,34 +351,152 @@ mod tests {
     }
 
     #[test]
-    fn empty_logs_start_a_new_group_only_where_no_node_holds_a_log() {
+    fn a_new_group_starts_only_with_every_node_new() {
         use crate::seq::core::MemLog;
         let group: Vec<_> = (0..3)
             .map(|i| format!("127.0.0.1:{}", 7000 + i).parse().unwrap())
             .collect();
         let mut n = Node::new(NodeConfig::new(0, group), MemLog::new(), 0).unwrap();
-        assert!(n.meta.learner, "a new disk");
+        assert!(n.meta.learner && n.meta.fresh, "a new disk");
         let now = 1_000_000;
-        let said = |end: u64| {
+        let said = |end: u64, fresh: bool| {
             Some(Heard {
                 last_term: if end == 0 { 0 } else { 64 },
                 end,
+                fresh,
                 at: now,
             })
         };
-        // A new group whose third node has not started: a majority of
-        // empty logs.
-        n.lr.heard[1] = said(0);
+        // The third node not heard (down, or not started yet): two empty
+        // logs, a majority, do not start a group (the third may hold the
+        // log: two replaced disks elected a new group beside it).
+        n.lr.heard[1] = said(0, true);
+        assert!(!n.may_vouch(now, 0, 0));
+        // Every node new and empty: a new group.
+        n.lr.heard[2] = said(0, true);
         assert!(n.may_vouch(now, 0, 0));
-        n.lr.heard[2] = said(0);
-        assert!(n.may_vouch(now, 0, 0));
-        // The third holds a log: the group exists (this node and node 1
-        // were removed from it and lost their disks, or lost them with
-        // it alive): no new group of empty logs...
-        n.lr.heard[2] = said(500);
+        // An empty log on a disk that held one (its log lost, or cut):
+        // not a new group's.
+        n.lr.heard[2] = said(0, false);
+        assert!(!n.may_vouch(now, 0, 0));
+        // The third holds a log: no new group of empty logs...
+        n.lr.heard[2] = said(500, false);
         assert!(!n.may_vouch(now, 0, 0));
         // ...but a vote for the node with the log, heard with the others.
         assert!(n.may_vouch(now, 64, 500));
+        // This node's own disk held a log: it starts no new group either.
+        n.lr.heard[2] = said(0, true);
+        n.meta.fresh = false;
+        assert!(!n.may_vouch(now, 0, 0));
+        // Heard too long ago: not heard.
+        n.meta.fresh = true;
+        let late = now + PROBE_FRESH * n.cfg.election_timeout;
+        assert!(!n.may_vouch(late, 0, 0));
+    }
+
+    /// A log of term `term`: the session record, the epoch record, then
+    /// `n` messages.
+    fn log_of(term: u32, n: u64) -> crate::seq::core::MemLog {
+        use crate::seq::core::{Log, MemLog};
+        use crate::seq::wire::{self, CONTROL, EPOCH};
+        let mut log = MemLog::new();
+        let mut e = Vec::new();
+        wire::write_msg(&mut e, 0, 77, CONTROL, term, &[]);
+        log.append(&e).unwrap();
+        e.clear();
+        wire::write_msg(&mut e, 0, term as u64, CONTROL | EPOCH, term, &[]);
+        log.append(&e).unwrap();
+        for k in 1..=n {
+            e.clear();
+            wire::write_msg(&mut e, 9, k, 0, term, b"x");
+            log.append(&e).unwrap();
+        }
+        log
+    }
+
+    /// A peer datagram of node `from`, of `(term, session)`.
+    fn peer(
+        kind: PeerKind,
+        (term, session): (u32, u64),
+        from: u8,
+        flags: u8,
+        (a, b, c): (u64, u64, u64),
+    ) -> Vec<u8> {
+        use crate::seq::wire::PeerHeader;
+        let p = Peer {
+            h: PeerHeader {
+                kind,
+                term,
+                session,
+                node: from,
+                flags,
+                log_id: 5 + from as u64,
+                incarnation: 3,
+            },
+            a,
+            b,
+            c,
+        };
+        let mut d = Vec::new();
+        p.write(&mut d);
+        d
+    }
+
+    #[test]
+    fn a_learner_catches_up_to_the_primarys_log_end_not_only_its_commit() {
+        use super::super::testnet::{addr, Out};
+        use crate::seq::wire::{self, BusHeader, BusKind};
+        let group: Vec<_> = (0..3).map(addr).collect();
+        // Node 1 restarted on a new disk and copied 5 messages of the
+        // primary (node 0) of term 64: entries 0..7.
+        let mut n = Node::new(NodeConfig::new(1, group), log_of(64, 5), 0).unwrap();
+        assert!(n.is_learner());
+        let mut out = Out::default();
+        // The primary's heartbeat: its log ends at 9, its commit is 5
+        // (below this log's end: members may have delivered up to 9 on
+        // this node's acknowledgements of before it lost its disk).
+        let h = BusHeader {
+            term: 64,
+            session: 77,
+            seq: 9,
+            commit: 5,
+            node: 0,
+        };
+        let mut d = Vec::new();
+        wire::bus_header(&mut d, BusKind::Heartbeat, &h, 0);
+        n.on_datagram(1, addr(0), &d, &mut out);
+        // Its answer to this node's sync: epoch 64 ends at 9 in its log,
+        // which ends at 9.
+        let reply = peer(PeerKind::SyncReply, (64, 77), 0, 0, (64, 9, 9));
+        n.on_datagram(2, addr(0), &reply, &mut out);
+        assert!(n.is_learner(), "caught up to the commit only");
+        // The rest of the primary's log: caught up.
+        let mut d = Vec::new();
+        wire::bus_header(&mut d, BusKind::Data, &BusHeader { seq: 7, ..h }, 0);
+        wire::write_msg(&mut d, 9, 6, 0, 64, b"x");
+        wire::write_msg(&mut d, 9, 7, 0, 64, b"x");
+        wire::set_count(&mut d, 2);
+        n.on_datagram(3, addr(0), &d, &mut out);
+        assert_eq!(n.next_seq(), 9);
+        assert!(!n.is_learner(), "holds the primary's log as it answered");
+    }
+
+    #[test]
+    fn a_stopping_primary_names_no_learner_to_succeed_it() {
+        use super::super::testnet::{addr, Net, Out};
+        let mut net = Net::new(3, &[]);
+        assert!(net.run_until(500, |n| n.nodes[0].is_leader() && n.nodes[0].commit() > 1));
+        let p = &mut net.nodes[0];
+        let (term, end, session) = (p.term(), p.next_seq(), p.session());
+        let ack = |from, flags, end| peer(PeerKind::Ack, (term, session), from, flags, (0, end, 0));
+        let mut out = Out::default();
+        p.on_datagram(net.now, addr(1), &ack(1, 0, end - 1), &mut out);
+        // Node 2 acknowledges further, as a learner (a new disk that
+        // copied faster): it may not campaign; node 1 is named.
+        p.on_datagram(net.now, addr(2), &ack(2, LEARNER, end), &mut out);
+        assert_eq!(p.successor(), Some(1));
+        p.on_datagram(net.now, addr(2), &ack(2, 0, end), &mut out);
+        assert_eq!(p.successor(), Some(2));
     }
 
     #[test]

@@ -523,12 +523,13 @@ impl<L: Log> Node<L> {
     /// The voter a stopping primary names to campaign at once: the one
     /// whose acknowledged log reaches furthest among those heard within an
     /// election timeout (the lowest id on a tie), so that one election
-    /// follows, not one per follower.
+    /// follows, not one per follower. Never a learner: it may not
+    /// campaign, and the others would wait an election timeout for it.
     fn successor(&self) -> Option<u8> {
         let me = self.id();
         self.membership()
             .voters()
-            .filter(|&v| v != me)
+            .filter(|&v| v != me && !self.ld.learner[v as usize])
             .filter(|&v| self.ld.peer_silent[v as usize] < self.cfg.election_timeout)
             .max_by_key(|&v| (self.ld.matched[v as usize], std::cmp::Reverse(v)))
     }

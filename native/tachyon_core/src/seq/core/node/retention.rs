@@ -214,7 +214,7 @@ impl<L: Log> Node<L> {
             return;
         }
         let first = c.first;
-        if self.log.install(first, &bytes).is_err() {
+        if !self.hold_log() || self.log.install(first, &bytes).is_err() {
             self.c.store_errors.bump(1);
             return;
         }
