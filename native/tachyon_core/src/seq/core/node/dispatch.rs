@@ -6,7 +6,7 @@ use std::net::SocketAddr;
 use super::{Node, MAX_NODES};
 use crate::seq::core::{Env, Log, Nanos};
 use crate::seq::wire::{
-    self, Bus, Cmd, Peer, PeerHeader, PeerKind, BUS_MAGIC, CMD_MAGIC, PEER_MAGIC,
+    self, Bus, BusKind, Cmd, Peer, PeerHeader, PeerKind, BUS_MAGIC, CMD_MAGIC, PEER_MAGIC,
 };
 
 impl<L: Log> Node<L> {
@@ -51,12 +51,12 @@ impl<L: Log> Node<L> {
             },
             BUS_MAGIC => match Bus::parse(d) {
                 Ok(b) => {
-                    if !self.sent_by_node(from, b.h.node) {
+                    if !self.sent_by_node(from, b.h.node) && !self.primary_elsewhere(from, &b) {
                         self.c.strangers.bump(1);
                     } else if !self.session_ok(b.h.session) && !self.yield_bootstrap(&b, env) {
                         self.c.wrong_session.bump(1);
                     } else {
-                        self.on_bus(now, &b, env);
+                        self.on_bus(now, from, &b, env);
                     }
                 }
                 Err(_) => self.c.malformed.bump(1),
@@ -104,9 +104,39 @@ impl<L: Log> Node<L> {
         unknown
     }
 
-    /// Node `id`'s address: from the membership, or for a node that joins
-    /// before its log says, its primary's from its answer.
+    /// A primary's bus datagram (of this node's term or later) from an
+    /// address this node's membership does not know, naming an id the
+    /// membership gives another address: a node whose log is behind the
+    /// group's changes (a disk replaced, or a node down, while an id went
+    /// to a new node at another address) hears its primary where it is.
+    /// Its log, copied from that primary, will say who is who; meanwhile
+    /// it asks that primary for it at that address (`addr_of`). (Without
+    /// this it dropped the primary's every datagram and never caught up:
+    /// `tachyon_sim --nodes 5 --seed 47`, `silent_fork` at the end.)
+    fn primary_elsewhere(&mut self, from: SocketAddr, b: &Bus<'_>) -> bool {
+        // Only once no primary was heard for an election timeout: a node
+        // that hears its own ignores a stranger's claim.
+        let primary = matches!(b.kind, BusKind::Data | BusKind::Heartbeat | BusKind::End);
+        let ok = primary
+            && self.since_leader >= self.cfg.election_timeout
+            && b.h.term >= self.term
+            && (b.h.node as usize) < MAX_NODES
+            && self.membership().id_of(from).is_none();
+        if ok {
+            self.learned[b.h.node as usize] = Some(from);
+        }
+        ok
+    }
+
+    /// Node `id`'s address: the primary this node follows where it hears
+    /// it, else from the membership, or for a node that joins before its
+    /// log says, its primary's from its answer.
     pub(super) fn addr_of(&self, id: u8) -> Option<SocketAddr> {
+        if self.leader == Some(id) && self.role != super::Role::Leader {
+            if let Some(a) = self.fl.leader_addr {
+                return Some(a);
+            }
+        }
         self.membership()
             .addr(id)
             .or_else(|| self.learned.get(id as usize).copied().flatten())
@@ -281,6 +311,42 @@ mod tests {
             )
         );
         assert!(net.nodes[0].c.truncated.get() >= 2);
+    }
+
+    #[test]
+    fn a_node_behind_the_groups_changes_hears_its_primary_at_a_new_address() {
+        use super::super::{Node, NodeConfig};
+        use crate::seq::core::MemLog;
+        // Node 1 of the first membership (0, 1, 2), its disk replaced: its
+        // membership is that hint. The group's primary is now id 2 at an
+        // address the hint does not know (id 2 went to a new node).
+        let group: Vec<_> = (0..3).map(addr).collect();
+        let mut n = Node::new(NodeConfig::new(1, group), MemLog::new(), 0).unwrap();
+        let elsewhere = addr(9);
+        let h = BusHeader {
+            term: 130,
+            session: 555,
+            seq: 40,
+            commit: 40,
+            node: 2,
+        };
+        let mut d = Vec::new();
+        wire::bus_header(&mut d, BusKind::Heartbeat, &h, 0);
+        let mut out = Out::default();
+        n.on_datagram(1_000_000, elsewhere, &d, &mut out);
+        assert_eq!((n.leader(), n.term()), (Some(2), 130));
+        assert!(out.sent.iter().any(|(to, _)| *to == elsewhere), "its sync");
+        assert!(out.sent.iter().all(|(to, _)| *to != addr(2)));
+        // Following it, it takes no other address's claim to an id.
+        let h = BusHeader {
+            term: 131,
+            node: 0,
+            ..h
+        };
+        wire::bus_header(&mut d, BusKind::Heartbeat, &h, 0);
+        n.on_datagram(2_000_000, addr(8), &d, &mut out);
+        assert_eq!(n.c.strangers.get(), 1);
+        assert_eq!((n.leader(), n.term()), (Some(2), 130));
     }
 
     #[test]

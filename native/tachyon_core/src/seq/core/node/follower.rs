@@ -40,6 +40,8 @@ pub(super) struct Follow {
     /// The log end this follower last acknowledged to the members
     /// (`acks.rs`).
     pub members_acked: u64,
+    /// Where the primary's datagrams come from (`addr_of` sends there).
+    pub leader_addr: Option<std::net::SocketAddr>,
 }
 
 impl Follow {
@@ -55,9 +57,15 @@ impl Follow {
 }
 
 impl<L: Log> Node<L> {
-    /// A bus datagram from node `b.h.node` (checked: a node of the group,
-    /// of this session).
-    pub(super) fn on_bus(&mut self, now: Nanos, b: &Bus<'_>, env: &mut dyn Env) {
+    /// A bus datagram from node `b.h.node` at `from` (checked: a node of
+    /// the group, of this session).
+    pub(super) fn on_bus(
+        &mut self,
+        now: Nanos,
+        from: std::net::SocketAddr,
+        b: &Bus<'_>,
+        env: &mut dyn Env,
+    ) {
         if matches!(b.kind, BusKind::Welcome | BusKind::Nack) {
             return;
         }
@@ -101,6 +109,7 @@ impl<L: Log> Node<L> {
         }
         self.silent = 0;
         self.since_leader = 0;
+        self.fl.leader_addr = Some(from);
         if b.kind == BusKind::End {
             // The primary stopped: the successor it names (or, if it names
             // none, every node) campaigns now; the others after their own
