@@ -220,7 +220,7 @@ impl<L: Log> Node<L> {
             PeerKind::PreVote => self.on_prevote(now, from, p, env),
             PeerKind::Vote => self.on_vote(now, from, p, env),
             PeerKind::PreVoteReply | PeerKind::VoteReply => self.on_vote_reply(now, from, p, env),
-            PeerKind::Probe => self.on_probe(from, env),
+            PeerKind::Probe => self.on_probe(now, from, p, env),
             PeerKind::ProbeReply => self.on_probe_reply(now, from, p),
             _ => {
                 if p.h.term > self.term {

@@ -151,8 +151,9 @@ impl<L: Log> Node<L> {
         self.new_timeout();
         let (t, last, end) = (self.next_term(), self.ls.last_term() as u64, self.ls.next);
         env.event(NodeEvent::Campaign { term: t, pre: true });
+        let flags = self.fresh_flag();
         for n in self.other_voters() {
-            self.send_peer(n, PeerKind::PreVote, t, 0, (last, end), 0, env);
+            self.send_peer(n, PeerKind::PreVote, t, flags, (last, end), 0, env);
         }
         if self.tally(now) >= self.majority() {
             self.start_vote(now, env);
@@ -179,8 +180,9 @@ impl<L: Log> Node<L> {
             term: t,
             pre: false,
         });
+        let flags = self.fresh_flag();
         for n in self.other_voters() {
-            self.send_peer(n, PeerKind::Vote, t, 0, (last, end), 0, env);
+            self.send_peer(n, PeerKind::Vote, t, flags, (last, end), 0, env);
         }
         if self.tally(now) >= self.majority() {
             self.become_leader(now, env);
@@ -198,6 +200,7 @@ impl<L: Log> Node<L> {
     }
 
     pub(super) fn on_prevote(&mut self, now: Nanos, from: u8, p: &Peer, env: &mut dyn Env) {
+        self.heard_of(now, from, p);
         let proposed = p.h.term;
         let (last, end) = (p.a.min(u32::MAX as u64) as u32, p.b);
         let mut grant = proposed > self.term
@@ -217,6 +220,7 @@ impl<L: Log> Node<L> {
     }
 
     pub(super) fn on_vote(&mut self, now: Nanos, from: u8, p: &Peer, env: &mut dyn Env) {
+        self.heard_of(now, from, p);
         let t = p.h.term;
         let (last, end) = (p.a.min(u32::MAX as u64) as u32, p.b);
         let before = (self.term, self.vote);

@@ -126,40 +126,59 @@ impl<L: Log> Node<L> {
     /// learner only if it heard every node lately and the candidate's log
     /// is at least as up to date as each.
     ///
-    /// A group is created once. A candidate with an empty log would start
-    /// a new group (a new session): a learner votes for one only if every
-    /// node of the group, this one included, said it is [`FRESH`] (its
-    /// disk never held a log) and empty. Empty logs that hear no log are
-    /// not enough: the node that holds it may be down (two nodes whose
-    /// disks were replaced, the third down, elected a new group beside
-    /// the log: `tachyon_sim --scenario two_replaced_disks`), or removed
-    /// nodes restarted on the first membership may hear only each other.
-    /// So a new group waits for all its nodes; a group whose logs are all
-    /// gone waits for an operator (who empties every node's directory). A
-    /// group of one has no one else to ask: its node starts over.
+    /// A candidate with an empty log would start a new group (a new
+    /// session): a learner votes for one only if its own disk is new and
+    /// empty and no node it heard holds a log, or ever did. The candidate
+    /// itself campaigns only once it heard every node of the group new and
+    /// empty (`may_campaign`): a group is created once.
     pub(super) fn may_vouch(&self, now: Nanos, last_term: u32, end: u64) -> bool {
         if !self.learning() {
             return true;
         }
-        let fresh = PROBE_FRESH * self.cfg.election_timeout;
         let others = self.other_voters();
-        let heard = |i: u8| self.lr.heard[i as usize].filter(|h| now.saturating_sub(h.at) < fresh);
-        let all = others
-            .iter()
-            .all(|&i| heard(i).is_some_and(|h| at_least(last_term, end, h.last_term, h.end)));
+        let all = others.iter().all(|&i| {
+            self.heard(now, i)
+                .is_some_and(|h| at_least(last_term, end, h.last_term, h.end))
+        });
         if end > 0 || others.is_empty() {
             return all;
         }
-        let all_new = others
+        let a_log = others
             .iter()
-            .all(|&i| heard(i).is_some_and(|h| h.fresh && h.end == 0));
-        all && all_new && self.meta.fresh && self.ls.next == 0
+            .any(|&i| self.heard(now, i).is_some_and(|h| h.end > 0 || !h.fresh));
+        self.meta.fresh && self.ls.next == 0 && !a_log
+    }
+
+    /// What node `i` said of its log lately (within [`PROBE_FRESH`]
+    /// election timeouts).
+    fn heard(&self, now: Nanos, i: u8) -> Option<Heard> {
+        let fresh = PROBE_FRESH * self.cfg.election_timeout;
+        self.lr.heard[i as usize].filter(|h| now.saturating_sub(h.at) < fresh)
     }
 
     /// Whether this node may campaign: its disk has room, and it would
-    /// vote for itself.
+    /// vote for itself; with an empty log (a new group), only once every
+    /// node of the group said lately that it is new and empty. Empty logs
+    /// that hear no log are not enough: the node that holds it may be down
+    /// (two nodes whose disks were replaced, the third down, elected a new
+    /// group beside the log: `tachyon_sim --scenario two_replaced_disks`),
+    /// or removed nodes restarted on the first membership may hear only
+    /// each other. So a new group waits for all its nodes; a group whose
+    /// logs are all gone waits for an operator (who empties every node's
+    /// directory). A group of one has no one else to ask: its node starts
+    /// over.
     pub(super) fn may_campaign(&self, now: Nanos) -> bool {
-        !self.dur.full && self.may_vouch(now, self.ls.last_term(), self.ls.next)
+        !self.dur.full
+            && self.may_vouch(now, self.ls.last_term(), self.ls.next)
+            && (!self.learning() || self.ls.next > 0 || self.every_node_new(now))
+    }
+
+    /// Every other voter said lately that its disk is new and its log
+    /// empty.
+    fn every_node_new(&self, now: Nanos) -> bool {
+        self.other_voters()
+            .iter()
+            .all(|&i| self.heard(now, i).is_some_and(|h| h.fresh && h.end == 0))
     }
 
     /// A learner with no primary asks every node where its log stands (at
@@ -175,19 +194,30 @@ impl<L: Log> Node<L> {
         }
         self.lr.probed_at = Some(now);
         self.c.probes.bump(1);
-        let term = self.term;
+        // It says where its own log stands too (and, new and empty,
+        // FRESH): the others learn it without asking (a new group's nodes
+        // that started before it heard nothing of it yet).
+        let (term, last, end) = (self.term, self.ls.last_term() as u64, self.ls.next);
+        let flags = self.fresh_flag();
         for i in self.other_voters() {
-            self.send_peer(i, PeerKind::Probe, term, 0, (0, 0), 0, env);
+            self.send_peer(i, PeerKind::Probe, term, flags, (last, end), 0, env);
+        }
+    }
+
+    /// FRESH if this node's disk never held a log and its log is empty.
+    pub(super) fn fresh_flag(&self) -> u8 {
+        if self.meta.fresh && self.ls.next == 0 && self.ls.first == 0 {
+            FRESH
+        } else {
+            0
         }
     }
 
     /// Any node answers a probe: where its log stands, and whether its
-    /// disk never held one.
-    pub(super) fn on_probe(&mut self, from: u8, env: &mut dyn Env) {
-        let mut flags = if self.role == Role::Leader { LEADER } else { 0 };
-        if self.meta.fresh && self.ls.next == 0 {
-            flags |= FRESH;
-        }
+    /// disk never held one (and takes what the prober said of its own).
+    pub(super) fn on_probe(&mut self, now: Nanos, from: u8, p: &Peer, env: &mut dyn Env) {
+        self.heard_of(now, from, p);
+        let flags = self.fresh_flag() | if self.role == Role::Leader { LEADER } else { 0 };
         let (term, last, end, commit) = (self.term, self.ls.last_term(), self.ls.next, self.commit);
         self.send_peer(
             from,
@@ -201,6 +231,23 @@ impl<L: Log> Node<L> {
     }
 
     pub(super) fn on_probe_reply(&mut self, now: Nanos, from: u8, p: &Peer) {
+        self.heard_of(now, from, p);
+        // The preferred first primary of a new group (`eager`) campaigns
+        // as soon as it heard every node new, not a timeout later.
+        if self.cfg.eager
+            && self.term == 0
+            && self.role == Role::Follower
+            && self.leader.is_none()
+            && self.ls.next == 0
+            && self.may_campaign(now)
+        {
+            self.silent = self.silent.max(self.timeout);
+        }
+    }
+
+    /// What node `from` said of its log (`a` its last term, `b` its end,
+    /// FRESH): a probe, its reply, a (pre-)vote request.
+    pub(super) fn heard_of(&mut self, now: Nanos, from: u8, p: &Peer) {
         if let Some(h) = self.lr.heard.get_mut(from as usize) {
             *h = Some(Heard {
                 last_term: p.a.min(u32::MAX as u64) as u32,
@@ -371,14 +418,14 @@ mod tests {
         // logs, a majority, do not start a group (the third may hold the
         // log: two replaced disks elected a new group beside it).
         n.lr.heard[1] = said(0, true);
-        assert!(!n.may_vouch(now, 0, 0));
+        assert!(!n.may_campaign(now));
         // Every node new and empty: a new group.
         n.lr.heard[2] = said(0, true);
-        assert!(n.may_vouch(now, 0, 0));
+        assert!(n.may_campaign(now) && n.may_vouch(now, 0, 0));
         // An empty log on a disk that held one (its log lost, or cut):
-        // not a new group's.
+        // not a new group's; no vote for an empty candidate beside it.
         n.lr.heard[2] = said(0, false);
-        assert!(!n.may_vouch(now, 0, 0));
+        assert!(!n.may_campaign(now) && !n.may_vouch(now, 0, 0));
         // The third holds a log: no new group of empty logs...
         n.lr.heard[2] = said(500, false);
         assert!(!n.may_vouch(now, 0, 0));
@@ -387,11 +434,11 @@ mod tests {
         // This node's own disk held a log: it starts no new group either.
         n.lr.heard[2] = said(0, true);
         n.meta.fresh = false;
-        assert!(!n.may_vouch(now, 0, 0));
+        assert!(!n.may_vouch(now, 0, 0) && !n.may_campaign(now));
         // Heard too long ago: not heard.
         n.meta.fresh = true;
         let late = now + PROBE_FRESH * n.cfg.election_timeout;
-        assert!(!n.may_vouch(late, 0, 0));
+        assert!(!n.may_campaign(late));
     }
 
     /// A log of term `term`: the session record, the epoch record, then
