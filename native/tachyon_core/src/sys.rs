@@ -4,7 +4,7 @@ use std::fs::File;
 use std::io;
 use std::os::fd::AsRawFd;
 use std::path::Path;
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 /// Locks `m`, ignoring poisoning: a panic elsewhere never leaves these
 /// structures half-updated in a way a later caller could not handle, and a
@@ -15,6 +15,17 @@ pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 
 /// Allocates `len` bytes of `file` (and extends it): writes through a map
 /// of that range can then never hit ENOSPC, which would be a SIGBUS.
+/// Reads `l`, a poisoned lock too (what it guards stays consistent: every
+/// writer replaces whole values).
+pub(crate) fn read<T>(l: &RwLock<T>) -> RwLockReadGuard<'_, T> {
+    l.read().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Writes `l`, a poisoned lock too.
+pub(crate) fn write<T>(l: &RwLock<T>) -> RwLockWriteGuard<'_, T> {
+    l.write().unwrap_or_else(|p| p.into_inner())
+}
+
 pub(crate) fn fallocate(file: &File, len: usize) -> io::Result<()> {
     // SAFETY: fallocate on a valid fd the caller owns; mode 0 allocates
     // blocks and extends the file size.
@@ -95,4 +106,26 @@ pub(crate) fn free_space(path: &Path) -> io::Result<u64> {
         return Err(io::Error::last_os_error());
     }
     Ok(st.f_bavail as u64 * st.f_frsize as u64)
+}
+
+/// Fills `buf` from the kernel's random source (`getrandom(2)`, blocking
+/// only until the pool is first initialised): keys and nonces' random
+/// parts.
+pub(crate) fn random_bytes(buf: &mut [u8]) -> io::Result<()> {
+    let mut done = 0;
+    while done < buf.len() {
+        let rest = &mut buf[done..];
+        // SAFETY: `rest` is a valid, writable buffer of `rest.len()` bytes
+        // for the whole call.
+        let n = unsafe { libc::getrandom(rest.as_mut_ptr().cast(), rest.len(), 0) };
+        if n < 0 {
+            let e = io::Error::last_os_error();
+            if e.kind() == io::ErrorKind::Interrupted {
+                continue;
+            }
+            return Err(e);
+        }
+        done += n as usize;
+    }
+    Ok(())
 }

@@ -18,6 +18,7 @@
 //! hello (for networks without multicast).
 
 pub mod core;
+pub mod guard;
 pub mod member;
 pub mod nodelog;
 pub mod sequencer;
