@@ -66,6 +66,9 @@ pub enum Error {
     BadLog,
     /// The bus member id is bound to another member.
     MemberIdTaken,
+    /// The member may not do this (the group's access control: a member
+    /// that may only read, publishing).
+    Forbidden,
     /// An `AsyncStore` found the store at another index than its own.
     IndexConflict,
     /// An `AsyncStore`'s writer thread panicked.
@@ -125,6 +128,7 @@ impl Error {
             Error::BadRingSize => "bad_ring_size",
             Error::BadLog => "bad_log",
             Error::MemberIdTaken => "member_id_taken",
+            Error::Forbidden => "forbidden",
             Error::IndexConflict => "index_conflict",
             Error::WriterPanicked => "writer_panicked",
             Error::Io(e) => crate::errno::name(e),
@@ -331,6 +335,7 @@ impl From<PublishError> for Error {
             PublishError::Busy => Error::Busy,
             PublishError::Closed => Error::Closed,
             PublishError::Taken => Error::MemberIdTaken,
+            PublishError::Forbidden => Error::Forbidden,
             PublishError::NoSpace => Error::NoSpace,
         }
     }

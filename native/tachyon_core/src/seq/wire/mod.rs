@@ -76,6 +76,9 @@ pub const CONFIG: u8 = 0x20;
 
 /// Welcome flag: the member id is bound to another member.
 pub const TAKEN: u8 = 0x01;
+/// Welcome flag: the group's access control lets this member read, not
+/// publish (its publishes are refused).
+pub const READ_ONLY: u8 = 0x04;
 /// Data and heartbeat flag: the primary's log holds every entry below the
 /// datagram's end as far as its acknowledgement would (durability
 /// `:replicated`), so a member counts it toward a majority that far

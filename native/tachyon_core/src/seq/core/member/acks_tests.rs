@@ -31,6 +31,7 @@ fn rx() -> Rx {
         taken: false,
         delivered: 0,
         config: Some(Membership::initial(&[node(0), node(1), node(2)])),
+        read_only: false,
     };
     Rx::new(&cfg, &w, true, 0)
 }
@@ -226,6 +227,7 @@ fn a_group_of_two_counts_no_acknowledgements() {
         taken: false,
         delivered: 0,
         config: Some(Membership::initial(&[node(0), node(1)])),
+        read_only: false,
     };
     let mut rx = Rx::new(&cfg, &w, true, 0);
     feed(&mut rx, &term_2(true), node(0));

@@ -67,6 +67,9 @@ pub struct MemberConfig {
     /// must hear them all).
     pub alternates: Vec<SocketAddr>,
     pub socket: SocketOptions,
+    /// Packet protection (`None`: datagrams as they are): the member's
+    /// credential, and whether payloads are encrypted.
+    pub auth: Option<crate::seq::guard::Auth>,
 }
 
 impl MemberConfig {
@@ -100,6 +103,7 @@ impl MemberConfig {
             loss: 0.0,
             alternates: Vec::new(),
             socket: crate::seq::socket_options(),
+            auth: None,
         }
     }
 }
@@ -113,6 +117,8 @@ pub enum PublishError {
     Closed,
     /// The member id is bound to another member.
     Taken,
+    /// The group's access control lets this member read, not publish.
+    Forbidden,
     /// The primary's disk is full: it could not append this member's last
     /// command (resent to the next primary); refused until a primary takes
     /// this member's commands again.
@@ -252,5 +258,13 @@ crate::named_fields! {
         pub rto_us: u64,
         /// Messages that joined a command datagram waiting for the window.
         pub coalesced: u64,
+        /// Datagrams dropped by packet protection (keys given) before the
+        /// member saw them: every one, then forged, replayed, unsealed,
+        /// forbidden (as `Tachyon.Sequencer`'s).
+        pub rejected: u64,
+        pub rejected_forged: u64,
+        pub rejected_replayed: u64,
+        pub rejected_unsealed: u64,
+        pub rejected_forbidden: u64,
     }
 }

@@ -6,7 +6,7 @@ use std::net::SocketAddr;
 use super::config::MemberConfig;
 use crate::seq::core::node::Membership;
 use crate::seq::core::{Nanos, Sink, MILLI};
-use crate::seq::wire::{self, Bus, BusKind, HelloBody, WelcomeBody, TAKEN, UNICAST};
+use crate::seq::wire::{self, Bus, BusKind, HelloBody, WelcomeBody, READ_ONLY, TAKEN, UNICAST};
 
 /// Hellos go out again this often until a welcome comes.
 const HELLO_EVERY: Nanos = 20 * MILLI;
@@ -42,6 +42,8 @@ pub struct Welcome {
     /// those the member was given; the voters whose acknowledgements
     /// count, `acks.rs`).
     pub config: Option<Membership>,
+    /// The group's access control lets this member read, not publish.
+    pub read_only: bool,
 }
 
 impl Welcome {
@@ -63,6 +65,7 @@ impl Welcome {
             taken: b.flags & TAKEN != 0,
             delivered: 0,
             config: None,
+            read_only: b.flags & READ_ONLY != 0,
         }
     }
 }

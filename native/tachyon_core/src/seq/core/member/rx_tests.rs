@@ -35,6 +35,7 @@ fn rx_of(alternates: &[SocketAddr]) -> Rx {
         taken: false,
         delivered: 0,
         config: None,
+        read_only: false,
     };
     Rx::new(&cfg, &w, true, 0)
 }

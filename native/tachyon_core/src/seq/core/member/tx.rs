@@ -84,6 +84,8 @@ pub struct Tx {
     /// No more publishes (a close waits for what is pending).
     shut: bool,
     taken: bool,
+    /// The group's access control lets this member read, not publish.
+    read_only: bool,
     /// A primary could not append a command of this member (a full disk).
     full: bool,
     /// A new primary has not welcomed this member yet: commands wait (its
@@ -130,6 +132,7 @@ impl Tx {
             closed: false,
             shut: false,
             taken: w.taken,
+            read_only: w.read_only,
             full: false,
             held: false,
             skip: None,
@@ -329,6 +332,7 @@ impl Tx {
     ) -> u64 {
         self.frag = self.frag.min(Self::frag_for(w.max_datagram));
         self.taken = w.taken;
+        self.read_only = w.read_only;
         // A new primary wrote its epoch record: it has room.
         self.full = false;
         self.target = w.from;

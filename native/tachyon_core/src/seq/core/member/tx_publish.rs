@@ -45,6 +45,9 @@ impl Tx {
         if self.taken {
             return Err(PublishError::Taken);
         }
+        if self.read_only {
+            return Err(PublishError::Forbidden);
+        }
         if self.full {
             return Err(PublishError::NoSpace);
         }

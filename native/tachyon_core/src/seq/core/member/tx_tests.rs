@@ -30,6 +30,7 @@ fn welcome(last: u64) -> Welcome {
         taken: false,
         delivered: 0,
         config: None,
+        read_only: false,
     }
 }
 

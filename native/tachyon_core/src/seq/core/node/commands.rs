@@ -9,7 +9,7 @@ use std::net::SocketAddr;
 use super::leader::Refused;
 use super::{Binding, Departed, Node, Role};
 use crate::seq::core::{fence, Env, Log, Nanos, Replay};
-use crate::seq::wire::{self, Cmd, CmdKind, PeerKind, Published, WelcomeBody, TAKEN};
+use crate::seq::wire::{self, Cmd, CmdKind, PeerKind, Published, WelcomeBody, READ_ONLY, TAKEN};
 
 /// Bytes of commands held per member at most.
 const WINDOW_BYTES: usize = 1 << 20;
@@ -78,7 +78,12 @@ impl<L: Log> Node<L> {
                     return;
                 }
                 let (a, z) = cmd.range();
-                self.replay(now, from, a, z, env);
+                let floor = if node {
+                    0
+                } else {
+                    self.cfg.acl.floor(cmd.member_id)
+                };
+                self.replay(now, from, (a, z), floor, env);
             }
             CmdKind::Publish => {
                 if cmd.session != self.ls.session {
@@ -96,6 +101,12 @@ impl<L: Log> Node<L> {
                 {
                     self.c.taken.bump(cmd.count as u64);
                     self.welcome(from, cmd.member_id, None, cmd.incarnation, TAKEN, env);
+                    return;
+                }
+                if !self.cfg.acl.may_publish(cmd.member_id) {
+                    // A member that may only read: refused, and told.
+                    self.c.forbidden.bump(cmd.count as u64);
+                    self.welcome(from, cmd.member_id, None, cmd.incarnation, 0, env);
                     return;
                 }
                 for p in cmd.published() {
@@ -319,13 +330,21 @@ impl<L: Log> Node<L> {
             None => (0, 0),
         };
         let snap = self.ls.snaps.latest(self.commit);
+        // The access control: a member that may only read is told so;
+        // below its floor the log begins there for it.
+        let flags = if self.cfg.acl.may_publish(id) {
+            flags
+        } else {
+            flags | READ_ONLY
+        };
+        let first = self.ls.first.max(self.cfg.acl.floor(id));
         let w = WelcomeBody {
             last: self.ls.last_of(id),
             epoch_end,
             epoch,
             max_datagram: self.cfg.max_datagram.min(u16::MAX as usize) as u16,
             incarnation,
-            first: self.ls.first,
+            first,
             snap_from: snap.map_or(0, |s| s.read_from),
             snap_epoch: snap.map_or(0, |s| self.ls.term_at(s.read_from.saturating_sub(1))),
             snap_as_of: snap.map_or(0, |s| s.as_of),
@@ -463,7 +482,14 @@ impl<L: Log> Node<L> {
 
     /// A replay request: handed to the replayer (the same request from
     /// the same place within half a retransmit delay is one).
-    fn replay(&mut self, now: Nanos, from: SocketAddr, a: u64, z: u64, env: &mut dyn Env) {
+    fn replay(
+        &mut self,
+        now: Nanos,
+        from: SocketAddr,
+        (a, z): (u64, u64),
+        floor: u64,
+        env: &mut dyn Env,
+    ) {
         self.c.replay_requests.bump(1);
         let z = z
             .min(self.ls.next)
@@ -471,11 +497,15 @@ impl<L: Log> Node<L> {
         if a >= z {
             return;
         }
-        if a < self.ls.first {
-            // Gone (retention): the requester goes on from the first entry
-            // held, or installs the checkpoint (a node).
+        let first = self.ls.first.max(floor);
+        if a < first {
+            // Gone (retention), or below what the requester may read (the
+            // access control): it goes on from `first`, or installs the
+            // checkpoint (a node).
+            if a >= self.ls.first {
+                self.c.forbidden.bump(1);
+            }
             let h = self.bus_header(a);
-            let first = self.ls.first;
             let epoch = self.ls.term_at(first.saturating_sub(1));
             wire::trimmed(&mut self.scratch, &h, first, epoch);
             env.send(&[from], &self.scratch);

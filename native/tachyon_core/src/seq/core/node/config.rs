@@ -47,6 +47,9 @@ pub const ACK_FANOUT: usize = 8;
 /// A node's options.
 #[derive(Debug, Clone)]
 pub struct NodeConfig {
+    /// Which members may publish, and from where each may read (with keys,
+    /// each member id is bound to its credential).
+    pub acl: Acl,
     /// This node's id in the initial group: its index in `group` (a node
     /// that joins a running group gets one from its primary).
     pub id: u8,
@@ -146,6 +149,7 @@ impl NodeConfig {
             retention_every: 1_000 * MILLI,
             ack_fanout: ACK_FANOUT,
             seed: 1,
+            acl: Acl::default(),
         }
     }
 
@@ -162,10 +166,49 @@ impl NodeConfig {
     }
 }
 
+/// The group's access control (`Tachyon.Sequencer`'s `auth: [acl: ...]`):
+/// which members may publish (the others read only), and the lowest
+/// sequence number each may read (below it, the log begins there for that
+/// member: its open from below and its replays below are answered as
+/// retention's). Ids bound to credentials make it hold against a member
+/// that claims another's id (`seq::guard`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Acl {
+    /// Members that may publish (`None`: every member).
+    pub publishers: Option<std::collections::BTreeSet<u32>>,
+    /// The lowest sequence number a member may read, by id...
+    pub read_from: std::collections::BTreeMap<u32, u64>,
+    /// ...and for the others.
+    pub default_read_from: u64,
+}
+
+/// Member ids above this are the nodes' own (a follower's gap fill).
+const NODE_IDS: u32 = u32::MAX - 256;
+
+impl Acl {
+    pub fn may_publish(&self, member: u32) -> bool {
+        self.publishers.as_ref().is_none_or(|p| p.contains(&member))
+    }
+
+    /// The lowest sequence number `member` may read (0 for a node).
+    pub fn floor(&self, member: u32) -> u64 {
+        if member > NODE_IDS {
+            return 0;
+        }
+        self.read_from
+            .get(&member)
+            .copied()
+            .unwrap_or(self.default_read_from)
+    }
+}
+
 /// A node's counters (one writer: the thread driving the node).
 #[derive(Debug, Default)]
 pub struct NodeCounters {
     pub messages: Counter,
+    /// Publishes of members that may only read, and replays below a
+    /// member's floor (the access control), refused.
+    pub forbidden: Counter,
     /// Datagrams of a member after its goodbye (late, reordered), dropped.
     pub departed: Counter,
     pub datagrams: Counter,

@@ -64,7 +64,7 @@ use crate::seq::BusMode;
 use logstate::LogState;
 
 pub use commands::Window;
-pub use config::{Durability, NodeConfig, NodeCounters, Role, TwoNodes, ACK_FANOUT};
+pub use config::{Acl, Durability, NodeConfig, NodeCounters, Role, TwoNodes, ACK_FANOUT};
 pub use membership::{ChangeError, Membership, NodeEntry, MAX_NODES};
 
 /// The most a tick adds to any timer, however long since the last one.
