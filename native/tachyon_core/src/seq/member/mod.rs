@@ -17,7 +17,7 @@
 mod socks;
 
 pub use super::core::member::{MemberConfig, MemberEvent, MemberStats, PublishError};
-pub(crate) use socks::{Batches, SockSink, Sockets};
+pub(crate) use socks::{Batches, Sealer, SockSink, Sockets};
 
 use std::io;
 use std::net::SocketAddr;
@@ -31,6 +31,7 @@ use crossbeam_utils::CachePadded;
 pub use super::core::member::looked;
 use super::core::member::{self as core, Deliver, Handover, Join, Rx, RxCounters, Tx, TxCounters};
 use super::core::Nanos;
+use super::guard::{self, Guard};
 use super::{clock, SeqError};
 use crate::counter::Counter;
 use crate::spin::{SpinGuard, SpinMutex};
@@ -50,6 +51,9 @@ pub const SNAPSHOT_CHUNK: usize = 64 * 1024;
 struct RxAll {
     batches: Batches,
     rx: Rx,
+    /// Opens what is read, keys given (the windows of this member's
+    /// senders), and its buffer.
+    open: Option<(Guard, Vec<u8>)>,
 }
 
 /// A member of the bus. `Sync`: any thread publishes, one at a time drives.
@@ -78,6 +82,10 @@ pub struct Member {
     /// The bus's next sequence number when the member was welcomed: its
     /// own publishes are sequenced from there on.
     joined_seq: u64,
+    /// Keys given: seals what the member sends (held for a send only).
+    seal: Option<SpinMutex<Sealer>>,
+    /// Keys given: packet protection's shared state (its counters).
+    guard: Option<Arc<guard::Shared>>,
 }
 
 impl Member {
@@ -86,13 +94,31 @@ impl Member {
     /// `connect_timeout`). Blocks. `Err(Taken)` if the member id is
     /// another member's.
     pub fn open(mut cfg: MemberConfig) -> Result<Member, SeqError> {
+        // Keys given: sealed datagrams stay within `max_datagram` on the
+        // wire, the protocol's are smaller by what sealing adds.
+        let wire_max = cfg.max_datagram;
+        let guard = match cfg.auth.take() {
+            Some(a) => {
+                let role = guard::Role::Member(cfg.member_id);
+                cfg.max_datagram = cfg.max_datagram.saturating_sub(guard::OVERHEAD);
+                Some(guard::Shared::new(a.keys, role, a.encrypt).map_err(|_| SeqError::BadConfig)?)
+            }
+            None => None,
+        };
         core::fragment_size(&cfg)?;
         if cfg.incarnation == 0 {
             cfg.incarnation = super::new_session();
         }
         let socks = Sockets::bind(cfg.bind, cfg.bus, &cfg.socket)?;
         let unicast = socks.mcast.is_none();
-        let w = welcome(&socks, &cfg, unicast)?;
+        let seal = guard.as_ref().map(|g| {
+            SpinMutex::new(Sealer {
+                guard: Guard::new(g, 0),
+                buf: Vec::new(),
+            })
+        });
+        let mut open = guard.as_ref().map(|g| (Guard::new(g, 0xff), Vec::new()));
+        let w = welcome(&socks, &cfg, unicast, seal.as_ref(), open.as_mut())?;
         // Connected (a group of one): sends skip the route lookup, and
         // only the sequencer's datagrams reach this socket.
         let connected = cfg.alternates.is_empty();
@@ -100,6 +126,7 @@ impl Member {
             socks.sock.connect(&w.from)?;
         }
         let (tx, rx) = core::from_welcome(&cfg, &w, unicast, clock::now())?;
+        let slot = wire_max.max(super::wire::BUS_HEADER + super::wire::WELCOME_BODY);
         Ok(Member {
             snapshot: (cfg.from_snapshot && w.snap.0 > 0).then_some(w.snap.2),
             joined_seq: w.next,
@@ -111,13 +138,16 @@ impl Member {
             rxc: rx.counters().clone(),
             tx: SpinMutex::new(tx),
             rx: SpinMutex::new(RxAll {
-                batches: socks.batches(&cfg),
+                batches: socks.batches_with(cfg.batch, slot),
                 rx,
+                open,
             }),
             events: SpinMutex::new(Vec::new()),
             session: w.session,
             connected,
             socks,
+            seal,
+            guard,
             cfg,
         })
     }
@@ -127,6 +157,16 @@ impl Member {
             sock: &self.socks.sock,
             connected: self.connected,
             errors: &self.txc.send_errors,
+            seal: self.seal.as_ref(),
+        }
+    }
+
+    /// Replaces the member's credential (a rotation). `Err(None)`: opened
+    /// without keys.
+    pub fn set_keys(&self, keys: guard::Keys) -> Result<(), Option<guard::KeyError>> {
+        match &self.guard {
+            Some(g) => g.set_keys(keys).map_err(Some),
+            None => Err(None),
         }
     }
 
@@ -338,13 +378,22 @@ impl Member {
         // window holds publishes back only while someone looks.
         looked(&self.txc, now);
         let mut guard = self.rx.lock();
-        let RxAll { batches, rx } = &mut *guard;
+        let RxAll { batches, rx, open } = &mut *guard;
         let mark = rx.mark();
-        let total = self
-            .socks
-            .recv(batches, max, &self.rxc.malformed, &mut |d, from| {
-                rx.on_datagram(now, d, from, deliver)
-            })?;
+        let total = self.socks.recv(
+            batches,
+            max,
+            &self.rxc.malformed,
+            &mut |d, from| match open {
+                None => rx.on_datagram(now, d, from, deliver),
+                // Opened first: what fails never reaches the member.
+                Some((g, buf)) => {
+                    if let Some(p) = from.and_then(|f| g.open(f, d, buf).ok()) {
+                        rx.on_datagram(now, p, from, deliver);
+                    }
+                }
+            },
+        )?;
         if total == 0 {
             return Ok(0);
         }
@@ -489,6 +538,10 @@ impl Member {
     /// The counters, read without taking the receive lock.
     pub fn stats(&self) -> MemberStats {
         let (t, r) = (&self.txc, &self.rxc);
+        let g = self
+            .guard
+            .as_ref()
+            .map_or([0; 5], |g| g.counters.rejections());
         MemberStats {
             published: t.published.get(),
             commands: t.commands.get(),
@@ -521,6 +574,11 @@ impl Member {
             cwnd: t.cwnd.get(),
             rto_us: t.rto.get() / 1_000,
             coalesced: t.coalesced.get(),
+            rejected: g[0],
+            rejected_forged: g[1],
+            rejected_replayed: g[2],
+            rejected_unsealed: g[3],
+            rejected_forbidden: g[4],
         }
     }
 }
@@ -531,6 +589,8 @@ pub(crate) fn welcome(
     socks: &Sockets,
     cfg: &MemberConfig,
     unicast: bool,
+    seal: Option<&SpinMutex<Sealer>>,
+    mut open: Option<&mut (Guard, Vec<u8>)>,
 ) -> Result<core::Welcome, SeqError> {
     let mut join = Join::new(cfg, unicast);
     let errors = Counter::default();
@@ -538,9 +598,9 @@ pub(crate) fn welcome(
         sock: &socks.sock,
         connected: false,
         errors: &errors,
+        seal,
     };
-    let slot = cfg
-        .max_datagram
+    let slot = (cfg.max_datagram + guard::OVERHEAD)
         .max(super::wire::BUS_HEADER + super::wire::WELCOME_BODY);
     let mut b = crate::udp::sys::Batch::new(8, slot);
     let t0 = clock::now();
@@ -558,7 +618,15 @@ pub(crate) fn welcome(
         match b.recv(&socks.sock) {
             Ok(n) => {
                 for i in 0..n {
-                    join.on_datagram(now, b.data(i), b.addr(i));
+                    match open.as_deref_mut() {
+                        None => join.on_datagram(now, b.data(i), b.addr(i)),
+                        Some((g, buf)) => {
+                            let from = b.addr(i);
+                            if let Some(p) = from.and_then(|f| g.open(f, b.data(i), buf).ok()) {
+                                join.on_datagram(now, p, from);
+                            }
+                        }
+                    }
                 }
             }
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => {

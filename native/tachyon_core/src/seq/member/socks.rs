@@ -7,10 +7,10 @@ use std::net::{IpAddr, SocketAddr};
 use std::os::fd::RawFd;
 
 use crate::counter::Counter;
-use crate::seq::core::member::MemberConfig;
 use crate::seq::core::Sink;
-use crate::seq::wire;
+use crate::seq::guard::Guard;
 use crate::seq::{BusMode, SeqError};
+use crate::spin::SpinMutex;
 use crate::udp::sys::{Batch, Epoll, Socket, SocketOptions};
 
 pub struct Sockets {
@@ -43,14 +43,6 @@ impl Sockets {
         fds.extend(mcast.as_ref().map(|m| m.fd()));
         let epoll = Epoll::new(&fds)?;
         Ok(Sockets { sock, mcast, epoll })
-    }
-
-    /// Receive batches for these sockets.
-    pub fn batches(&self, cfg: &MemberConfig) -> Batches {
-        self.batches_with(
-            cfg.batch,
-            cfg.max_datagram.max(wire::BUS_HEADER + wire::WELCOME_BODY),
-        )
     }
 
     /// Receive batches of `batch` datagrams of at most `slot` bytes.
@@ -112,16 +104,32 @@ pub struct Batches {
 
 /// Sends from a member's own socket: `send` when it is connected to the
 /// sequencer, `send_to` otherwise; errors counted (a lost datagram like
-/// any other: resent or asked for again later).
+/// any other: resent or asked for again later). With keys, each datagram
+/// is sealed first (the member's sealing guard, held for the send only).
 pub struct SockSink<'a> {
     pub sock: &'a Socket,
     pub connected: bool,
     pub errors: &'a Counter,
+    pub seal: Option<&'a SpinMutex<Sealer>>,
+}
+
+/// A member's sealing guard and its buffer.
+pub struct Sealer {
+    pub guard: Guard,
+    pub buf: Vec<u8>,
 }
 
 impl Sink for SockSink<'_> {
     fn send(&mut self, to: &[SocketAddr], d: &[u8]) {
+        let mut sealer = self.seal.map(|s| s.lock());
         for a in to {
+            let d = match sealer.as_deref_mut() {
+                None => d,
+                Some(Sealer { guard, buf }) => {
+                    guard.seal(*a, d, buf);
+                    buf.as_slice()
+                }
+            };
             let r = if self.connected {
                 self.sock.send(d)
             } else {

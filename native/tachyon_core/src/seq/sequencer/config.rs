@@ -6,7 +6,8 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use crate::seq::core::nanos;
-use crate::seq::core::node::{Durability, NodeConfig, TwoNodes};
+use crate::seq::core::node::{Acl, Durability, NodeConfig, TwoNodes};
+use crate::seq::guard::{self, Auth};
 use crate::seq::wire;
 use crate::seq::{BusMode, SeqError};
 use crate::store;
@@ -52,6 +53,12 @@ pub struct SequencerConfig {
     pub eager: bool,
     /// What an acknowledgement promises: the page cache, or the disk.
     pub durability: Durability,
+    /// Packet protection (`None`: datagrams as they are): every datagram
+    /// sealed and opened by a [`crate::seq::guard::Guard`].
+    pub auth: Option<Auth>,
+    /// The group's access control (which members may publish, from where
+    /// each may read).
+    pub acl: Acl,
 }
 
 impl SequencerConfig {
@@ -76,12 +83,25 @@ impl SequencerConfig {
             two_nodes: TwoNodes::Safe,
             eager: true,
             durability: Durability::Replicated,
+            auth: None,
+            acl: Acl::default(),
         }
+    }
+
+    /// The largest protocol datagram: `max_datagram` less what sealing adds
+    /// (the wire's datagrams stay within `max_datagram`).
+    pub fn inner_max_datagram(&self) -> usize {
+        let seal = if self.auth.is_some() {
+            guard::OVERHEAD
+        } else {
+            0
+        };
+        self.max_datagram.saturating_sub(seal)
     }
 
     pub(super) fn check(&self) -> Result<(), SeqError> {
         let in_group = self.group.is_empty() || self.group.contains(&self.bind);
-        if self.max_datagram < wire::BUS_HEADER + wire::MSG_HEADER + 1
+        if self.inner_max_datagram() < wire::BUS_HEADER + wire::MSG_HEADER + 1
             || self.max_datagram > crate::udp::MAX_UDP_PAYLOAD
             || self.batch == 0
             || self.batch > crate::udp::MAX_BATCH
@@ -120,7 +140,7 @@ impl SequencerConfig {
             self.bind
         };
         c.bus = self.bus;
-        c.max_datagram = self.max_datagram;
+        c.max_datagram = self.inner_max_datagram();
         c.batching = self.batching;
         c.heartbeat = nanos(self.heartbeat);
         c.heartbeat_after = nanos(self.heartbeat_after);
@@ -129,6 +149,7 @@ impl SequencerConfig {
         c.replay_max = self.replay_max.max(1) as u64;
         c.eager = self.eager;
         c.durability = self.durability;
+        c.acl = self.acl.clone();
         c.new_session = crate::seq::new_session();
         c.new_log_id = crate::seq::new_session();
         c.incarnation = (crate::seq::new_session() >> 16) as u32 | 1;

@@ -23,6 +23,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 use crossbeam_utils::CachePadded;
 
 use super::core::node::{Node, NodeCounters};
+use super::guard;
 use super::member::Sockets;
 use super::nodelog::NodeLog;
 use super::wire::Bad;
@@ -76,6 +77,9 @@ struct Shared {
     changes_asked: AtomicBool,
     /// The membership as of the node's last step.
     membership: Mutex<MembershipView>,
+    /// Packet protection's shared state (keys given): the threads' guards
+    /// come from it; its counters are the stats' rejections.
+    guard: Option<Arc<guard::Shared>>,
 }
 
 impl Shared {
@@ -135,6 +139,13 @@ impl Sequencer {
         }
         let local = socks.sock.local_addr()?;
         let ncfg = cfg.node(local);
+        let guard = match &cfg.auth {
+            Some(a) => Some(
+                guard::Shared::new(a.keys.clone(), guard::Role::Node(ncfg.addr), a.encrypt)
+                    .map_err(|_| SeqError::BadConfig)?,
+            ),
+            None => None,
+        };
         let (id, group) = (ncfg.id, ncfg.group.clone());
         let store = log.shared();
         let inline_store = store.clone();
@@ -165,11 +176,12 @@ impl Sequencer {
             changes: Mutex::new(VecDeque::new()),
             changes_asked: AtomicBool::new(false),
             membership: Mutex::new(MembershipView::default()),
+            guard,
         });
         shared.after_step(&node);
         let sock = Arc::new(socks);
         let (rsock, rshared) = (sock.clone(), shared.clone());
-        let (wait, batch, max_datagram) = (cfg.wait, cfg.batch, cfg.max_datagram);
+        let (wait, batch, max_datagram) = (cfg.wait, cfg.batch, cfg.inner_max_datagram());
         let dir = cfg.dir.clone();
         let replayer = Worker::spawn("tachyon-replay", None, move |ctx| {
             threads::replay_loop(ctx, &rsock.sock, &store, &rshared, max_datagram, &dir)
@@ -233,6 +245,15 @@ impl Sequencer {
 
     pub fn local_addr(&self) -> SocketAddr {
         self.local
+    }
+
+    /// Replaces the keys (a rotation): the first generation seals from
+    /// now on, every one opens. `Err(None)`: started without keys.
+    pub fn set_keys(&self, keys: guard::Keys) -> Result<(), Option<guard::KeyError>> {
+        match &self.shared.guard {
+            Some(g) => g.set_keys(keys).map_err(Some),
+            None => Err(None),
+        }
     }
 
     /// This node's id (its index in the group).

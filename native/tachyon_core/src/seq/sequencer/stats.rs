@@ -79,12 +79,27 @@ crate::named_fields! {
         /// Probes sent as a learner, and votes refused as one.
         pub probes: u64,
         pub learner_refusals: u64,
+        /// Datagrams dropped by packet protection (keys given) before the
+        /// node saw them: every one, then forged (a tag that does not
+        /// verify, a key not held, a malformed envelope), replayed,
+        /// unsealed (no envelope), forbidden (a member speaking as another
+        /// or as a node).
+        pub rejected: u64,
+        pub rejected_forged: u64,
+        pub rejected_replayed: u64,
+        pub rejected_unsealed: u64,
+        pub rejected_forbidden: u64,
     }
 }
 
 impl Sequencer {
     pub fn stats(&self) -> SequencerStats {
         let c = &self.counters;
+        let r = self
+            .shared
+            .guard
+            .as_ref()
+            .map_or([0; 5], |g| g.counters.rejections());
         let role = match c.role.get() {
             3 => "primary",
             2 => "candidate",
@@ -136,6 +151,11 @@ impl Sequencer {
             stale_replays: self.shared.stale_replays.get(),
             probes: c.probes.get(),
             learner_refusals: c.learner_refusals.get(),
+            rejected: r[0],
+            rejected_forged: r[1],
+            rejected_replayed: r[2],
+            rejected_unsealed: r[3],
+            rejected_forbidden: r[4],
         }
     }
 }

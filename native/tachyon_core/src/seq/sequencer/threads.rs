@@ -20,6 +20,7 @@ use crate::seq::core::node::Node;
 use crate::seq::core::{
     replay_datagrams, CheckpointJob, Env, LogError, Nanos, NodeEvent, Replay, Sink,
 };
+use crate::seq::guard::Guard;
 use crate::seq::member::{Batches, Sockets};
 use crate::seq::nodelog::{NodeLog, SharedStore};
 use crate::udp::sys::{SendBatch, Socket};
@@ -57,6 +58,10 @@ pub(crate) struct QueueSink<'a> {
     pub q: &'a mut SendBatch,
     pub sock: &'a Socket,
     pub errors: &'a Counter,
+    /// Seals each datagram for each address it goes to (keys given), in
+    /// `buf`.
+    pub seal: Option<&'a mut Guard>,
+    pub buf: &'a mut Vec<u8>,
 }
 
 impl QueueSink<'_> {
@@ -73,7 +78,17 @@ impl Sink for QueueSink<'_> {
         if !self.q.has_room(to.len()) {
             self.flush();
         }
-        self.q.push(d, to);
+        match self.seal.as_deref_mut() {
+            None => self.q.push(d, to),
+            Some(g) => {
+                for a in to {
+                    g.seal(*a, d, self.buf);
+                    if !self.buf.is_empty() {
+                        self.q.push(self.buf, &[*a]);
+                    }
+                }
+            }
+        }
     }
 }
 
@@ -234,6 +249,11 @@ pub(super) fn run(
     // its majority) still runs check-quorum and the election timers.
     let mut due: Nanos = 0;
     let mut admin = Admin::default();
+    // Packet protection: one guard seals (this thread's stream), one opens
+    // (the windows of what this thread reads).
+    let mut seal = sh.guard.as_ref().map(|g| Guard::new(g, 0));
+    let mut open = sh.guard.as_ref().map(|g| Guard::new(g, 0xff));
+    let (mut seal_buf, mut open_buf) = (Vec::new(), Vec::new());
     admin.after_step(node, sh, report);
     loop {
         let mut env = NodeEnv {
@@ -241,6 +261,8 @@ pub(super) fn run(
                 q: &mut q,
                 sock: &socks.sock,
                 errors: &counters.send_errors,
+                seal: seal.as_mut(),
+                buf: &mut seal_buf,
             },
             shared: sh,
             replays,
@@ -273,8 +295,15 @@ pub(super) fn run(
         }
         let n = socks
             .recv(b, usize::MAX, &counters.oversized, &mut |d, from| {
-                if let Some(from) = from {
-                    node.on_datagram(now, from, d, &mut env);
+                let Some(from) = from else { return };
+                match open.as_mut() {
+                    None => node.on_datagram(now, from, d, &mut env),
+                    // Opened first: what fails never reaches the node.
+                    Some(g) => {
+                        if let Ok(p) = g.open(from, d, &mut open_buf) {
+                            node.on_datagram(now, from, p, &mut env);
+                        }
+                    }
                 }
             })
             .unwrap_or(0);
@@ -358,6 +387,9 @@ pub(super) fn replay_loop(
     let mut q = SendBatch::new(64);
     let errors = Counter::default();
     let mut buf = Vec::with_capacity(max_datagram);
+    // Its own stream: its counter goes up in its own order.
+    let mut seal = sh.guard.as_ref().map(|g| Guard::new(g, 1));
+    let mut seal_buf = Vec::new();
     while !ctx.stopped() {
         let job = sh
             .replays
@@ -381,6 +413,8 @@ pub(super) fn replay_loop(
                     q: &mut q,
                     sock,
                     errors: &errors,
+                    seal: seal.as_mut(),
+                    buf: &mut seal_buf,
                 };
                 c.each_datagram(&mut buf, &mut |d| sink.send(&[c.to], d));
                 sink.flush();
@@ -404,6 +438,8 @@ pub(super) fn replay_loop(
             q: &mut q,
             sock,
             errors: &errors,
+            seal: seal.as_mut(),
+            buf: &mut seal_buf,
         };
         let sent = replay_datagrams(&*s, &job, &mut buf, &mut |d| sink.send(&[job.to_addr], d));
         sink.flush();
