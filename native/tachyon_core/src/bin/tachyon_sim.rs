@@ -8,7 +8,7 @@
 //!             [--no-swarm] [--nodes N] [--two-nodes safe|available]
 //!             [--durability replicated|fsync] [--members M] [--late-members M]
 //!             [--seconds S] [--loss P] [--large P] [--slow MS] [--uplink US[:QUEUE]] [--cost US] [--latency] [--ack-fanout N]
-//!             [--scenario NAME|all]
+//!             [--scenario NAME|all] [--auth mac|aead]
 //! ```
 
 use std::collections::BTreeMap;
@@ -89,6 +89,14 @@ fn main() {
                 cfg.cost = (us * 1000.0) as u64;
             }
             "--latency" => latency = true,
+            "--auth" => {
+                cfg.auth = match val().as_str() {
+                    "mac" => Some(false),
+                    "aead" => Some(true),
+                    other => usage(other),
+                }
+            }
+            "--forge-without-keys" => cfg.forge_without_keys = true,
             "--ack-fanout" => {
                 group.ack_fanout = val().parse().unwrap_or_else(|_| usage("--ack-fanout"))
             }
@@ -104,7 +112,7 @@ fn main() {
         }
     }
     if !scenarios.is_empty() {
-        run_scenarios(&scenarios, &group, from, seeds, trace);
+        run_scenarios(&scenarios, &group, from, seeds, trace, cfg.auth);
         return;
     }
     if latency {
@@ -131,6 +139,7 @@ fn main() {
     let (mut steps, mut checks, mut delivered, mut takeovers) = (0u64, 0u64, 0u64, 0u64);
     let mut joins = 0u64;
     let (mut commands, mut resent, mut queue_drops, mut max_queue) = (0u64, 0u64, 0u64, 0u64);
+    let (mut rejected, mut forged) = (0u64, 0u64);
     let mut forks = 0u64;
     let mut retention: BTreeMap<&str, u64> = BTreeMap::new();
     let mut retention_runs = 0u64;
@@ -148,6 +157,8 @@ fn main() {
         forks += r.forks_reported;
         commands += r.commands;
         resent += r.resent;
+        rejected += r.rejected;
+        forged += r.forged;
         queue_drops += r.net.queue_drops;
         max_queue = max_queue.max(r.net.max_queue_delay);
         for (k, v) in &r.faults {
@@ -199,6 +210,12 @@ fn main() {
     println!("member opens:        {joins}");
     println!("forks reported:      {forks}");
     println!("commands sent:       {commands} (resent {resent})");
+    if let Some(encrypt) = cfg.auth {
+        let mode = if encrypt { "aead" } else { "mac" };
+        println!(
+            "keys ({mode}):          {rejected} datagrams rejected, {forged} sent by a stranger"
+        );
+    }
     if cfg.uplink.is_some() {
         println!(
             "uplink queue:        {queue_drops} dropped, longest wait {:.1} ms",
@@ -286,7 +303,14 @@ fn run_latency(mut cfg: SimConfig, base: &Group, from: u64, seeds: u64) {
 }
 
 /// Runs each scenario over `seeds` seeds; prints each violating seed.
-fn run_scenarios(list: &[Scenario], base: &Group, from: u64, seeds: u64, trace: bool) {
+fn run_scenarios(
+    list: &[Scenario],
+    base: &Group,
+    from: u64,
+    seeds: u64,
+    trace: bool,
+    auth: Option<bool>,
+) {
     let mut failed = 0;
     for s in list {
         let mut g = Group::new(s.nodes);
@@ -300,6 +324,7 @@ fn run_scenarios(list: &[Scenario], base: &Group, from: u64, seeds: u64, trace: 
         for seed in from..from + seeds {
             let mut cfg = s.config(seed);
             cfg.trace = trace;
+            cfg.auth = auth;
             let r = sim::run(&cfg, &g);
             checks += r.checks;
             if let Some(v) = r.violations.first() {
@@ -337,7 +362,7 @@ fn usage(bad: &str) -> ! {
         "tachyon_sim: bad argument {bad:?}\nusage: tachyon_sim [--seeds N] [--from S] [--seed S] [--trace] \
          [--faults KIND,...] [--no-swarm] [--nodes N] [--two-nodes safe|available] \
          [--durability replicated|fsync] [--members M] [--late-members M] [--seconds S] [--loss P] \
-         [--large P] [--slow MS] [--uplink US[:QUEUE]] [--cost US] [--latency] [--ack-fanout N] [--scenario NAME|all]\nfault kinds: {}",
+         [--large P] [--slow MS] [--uplink US[:QUEUE]] [--cost US] [--latency] [--ack-fanout N] [--scenario NAME|all] [--auth mac|aead] [--forge-without-keys]\nfault kinds: {}",
         Fault::ALL.iter().map(|f| f.name()).collect::<Vec<_>>().join(",")
     );
     std::process::exit(2)

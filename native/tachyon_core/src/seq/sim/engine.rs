@@ -28,6 +28,8 @@ pub(super) struct Proc {
     /// A fault touched it (or its links) until then.
     pub unhealthy_until: Nanos,
     pub member_id: u32,
+    /// Keys given: its guards (a node's made anew at each start).
+    pub guards: Option<super::auth::Guards>,
 }
 
 use super::Actor;
@@ -94,6 +96,8 @@ pub(super) struct Sim<'a> {
     pub(super) armed: Vec<(super::Trigger, Vec<Action>)>,
     /// The script's node indices, cast ([`Action::PrimaryIs0`]).
     pub(super) roles: Vec<usize>,
+    /// A stranger on the wire (`Fault::Forge`, runs with keys).
+    pub(super) stranger: super::auth::Stranger,
     steps: u64,
     dumped: Nanos,
 }
@@ -215,9 +219,20 @@ impl<'a> Sim<'a> {
             script,
             armed: Vec::new(),
             roles: Vec::new(),
+            stranger: Default::default(),
             steps: 0,
             dumped: 0,
         }
+    }
+
+    /// Keys given: every running process's guards.
+    fn arm_guards(mut self) -> Self {
+        for i in 0..self.procs.len() {
+            if self.procs[i].actor.is_some() {
+                self.procs[i].guards = self.new_guards(i);
+            }
+        }
+        self
     }
 
     pub fn trace(&self, s: impl FnOnce() -> String) {
@@ -226,7 +241,12 @@ impl<'a> Sim<'a> {
         }
     }
 
-    pub fn run(mut self) -> Report {
+    pub fn run(self) -> Report {
+        let s = self.arm_guards();
+        s.run_armed()
+    }
+
+    fn run_armed(mut self) -> Report {
         let heal_at = self.cfg.fault_time;
         let end = heal_at + self.cfg.settle_time;
         let mut next_fault = if self.cfg.scenario.is_some() {
@@ -296,6 +316,7 @@ impl<'a> Sim<'a> {
         }
         let converge = self.final_checks(heal_at);
         let (commands, resent) = self.tx_counts();
+        let rejected = self.rejected();
         Report {
             seed: self.cfg.seed,
             steps: self.steps,
@@ -309,6 +330,8 @@ impl<'a> Sim<'a> {
             forks_reported: self.check.forks_reported,
             joins: self.check.joins,
             converge_after_heal: converge,
+            rejected,
+            forged: self.stranger.sent,
             latency: check::percentiles(&mut self.check.latencies),
             net: self.net.stats.clone(),
             commands,
@@ -374,7 +397,8 @@ impl<'a> Sim<'a> {
                 } else {
                     self.send_at + self.cfg.cost * (k as u64 + 1)
                 };
-                self.net.send(&mut self.rng, at, i, from, j, to, d);
+                let d = self.sealed(i, to, d);
+                self.net.send(&mut self.rng, at, i, from, j, to, &d);
             }
         }
         self.out = out;
@@ -455,13 +479,17 @@ impl<'a> Sim<'a> {
         let Some(mut a) = self.procs[i].actor.take() else {
             return;
         };
-        for (from, d) in &b {
-            a.on_datagram(now, *from, d, &mut self.out, &mut self.ev);
+        let n = b.len();
+        for (from, d) in b {
+            // Keys given: opened first; what fails never reaches the core.
+            if let Some(d) = self.opened(i, from, d) {
+                a.on_datagram(now, from, &d, &mut self.out, &mut self.ev);
+            }
         }
         a.end_batch(now, &mut self.out, &mut self.ev);
         self.procs[i].actor = Some(a);
         self.procs[i].next_tick = self.now;
-        self.busy(i, b.len());
+        self.busy(i, n);
         self.after(i);
         self.send_at = 0;
     }
@@ -536,6 +564,7 @@ impl Proc {
             next_tick: 0,
             unhealthy_until: 0,
             member_id,
+            guards: None,
         }
     }
 

@@ -61,6 +61,10 @@ pub enum Fault {
     /// In a group of two: the witness says a live node is down (a monitor
     /// that lost only its own link).
     FalseWitness,
+    /// A stranger sends what it captured on the wire again (some with a
+    /// bit flipped), and plain datagrams claiming to be a node or a member
+    /// (runs with keys only: without, nothing tells them apart).
+    Forge,
 }
 
 /// A fault to undo when its time comes.
@@ -81,7 +85,7 @@ pub enum Down {
 }
 
 impl Fault {
-    pub const ALL: [Fault; 20] = [
+    pub const ALL: [Fault; 21] = [
         Fault::Crash,
         Fault::PowerLoss,
         Fault::ReplaceDisk,
@@ -102,6 +106,7 @@ impl Fault {
         Fault::MemberKill,
         Fault::MemberClose,
         Fault::FalseWitness,
+        Fault::Forge,
     ];
 
     pub fn name(self) -> &'static str {
@@ -126,6 +131,7 @@ impl Fault {
             Fault::MemberKill => "member_kill",
             Fault::MemberClose => "member_close",
             Fault::FalseWitness => "false_witness",
+            Fault::Forge => "forge",
         }
     }
 
@@ -153,6 +159,7 @@ impl Sim<'_> {
                         .start_node(i, &self.node_addrs, disk, true, primary, self.local(i));
                 self.trace(|| format!("node {i} restarts"));
                 self.procs[i].actor = Some(a);
+                self.procs[i].guards = self.new_guards(i);
                 self.procs[i].next_tick = self.now;
                 self.after(i);
             }
@@ -464,6 +471,7 @@ impl Sim<'_> {
                 true
             }
             Fault::Membership => self.change_membership(),
+            Fault::Forge => self.forge(now),
             Fault::MemberKill => {
                 let at = self.local(i) + d;
                 self.with_member(i, |a, _, _, ev| a.kill_member(at, ev));

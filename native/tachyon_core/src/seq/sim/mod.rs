@@ -26,6 +26,7 @@
 //! `cargo test` runs a bounded number.
 
 pub mod actors;
+mod auth;
 pub mod check;
 mod clock;
 mod end;
@@ -124,6 +125,13 @@ pub struct SimConfig {
     /// A scripted run instead of random faults.
     pub scenario: Option<Scenario>,
     pub trace: bool,
+    /// Packet protection (`Some(encrypt)`): every process seals and opens
+    /// with the shells' guards, and `forge` faults send what a stranger
+    /// captured and made up.
+    pub auth: Option<bool>,
+    /// The stranger acts without keys too (`--forge-without-keys`: what
+    /// the keys are for).
+    pub forge_without_keys: bool,
     /// The latency model's CPU cost of each datagram a process reads or
     /// sends (0: none, every step takes no time): a process is busy that
     /// long after each receive batch or tick (what arrives meanwhile waits
@@ -149,6 +157,8 @@ impl SimConfig {
             uplink: None,
             scenario: None,
             trace: false,
+            auth: None,
+            forge_without_keys: false,
             cost: 0,
         }
     }
@@ -180,6 +190,10 @@ pub struct Report {
     /// The members' command datagrams sent, and resent.
     pub commands: u64,
     pub resent: u64,
+    /// Keys given: datagrams the guards rejected, and what the stranger
+    /// sent.
+    pub rejected: u64,
+    pub forged: u64,
     /// What retention did: `trim`, `install`, `member_skip`,
     /// `trimmed_open` (empty: the run had none).
     pub retention: BTreeMap<&'static str, u64>,
