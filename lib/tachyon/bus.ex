@@ -487,6 +487,44 @@ defmodule Tachyon.Bus do
   end
 
   @doc """
+  Takes new keys for this member (`auth` as the `:auth` option: its
+  credential's file, or a key given): a key rotation without closing the
+  member (docs/SECURITY.md, "Rotating keys"). `{:error, :no_keys}` for a
+  member opened without keys, `{:error, {:bad_key, why}}` for keys that
+  cannot be used (or another member id's).
+
+  ## Example
+
+      dir = Path.join(System.tmp_dir!(), "seq-#{System.unique_integer([:positive])}")
+      {:ok, seq} = Tachyon.Sequencer.start_link(path: dir, wait: :park)
+      {:ok, bus} = Tachyon.Bus.open(sequencer: Tachyon.Sequencer.address(seq), member_id: 1)
+      {:ok, text} = Tachyon.Auth.generate()
+      {:error, :no_keys} = Tachyon.Bus.reload_keys(bus, key: Tachyon.Auth.key(text))
+  """
+  @spec reload_keys(bus() | atom() | pid(), keyword()) :: :ok | {:error, term()}
+  def reload_keys(bus, auth) do
+    source =
+      case Tachyon.Auth.option(auth, false) do
+        {:ok, %{source: source}} ->
+          source
+
+        _ ->
+          raise ArgumentError,
+                "Tachyon.Bus.reload_keys/2 takes auth: options, got: #{inspect(auth)}"
+      end
+
+    with {:ok, ref} <- resolve(bus), {:ok, text} <- key_text(source) do
+      Native.bus_set_keys(ref, text)
+    end
+  end
+
+  defp key_text(source) do
+    {:ok, Tachyon.Auth.text!(source, "Tachyon.Bus")}
+  rescue
+    e in ArgumentError -> {:error, {:bad_key, Exception.message(e)}}
+  end
+
+  @doc """
   Leaves the bus once every message this member published has been
   delivered (to this member, so in the bus's order for every member),
   waiting at most `timeout` milliseconds (default 5000): from the call on,

@@ -124,8 +124,9 @@ defmodule Tachyon.Error do
 
   def hint(:timeout, :join),
     do:
-      ". Is a Tachyon.Sequencer running at that address, reachable from here? " <>
-        "(the member waited :connect_timeout_ms for its welcome)"
+      ". Is a Tachyon.Sequencer running at that address, reachable from here, and are " <>
+        "this member's keys (:auth) the group's? A node drops what it cannot authenticate " <>
+        "without an answer (the member waited :connect_timeout_ms for its welcome)"
 
   def hint(:eaddrnotavail, _),
     do: ". That address is not one of this host's: check :ip"

@@ -41,6 +41,7 @@ defmodule Tachyon.PartServer do
   use GenServer
 
   alias Tachyon.{Named, Telemetry}
+  alias Tachyon.Auth.Watch
 
   @type state :: %{
           callback: module(),
@@ -51,7 +52,8 @@ defmodule Tachyon.PartServer do
           data: map(),
           interval: pos_integer() | nil,
           stop_event: boolean(),
-          by_pid: boolean()
+          by_pid: boolean(),
+          rejected: map()
         }
 
   @doc "Opens the handle: `{:ok, handle, data}` (`data` a map) or `{:error, reason}`."
@@ -173,7 +175,8 @@ defmodule Tachyon.PartServer do
       data: %{},
       interval: Keyword.get(opts, :interval),
       stop_event: Keyword.get(opts, :stop_event, false),
-      by_pid: Keyword.get(opts, :by_pid, false)
+      by_pid: Keyword.get(opts, :by_pid, false),
+      rejected: Watch.new()
     }
   end
 
@@ -213,6 +216,14 @@ defmodule Tachyon.PartServer do
     case state.callback.stats(state.handle, state.data) do
       {:ok, measurements} ->
         emit(state, :stats, measurements)
+        label = "#{inspect(state.module)} #{inspect(state.name || self())}"
+        emit_rejected = &emit(state, :rejected, &1)
+
+        state = %{
+          state
+          | rejected: Watch.note(state.rejected, measurements, label, emit_rejected)
+        }
+
         schedule(state.interval)
         {:noreply, state}
 

@@ -203,6 +203,7 @@ defmodule Tachyon.Sequencer do
 
     check_group!(opts)
     check_join!(opts)
+    Tachyon.Auth.require!(opts.auth, opts.ip, "Tachyon.Sequencer")
 
     nif =
       opts
@@ -567,5 +568,39 @@ defmodule Tachyon.Sequencer do
     # The node's process learns its role from the node's reports as they
     # come; the call waits for the one that makes it primary.
     GenServer.call(server, {:await_primary, timeout}, :infinity)
+  end
+
+  @doc """
+  Reads the node's keys again (its `auth: [key_file: path]`), or takes new
+  ones (`auth`, as the `:auth` option): a key rotation without a restart
+  (docs/SECURITY.md, "Rotating keys"). The first key of the file seals from
+  now on; every key of it is accepted. `{:error, :no_keys}` for a node
+  started without keys, `{:error, {:bad_key, why}}` for a file that cannot
+  be used (the keys in use stay).
+
+  ## Example
+
+      dir = Path.join(System.tmp_dir!(), "seq-#{System.unique_integer([:positive])}")
+      {:ok, seq} = Tachyon.Sequencer.start_link(path: dir, wait: :park)
+      {:error, :no_keys} = Tachyon.Sequencer.reload_keys(seq)
+  """
+  @spec reload_keys(server(), keyword() | nil) :: :ok | {:error, term()}
+  def reload_keys(server, auth \\ nil) do
+    auth =
+      case auth && Tachyon.Auth.option(auth, true) do
+        nil ->
+          nil
+
+        {:ok, %{} = a} ->
+          a
+
+        _ ->
+          raise ArgumentError,
+                "Tachyon.Sequencer.reload_keys/2 takes auth: options, got: #{inspect(auth)}"
+      end
+
+    GenServer.call(server, {:reload_keys, auth})
+  catch
+    :exit, {reason, {GenServer, :call, _}} when reason in [:noproc, :normal] -> {:error, :noproc}
   end
 end

@@ -42,6 +42,7 @@ defmodule Tachyon.Telemetry do
   | `[:tachyon, :sequencer, :trimmed]` | retention removed the log's oldest segments (a checkpoint sums them up) |
   | `[:tachyon, :sequencer, :installed]` | a node too far behind installed its primary's checkpoint |
   | `[:tachyon, :sequencer, :membership]` | the group's membership in the node's log changed (a node added, made a voter or removed) |
+  | `[:tachyon, :sequencer, :rejected]` | datagrams dropped by packet protection since the last stats tick (keys given: `Tachyon.Auth`) |
   | `[:tachyon, :bus, :stats]` | every `:stats_interval_ms` (member process) |
   | `[:tachyon, :bus, :epoch]` | a member heard a new primary |
   | `[:tachyon, :bus, :renumbered]` | a member resent commands a new primary lacked |
@@ -50,6 +51,7 @@ defmodule Tachyon.Telemetry do
   | `[:tachyon, :bus, :enospc]` | the primary could not append this member's command: its disk is full |
   | `[:tachyon, :bus, :trimmed]` | messages a member had not read were removed by retention: it goes on after them |
   | `[:tachyon, :bus, :unheard]` | a member's messages went to nobody (no subscriber, no owner that reads them) |
+  | `[:tachyon, :bus, :rejected]` | datagrams dropped by a member's packet protection since the last stats tick |
   | `[:tachyon, :echo, :start]` | an echo server started |
   | `[:tachyon, :echo, :stats]` | every `:stats_interval_ms` (server process) |
   | `[:tachyon, :echo, :stop]` | an echo server stopped |
@@ -156,6 +158,16 @@ defmodule Tachyon.Telemetry do
     * `[:tachyon, :sequencer, :stop]` - the node stopped; the final
       counters (as for `:stats`).
 
+    * `[:tachyon, :sequencer, :rejected]` - at a stats tick, when the
+      node's packet protection (`auth:`, `Tachyon.Auth`) dropped datagrams
+      since the last tick: forged or damaged, replayed, without keys, or
+      forbidden (a member speaking as another member or as a node). A
+      warning is logged too, at most once every 10 s.
+      * Measurements: `:count` (since the last tick), `:forged`,
+        `:replayed`, `:unsealed`, `:forbidden` (each since the last tick),
+        `:total` (since start).
+      * Metadata: as for `:start`.
+
     * `[:tachyon, :sequencer, :role]` - the node's role changed (from the
       node's thread, on the report channel, as it happens).
       * Measurements: `:role` (`:primary`, `:follower` (also a primary
@@ -248,6 +260,13 @@ defmodule Tachyon.Telemetry do
         `:pending`, `:send_errors`, `:epoch`, `:commit`, `:forks`, ...
         (see `Tachyon.Bus.stats/1`).
       * Metadata: `:member_id`, `:name` (the process's registered name, or `nil`).
+
+    * `[:tachyon, :bus, :rejected]` - at a stats tick of a member started
+      with `Tachyon.Bus.start_link/1`, when its packet protection dropped
+      datagrams since the last tick (as `[:tachyon, :sequencer, :rejected]`).
+      * Measurements: `:count`, `:forged`, `:replayed`, `:unsealed`,
+        `:forbidden`, `:total`.
+      * Metadata: `:member_id`, `:name`.
 
     * `[:tachyon, :bus, :unheard]` - a member started with
       `Tachyon.Bus.start_link/1` delivered messages to nobody: no process

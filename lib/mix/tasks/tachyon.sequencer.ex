@@ -22,9 +22,15 @@ defmodule Mix.Tasks.Tachyon.Sequencer do
   loss of every host), `--segment-size BYTES` (of the log's segment
   files), `--retention-bytes N` and `--retention-age-ms N` (`:retention`:
   the log keeps about `N` bytes of segment files, or segments sealed at
-  most `N` ms ago), `--stats-interval MS` (print the stats every `MS`).
+  most `N` ms ago), `--stats-interval MS` (print the stats every `MS`),
+  `--key-file PATH` (the group's key file: every datagram sealed and
+  checked, `Tachyon.Auth`; `--encrypt` encrypts payloads too), `--no-auth`
+  (no keys, on a network you trust: needed for an `--ip` that is not a
+  loopback address when no key file is given).
 
+      mix tachyon.gen_key /etc/app/group.key
       mix tachyon.sequencer --port 7000 --path DIR --durability fsync \\
+        --key-file /etc/app/group.key --ip 10.0.0.1 \\
         --group 10.0.0.1:7000,10.0.0.2:7000,10.0.0.3:7000
 
   It prints `tachyon.sequencer ready IP:PORT session S next_seq N node I`
@@ -72,8 +78,19 @@ defmodule Mix.Tasks.Tachyon.Sequencer do
     segment_size: :integer,
     retention_bytes: :integer,
     retention_age_ms: :integer,
-    stats_interval: :integer
+    stats_interval: :integer,
+    key_file: :string,
+    encrypt: :boolean,
+    auth: :boolean
   ]
+
+  defp auth(opts) do
+    cond do
+      opts[:key_file] -> [key_file: opts[:key_file], encrypt: opts[:encrypt] || false]
+      opts[:auth] == false -> :none
+      true -> nil
+    end
+  end
 
   @impl true
   def run(args) do
@@ -100,6 +117,7 @@ defmodule Mix.Tasks.Tachyon.Sequencer do
       |> put(:segment_size, opts[:segment_size])
       |> put(:retention, retention(opts[:retention_bytes], opts[:retention_age_ms]))
       |> put(:bus, bus(opts[:bus], opts[:interface]))
+      |> put(:auth, auth(opts))
 
     {:ok, seq} = Tachyon.Sequencer.start_link(seq_opts)
     # (A group of one is primary, its session known, when start_link returns.)

@@ -20,6 +20,11 @@ defmodule Tachyon.Bus.Open do
 
     with {:ok, who} <- Owner.who(who, o.owner),
          {:ok, sequencer} <- Owner.sequencer_addresses(o.sequencer) do
+      # Without keys, a loopback member only (its socket binds loopback
+      # for a loopback sequencer, any address otherwise).
+      {seq_ip, _} = hd(sequencer)
+      bind = o.ip || if(Tachyon.Auth.loopback?(seq_ip), do: seq_ip, else: {0, 0, 0, 0})
+      Tachyon.Auth.require!(o.auth, bind, "Tachyon.Bus")
       open_nif(%{o | sequencer: sequencer}, who)
     end
   end
@@ -50,6 +55,7 @@ defmodule Tachyon.Bus.Open do
         retransmit_after_us: o.retransmit_after_us,
         hello_after_us: o.hello_after_ms * 1000,
         connect_timeout_us: o.connect_timeout_ms * 1000,
+        auth: Tachyon.Auth.native!(o.auth, "Tachyon.Bus"),
         max_queue: if(o.max_queue == :infinity, do: nil, else: o.max_queue),
         events: Process.whereis(Tachyon.Bus.Events),
         loss: o.loss / 1,

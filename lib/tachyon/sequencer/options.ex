@@ -204,7 +204,8 @@ defmodule Tachyon.Sequencer.Options do
         default: 1000,
         formerly: [stats_interval: nil],
         doc: "milliseconds between `[:tachyon, :sequencer, :stats]` events (`nil`: none)."
-      ]
+      ],
+      auth: Tachyon.Auth.option_spec(true)
     ]
   end
 
@@ -345,7 +346,8 @@ defmodule Tachyon.Sequencer.Options do
         type: {:number, 0, 1},
         default: 0.0,
         doc: "tests and benchmarks only: the share of received bus datagrams dropped on purpose."
-      ]
+      ],
+      auth: Tachyon.Auth.option_spec(false)
     ]
   end
 

@@ -19,7 +19,11 @@ defmodule Tachyon.Sequencer.Server do
 
   @impl true
   def open({nif, opts}) do
-    case Native.seq_start(nif) do
+    # The keys are read now, from their file (or the key given), and pass
+    # to the node; only where they come from is kept (reload_keys/2).
+    native = %{nif | auth: Tachyon.Auth.native!(nif.auth, "Tachyon.Sequencer")}
+
+    case Native.seq_start(native) do
       {:ok, ref, info} ->
         info =
           Map.merge(%{session: nil, recovered_members: 0}, info)
@@ -27,6 +31,7 @@ defmodule Tachyon.Sequencer.Server do
 
         data = %{
           info: info,
+          auth: opts.auth,
           watch_nodes: opts.watch_nodes,
           watch: %{},
           waiters: %{},
@@ -166,6 +171,24 @@ defmodule Tachyon.Sequencer.Server do
         Process.send_after(self(), {:await_timeout, tag}, timeout)
         {:noreply, put_in(state.data.waiters[tag], from)}
     end
+  end
+
+  def call({:reload_keys, auth}, _from, state) do
+    auth = auth || state.data.auth
+
+    reply =
+      case auth do
+        %{source: source} ->
+          Native.seq_set_keys(state.handle.ref, Tachyon.Auth.text!(source, "Tachyon.Sequencer"))
+
+        _ ->
+          {:error, :no_keys}
+      end
+
+    state = if reply == :ok, do: put_in(state.data.auth, auth), else: state
+    {:reply, reply, state}
+  rescue
+    e in ArgumentError -> {:reply, {:error, {:bad_key, Exception.message(e)}}, state}
   end
 
   def call(_request, _from, state), do: {:reply, {:error, :unknown_call}, state}

@@ -34,7 +34,7 @@ defmodule Tachyon.Table.Replicated do
       {:ok, "admin"} = Tachyon.Table.Replicated.get(b, "alice")
 
   Options: `:path` (the local table), `:sequencer` (as `Tachyon.Bus`),
-  `:member_id`, `:bus` (`:unicast` or multicast, as `Tachyon.Bus`),
+  `:member_id`, `:bus` (`:unicast` or multicast, as `Tachyon.Bus`), `:auth` (as `Tachyon.Bus`),
   `:table` (options of `Tachyon.Table.open/2`), `:snapshot_every` (as
   `Tachyon.StateMachine`: a snapshot every so many writes applied; `nil`,
   the default: none), `:name`. A bad option raises `ArgumentError`.
@@ -61,7 +61,7 @@ defmodule Tachyon.Table.Replicated do
     StateMachine.start_link(
       module: __MODULE__,
       args: %{path: o[:path], table: o[:table]},
-      bus: [sequencer: o[:sequencer], member_id: o[:member_id], bus: o[:bus]],
+      bus: [sequencer: o[:sequencer], member_id: o[:member_id], bus: o[:bus], auth: o[:auth]],
       snapshot_every: o[:snapshot_every],
       name: o[:name]
     )
@@ -75,6 +75,7 @@ defmodule Tachyon.Table.Replicated do
       sequencer: [type: any.("as Tachyon.Bus's :sequencer"), required: true],
       member_id: [type: {:integer, 1, 4_294_967_295}, required: true],
       bus: [type: any.("as Tachyon.Bus's :bus"), default: :unicast],
+      auth: [type: any.("as Tachyon.Bus's :auth"), default: nil],
       table: [type: {:custom, &keyword/1, "a keyword list"}, default: []],
       snapshot_every: [type: {:or, [nil, {:integer, 1, :infinity}]}, default: nil],
       name: [

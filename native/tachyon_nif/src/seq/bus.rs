@@ -204,6 +204,10 @@ fn bus_open<'a>(env: Env<'a>, opts: Term<'a>, owner: LocalPid) -> NifResult<Term
     for (ip, port) in get::<Vec<(Term, u16)>>(env, opts, "alternates")? {
         cfg.alternates.push(SocketAddr::new(decode_ip(ip)?, port));
     }
+    cfg.auth = match super::auth::decode_auth(env, opts)? {
+        Ok(a) => a,
+        Err(why) => return Ok(super::auth::bad_key(env, &why)),
+    };
     let wait = decode_wait(env, get(env, opts, "wait")?)?;
     let core = get::<Option<u64>>(env, opts, "core")?.map(|c| c as usize);
     let spin = micros(env, opts, "spin_us")?.min(Duration::from_secs(1));
@@ -434,6 +438,19 @@ fn bus_drain_close<'a>(env: Env<'a>, res: Obj<'a, BusResource>, timeout_ms: u64)
 }
 
 /// Acknowledges `n` delivered messages (room under `:max_queue`).
+/// Replaces the member's credential (a rotation). `:ok`,
+/// `{:error, {:bad_key, why}}`, or `{:error, :no_keys}` for a member opened
+/// without keys.
+#[rustler::nif]
+fn bus_set_keys<'a>(env: Env<'a>, res: &BusResource, text: Binary<'a>) -> Term<'a> {
+    let text = std::str::from_utf8(text.as_slice()).unwrap_or("");
+    match tachyon_core::seq::guard::Keys::parse(text).map(|k| res.member.set_keys(k)) {
+        Ok(Ok(())) => atoms::ok().encode(env),
+        Ok(Err(None)) => (atoms::error(), atom(env, "no_keys")).encode(env),
+        Ok(Err(Some(e))) | Err(e) => super::auth::bad_key(env, &e.to_string()),
+    }
+}
+
 #[rustler::nif]
 fn bus_ack(res: &BusResource, n: u64) -> Atom {
     res.credits.ack(n);

@@ -101,6 +101,11 @@ fn seq_start<'a>(env: Env<'a>, opts: Term<'a>) -> NifResult<Term<'a>> {
         _ => return Err(rustler::Error::BadArg),
     };
     cfg.eager = get(env, opts, "eager")?;
+    cfg.auth = match super::auth::decode_auth(env, opts)? {
+        Ok(a) => a,
+        Err(why) => return Ok(super::auth::bad_key(env, &why)),
+    };
+    cfg.acl = super::auth::decode_acl(env, opts)?;
     let events = Arc::new(Mutex::new(Events {
         id: get(env, opts, "report_id")?,
         to: None,
@@ -130,6 +135,19 @@ fn seq_start<'a>(env: Env<'a>, opts: Term<'a>) -> NifResult<Term<'a>> {
     )?;
     let res = Handle::new(SeqResource { node: s, events });
     Ok((atoms::ok(), res, info).encode(env))
+}
+
+/// Replaces the node's keys (a rotation: the first key of `text` seals
+/// from now on, every one opens). `:ok`, `{:error, {:bad_key, why}}`, or
+/// `{:error, :no_keys}` for a node started without keys.
+#[rustler::nif]
+fn seq_set_keys<'a>(env: Env<'a>, res: &SeqResource, text: Binary<'a>) -> Term<'a> {
+    let text = std::str::from_utf8(text.as_slice()).unwrap_or("");
+    match tachyon_core::seq::guard::Keys::parse(text).map(|k| res.node.set_keys(k)) {
+        Ok(Ok(())) => atoms::ok().encode(env),
+        Ok(Err(None)) => (atoms::error(), atom(env, "no_keys")).encode(env),
+        Ok(Err(Some(e))) | Err(e) => super::auth::bad_key(env, &e.to_string()),
+    }
 }
 
 /// Sends the node's events, from now on (and those it kept until now), to
