@@ -33,6 +33,7 @@ defmodule Tachyon.Nemesis do
     election_timeout: nil,
     durability: nil,
     loss: true,
+    auth: true,
     tables: true,
     dir: nil,
     keep: false,
@@ -51,7 +52,8 @@ defmodule Tachyon.Nemesis do
   second per member, 500), `:election_timeout` (ms, the nodes' default),
   `:durability` (`"fsync"` or `"replicated"`: the nodes' `--durability`;
   their default),
-  `:loss` (true: lossy links among the faults), `:replace` (true: host
+  `:loss` (true: lossy links among the faults), `:auth` (true: every
+  node and member holds the group's key, made in `:dir`; false: none), `:replace` (true: host
   replacements among the faults), `:kinds` (only these kinds of
   fault; nil: all), `:tables` (true: replicated
   tables on the members), `:extra` (more `mix tachyon.sequencer` arguments
@@ -81,7 +83,7 @@ defmodule Tachyon.Nemesis do
           if(o.durability, do: ["--durability", "#{o.durability}"], else: []) ++ o.extra
 
       File.rm_rf!(dir)
-      {:ok, c} = Cluster.up(prefix, 3, @members, dir, extra: extra)
+      {:ok, c} = Cluster.up(prefix, 3, @members, dir, extra: extra, auth: o.auth)
 
       try do
         report = go(c, o, kinds, loss)

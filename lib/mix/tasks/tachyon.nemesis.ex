@@ -25,7 +25,9 @@ defmodule Mix.Tasks.Tachyon.Nemesis do
   seed draws the same fault schedule), `--rate N` (messages a second per
   member, 500), `--election-timeout MS` (the nodes'), `--durability
   fsync|replicated` (the nodes' `durability:`, as `mix tachyon.sequencer`
-  takes it; default `replicated`), `--no-loss`, `--no-replace`,
+  takes it; default `replicated`), `--no-auth` (no keys: by default a
+  group key is made in the directory and every node and member holds
+  it), `--no-loss`, `--no-replace`,
   `--no-tables`, `--dir DIR` and `--keep` (keep the logs and results).
   Exits with status 1 on any violation.
   """
@@ -38,6 +40,7 @@ defmodule Mix.Tasks.Tachyon.Nemesis do
     election_timeout: :integer,
     durability: :string,
     loss: :boolean,
+    auth: :boolean,
     replace: :boolean,
     tables: :boolean,
     dir: :string,

@@ -16,12 +16,14 @@ defmodule Tachyon.Nemesis.Cluster do
   @port 7100
   @bus {{239, 77, 0, 1}, 7101}
 
-  defstruct [:prefix, :hosts, :node_names, :member_names, :group, :dir, :extra]
+  defstruct [:prefix, :hosts, :node_names, :member_names, :group, :dir, :extra, :key_file]
 
   @doc """
   Creates the namespaces: `nodes` sequencer hosts and the member hosts
   named in `members` (strings); `{:ok, cluster}` or `{:error, why}`.
-  `opts`: `:extra` (more `mix tachyon.sequencer` arguments for every node).
+  `opts`: `:extra` (more `mix tachyon.sequencer` arguments for every node),
+  `:auth` (`true`, the default: a group key file in `dir`, given to every
+  node and member; `false`: `--no-auth`, no keys).
   """
   def up(prefix, nodes, members, dir, opts \\ []) do
     node_names = for i <- 1..nodes, do: "n#{i}"
@@ -30,6 +32,7 @@ defmodule Tachyon.Nemesis.Cluster do
       {:ok, hosts} ->
         group = for n <- node_names, do: {hosts[n].ip, @port}
         File.mkdir_p!(dir)
+        key_file = if Keyword.get(opts, :auth, true), do: make_key(dir)
 
         {:ok,
          %__MODULE__{
@@ -39,12 +42,26 @@ defmodule Tachyon.Nemesis.Cluster do
            member_names: members,
            group: group,
            dir: dir,
-           extra: Keyword.get(opts, :extra, [])
+           extra: Keyword.get(opts, :extra, []),
+           key_file: key_file
          }}
 
       error ->
         error
     end
+  end
+
+  # The group's key file, made once per cluster directory (nodes that
+  # restart read the same one).
+  defp make_key(dir) do
+    path = Path.join(dir, "group.key")
+
+    unless File.exists?(path) do
+      {:ok, text} = Tachyon.Auth.generate()
+      :ok = Tachyon.Auth.write_file(path, text)
+    end
+
+    path
   end
 
   @doc "Removes the namespaces."
@@ -86,7 +103,8 @@ defmodule Tachyon.Nemesis.Cluster do
     ["--path", node_dir(c, id), "--ip", ip, "--port", "#{@port}"] ++
       group ++
       ["--bus", "multicast:#{ipstr(g)}:#{bus_port}", "--interface", ip, "--wait", "backoff"] ++
-      if(eager, do: [], else: ["--no-eager"]) ++ c.extra
+      if(eager, do: [], else: ["--no-eager"]) ++
+      if(c.key_file, do: ["--key-file", c.key_file], else: ["--no-auth"]) ++ c.extra
   end
 
   @doc """
@@ -142,7 +160,7 @@ defmodule Tachyon.Nemesis.Cluster do
   @doc "Starts a members' OS process in `host`'s namespace running `Member.run(cfg)`."
   def spawn_members(c, host, cfg) do
     h = c.hosts[host]
-    cfg = Map.merge(%{group: c.group, bus: @bus, ip: h.ip}, cfg)
+    cfg = Map.merge(%{group: c.group, bus: @bus, ip: h.ip, key_file: c.key_file}, cfg)
     File.mkdir_p!(cfg.dir)
     OSProcess.spawn_elixir(Member.code(cfg), netns: h.ns) |> Map.put(:cfg, cfg)
   end

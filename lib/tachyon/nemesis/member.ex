@@ -61,7 +61,8 @@ defmodule Tachyon.Nemesis.Member do
           snapshot_every: nil,
           table_opts: [],
           from: nil,
-          until_seq: nil
+          until_seq: nil,
+          key_file: nil
         },
         cfg
       )
@@ -183,6 +184,7 @@ defmodule Tachyon.Nemesis.Member do
       member_id: id,
       bus: {:multicast, {g, port}, interface: cfg.ip, ttl: 1},
       ip: cfg.ip,
+      auth: auth(cfg),
       delivery: :poll,
       connect_timeout_ms: 20_000
     ]
@@ -200,6 +202,11 @@ defmodule Tachyon.Nemesis.Member do
     end
   end
 
+  # The group's key file (members derive their credentials from it), or
+  # no keys at all.
+  defp auth(%{key_file: nil}), do: :none
+  defp auth(%{key_file: path}), do: [key_file: path]
+
   defp start_table(cfg, id) do
     {g, port} = cfg.bus
 
@@ -210,6 +217,7 @@ defmodule Tachyon.Nemesis.Member do
         member_id: 100 + id,
         bus: {:multicast, {g, port}, interface: cfg.ip, ttl: 1},
         snapshot_every: cfg.snapshot_every,
+        auth: auth(cfg),
         table: cfg.table_opts
       )
 
