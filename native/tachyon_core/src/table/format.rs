@@ -370,13 +370,14 @@ pub fn decode_manifest(b: &[u8]) -> Option<Vec<u64>> {
     if b.len() < 20 || b[0..8] != MANIFEST_MAGIC {
         return None;
     }
-    let n = u64_at(b, 8) as usize;
-    if b.len() != 16 + n.checked_mul(8)? + 4
-        || crc32c::crc32c(&b[..b.len() - 4]) != u32_at(b, b.len() - 4)
-    {
+    // The count is checked against the length before it sizes anything
+    // (`16 + 8 n + 4` overflowed for a count near 2^61).
+    let n = u64_at(b, 8);
+    let want = n.checked_mul(8).and_then(|x| x.checked_add(20))?;
+    if b.len() as u64 != want || crc32c::crc32c(&b[..b.len() - 4]) != u32_at(b, b.len() - 4) {
         return None;
     }
-    Some((0..n).map(|i| u64_at(b, 16 + i * 8)).collect())
+    Some((0..n as usize).map(|i| u64_at(b, 16 + i * 8)).collect())
 }
 
 #[cfg(test)]
@@ -477,6 +478,21 @@ mod tests {
             assert_eq!(decode_manifest(&d), None, "flip at {i}");
         }
         assert_eq!(decode_manifest(&m[..m.len() - 1]), None);
+    }
+
+    #[test]
+    fn a_manifest_count_that_overflows_the_length_is_none() {
+        // Found by the fuzzer (table_manifest): a count of 2^61 - 1 made
+        // `16 + 8 n + 4` overflow.
+        let crash = b"TCHYCMP1\xff\xff\xff\xff\xff\xff\xff\x1f\0\0\0\0\0\xe9\0Z\0\0\xb4]";
+        assert_eq!(decode_manifest(crash), None);
+        let mut b = MANIFEST_MAGIC.to_vec();
+        for n in [u64::MAX, u64::MAX / 8, u64::MAX / 8 - 1, 1 << 61] {
+            b.truncate(8);
+            b.extend_from_slice(&n.to_le_bytes());
+            b.extend_from_slice(&[0; 4]);
+            assert_eq!(decode_manifest(&b), None, "count {n}");
+        }
     }
 
     #[test]
