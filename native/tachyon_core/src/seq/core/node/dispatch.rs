@@ -313,4 +313,35 @@ mod tests {
         assert_eq!((net.nodes[2].session(), net.nodes[2].next_seq()), (100, 3));
         assert!(net.nodes[2].term() < term);
     }
+
+    #[test]
+    fn a_term_at_the_top_of_u32_never_wraps() {
+        // Found by the fuzzer (node): a VOTE of term u32::MAX from a node
+        // of the group; the node took the term, and its next campaign's
+        // term (`next_term_of`) overflowed (a wrap to an early term in a
+        // release build).
+        let mut net = Net::new(3, &[]);
+        let p = wire::Peer {
+            h: wire::PeerHeader {
+                kind: wire::PeerKind::Vote,
+                term: u32::MAX,
+                session: 0,
+                node: 0,
+                flags: 0,
+                log_id: 7,
+                incarnation: 7,
+            },
+            a: 0,
+            b: 0,
+            c: 0,
+        };
+        let mut d = Vec::new();
+        p.write(&mut d);
+        net.wire.push((addr(0), addr(1), d));
+        for _ in 0..1_000 {
+            net.step();
+            assert_eq!(net.nodes[1].term(), u32::MAX, "the term went back");
+        }
+        assert!(!net.nodes[1].is_leader());
+    }
 }

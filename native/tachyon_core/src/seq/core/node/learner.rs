@@ -156,10 +156,12 @@ impl<L: Log> Node<L> {
         all && all_new && self.meta.fresh && self.ls.next == 0
     }
 
-    /// Whether this node may campaign: its disk has room, and it would
-    /// vote for itself.
+    /// Whether this node may campaign: its disk has room, a term is left
+    /// for it, and it would vote for itself.
     pub(super) fn may_campaign(&self, now: Nanos) -> bool {
-        !self.dur.full && self.may_vouch(now, self.ls.last_term(), self.ls.next)
+        !self.dur.full
+            && self.next_term().is_some()
+            && self.may_vouch(now, self.ls.last_term(), self.ls.next)
     }
 
     /// A learner with no primary asks every node where its log stands (at
