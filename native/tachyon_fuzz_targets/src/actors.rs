@@ -29,9 +29,12 @@ pub use crate::ops::node_addr as addr;
 /// Datagrams sent: `(to, bytes)`.
 pub type Sent = Vec<(SocketAddr, Vec<u8>)>;
 
-/// An environment that keeps what a node asks of its shell.
+/// An environment that keeps what a node asks of its shell (what it
+/// sends only if `keep`: the fuzz targets look at it, not the world of
+/// the seeds).
 #[derive(Default)]
 pub struct Quiet {
+    pub keep: bool,
     pub sent: Sent,
     pub replays: Vec<Replay>,
     pub checkpoints: Vec<CheckpointJob>,
@@ -39,7 +42,11 @@ pub struct Quiet {
 
 impl Sink for Quiet {
     fn send(&mut self, to: &[SocketAddr], d: &[u8]) {
-        self.sent.extend(to.iter().map(|a| (*a, d.to_vec())));
+        if self.keep {
+            self.sent.extend(to.iter().map(|a| (*a, d.to_vec())));
+        } else {
+            black_box((to, d));
+        }
     }
 }
 
@@ -64,6 +71,8 @@ impl Env for Quiet {
 pub struct NodeActor {
     pub node: Node<MemLog>,
     pub now: Nanos,
+    /// Keep what it sends (the world of the seeds), or not (the target).
+    pub keep: bool,
 }
 
 impl NodeActor {
@@ -79,13 +88,17 @@ impl NodeActor {
         NodeActor {
             node: Node::new(cfg, log, 0).expect("a node on an empty log"),
             now: 0,
+            keep: false,
         }
     }
 
     /// Applies `op`; what the node sends (replays and checkpoint chunks
     /// made as the shell would) goes to `sent`.
     pub fn apply(&mut self, op: &Op<'_>, sent: &mut Sent) {
-        let mut env = Quiet::default();
+        let mut env = Quiet {
+            keep: self.keep,
+            ..Quiet::default()
+        };
         match *op {
             Op::Datagram { from, bytes } => {
                 self.node
@@ -102,14 +115,21 @@ impl NodeActor {
             }
         }
         let mut buf = Vec::new();
+        let keep = self.keep;
         for job in &env.replays {
             let to = job.to_addr;
             let _ = replay_datagrams(self.node.log(), job, &mut buf, &mut |d| {
-                sent.push((to, d.to_vec()))
+                if keep {
+                    sent.push((to, d.to_vec()))
+                }
             });
         }
         for job in &env.checkpoints {
-            job.each_datagram(&mut buf, &mut |d| sent.push((job.to, d.to_vec())));
+            job.each_datagram(&mut buf, &mut |d| {
+                if keep {
+                    sent.push((job.to, d.to_vec()))
+                }
+            });
         }
         sent.append(&mut env.sent);
     }
@@ -149,6 +169,8 @@ pub struct MemberActor {
     pub delivered: u64,
     /// Welcomes refused (its id taken, a bad start): it joins again.
     rejoins: u32,
+    /// Keep what it sends (the world of the seeds), or not (the target).
+    pub keep: bool,
 }
 
 impl Default for MemberActor {
@@ -168,6 +190,7 @@ impl MemberActor {
             now: 0,
             delivered: 0,
             rejoins: 0,
+            keep: false,
         }
     }
 
@@ -177,7 +200,10 @@ impl MemberActor {
 
     /// Applies `op`; what the member sends goes to `sent`.
     pub fn apply(&mut self, op: &Op<'_>, sent: &mut Sent) {
-        let mut out = Quiet::default();
+        let mut out = Quiet {
+            keep: self.keep,
+            ..Quiet::default()
+        };
         let now = self.now;
         let delivered = &mut self.delivered;
         let mut deliver = |seq: u64, member: u32, snap: u8, data: &[u8]| {

@@ -284,9 +284,15 @@ struct World {
 
 impl World {
     fn new() -> World {
+        let mut nodes: Vec<NodeActor> = (0..3).map(NodeActor::new).collect();
+        for n in &mut nodes {
+            n.keep = true;
+        }
+        let mut member = MemberActor::new();
+        member.keep = true;
         World {
-            nodes: (0..3).map(NodeActor::new).collect(),
-            member: MemberActor::new(),
+            nodes,
+            member,
             wire: Vec::new(),
             down: [false; 3],
             rec: [vec![0], vec![1], vec![2], Vec::new()],
@@ -353,7 +359,12 @@ impl World {
 }
 
 fn payload(n: u32) -> Vec<u8> {
-    let len = if n % 5 == 4 { 3000 } else { 20 + n as usize };
+    // Every fifth is cut in two fragments (max_datagram 1472).
+    let len = if n % 5 == 4 {
+        1600
+    } else {
+        8 + n as usize % 24
+    };
     (0..len).map(|i| (i as u32 ^ n) as u8).collect()
 }
 
@@ -418,7 +429,10 @@ pub fn recorded() -> Recorded {
     w.settle();
     for s in 0..160u32 {
         if s == 30 {
-            let mut env = crate::actors::Quiet::default();
+            let mut env = crate::actors::Quiet {
+                keep: true,
+                ..Default::default()
+            };
             let now = w.nodes[0].now;
             w.nodes[0].node.stop(now, &mut env);
             w.wire
