@@ -207,8 +207,10 @@ pub fn scan_records<'d, F: FnMut(EntryRef<'d>)>(data: &'d [u8], mut f: F) -> (us
             return (pos, ScanEnd::Torn);
         }
         // Verified: walk its entries (a verified record can still be
-        // malformed only through a bug; treat that as torn too).
-        if !entries_ok(&data[pos + REC_HEADER..rec_end]) {
+        // malformed only through a bug, or a file made to pass the CRC;
+        // treat that as torn too, and so sequence numbers past u64::MAX).
+        let n = entries_ok(&data[pos + REC_HEADER..rec_end]);
+        if n.is_none_or(|n| seq.checked_add(n - 1).is_none()) {
             return (pos, ScanEnd::Torn);
         }
         let mut p = pos + REC_HEADER;
@@ -232,27 +234,31 @@ pub fn scan_records<'d, F: FnMut(EntryRef<'d>)>(data: &'d [u8], mut f: F) -> (us
     }
 }
 
-fn entries_ok(payload: &[u8]) -> bool {
+/// The number of entries of a record's payload (at least 1), `None` if
+/// they do not fill it exactly.
+fn entries_ok(payload: &[u8]) -> Option<u64> {
     let mut p = 0usize;
+    let mut n = 0;
     while p < payload.len() {
         if p + ENTRY_HEADER > payload.len() {
-            return false;
+            return None;
         }
         let kind = payload[p];
         let klen = u32_at(payload, p + 1) as usize;
         let vlen = u32_at(payload, p + 5) as usize;
         if !(kind == KIND_PUT || kind == KIND_DEL) || (kind == KIND_DEL && vlen != 0) {
-            return false;
+            return None;
         }
         let next = p
             .checked_add(ENTRY_HEADER + klen)
             .and_then(|x| x.checked_add(vlen));
         match next {
-            Some(n) if n <= payload.len() => p = n,
-            _ => return false,
+            Some(end) if end <= payload.len() => p = end,
+            _ => return None,
         }
+        n += 1;
     }
-    p == payload.len() && !payload.is_empty()
+    (p == payload.len() && n > 0).then_some(n)
 }
 
 /// Encodes a hint file for segment `id` covering `seg_len` bytes.
@@ -370,13 +376,14 @@ pub fn decode_manifest(b: &[u8]) -> Option<Vec<u64>> {
     if b.len() < 20 || b[0..8] != MANIFEST_MAGIC {
         return None;
     }
-    let n = u64_at(b, 8) as usize;
-    if b.len() != 16 + n.checked_mul(8)? + 4
-        || crc32c::crc32c(&b[..b.len() - 4]) != u32_at(b, b.len() - 4)
-    {
+    // The count is checked against the length before it sizes anything
+    // (`16 + 8 n + 4` overflowed for a count near 2^61).
+    let n = u64_at(b, 8);
+    let want = n.checked_mul(8).and_then(|x| x.checked_add(20))?;
+    if b.len() as u64 != want || crc32c::crc32c(&b[..b.len() - 4]) != u32_at(b, b.len() - 4) {
         return None;
     }
-    Some((0..n).map(|i| u64_at(b, 16 + i * 8)).collect())
+    Some((0..n as usize).map(|i| u64_at(b, 16 + i * 8)).collect())
 }
 
 #[cfg(test)]
@@ -434,6 +441,30 @@ mod tests {
     }
 
     #[test]
+    fn a_record_whose_sequence_numbers_pass_u64_max_is_torn() {
+        // Found by the fuzzer (table_segment, its CRCs recomputed): a
+        // record of two entries from seq u64::MAX numbered the second one
+        // past it (an overflow).
+        let mut seg = segment_header(7).to_vec();
+        seg.extend(record(5, &[(KIND_PUT, b"a", b"1")]));
+        let good_end = seg.len();
+        seg.extend(record(
+            u64::MAX,
+            &[(KIND_PUT, b"a", b"1"), (KIND_DEL, b"b", b"")],
+        ));
+        let mut seen = Vec::new();
+        let end = scan_records(&seg, |e| seen.push(e.seq));
+        assert_eq!(end, (good_end, ScanEnd::Torn));
+        assert_eq!(seen, vec![5]);
+        // One entry at u64::MAX is numbered right.
+        let mut one = segment_header(7).to_vec();
+        one.extend(record(u64::MAX, &[(KIND_PUT, b"a", b"1")]));
+        seen.clear();
+        assert_eq!(scan_records(&one, |e| seen.push(e.seq)).1, ScanEnd::Clean);
+        assert_eq!(seen, vec![u64::MAX]);
+    }
+
+    #[test]
     fn hints_roundtrip_and_damage() {
         let e: Vec<(u8, u64, &[u8], u32, u32)> =
             vec![(KIND_PUT, 5, b"key", 3, 60), (KIND_DEL, 6, b"k2", 0, 80)];
@@ -477,6 +508,21 @@ mod tests {
             assert_eq!(decode_manifest(&d), None, "flip at {i}");
         }
         assert_eq!(decode_manifest(&m[..m.len() - 1]), None);
+    }
+
+    #[test]
+    fn a_manifest_count_that_overflows_the_length_is_none() {
+        // Found by the fuzzer (table_manifest): a count of 2^61 - 1 made
+        // `16 + 8 n + 4` overflow.
+        let crash = b"TCHYCMP1\xff\xff\xff\xff\xff\xff\xff\x1f\0\0\0\0\0\xe9\0Z\0\0\xb4]";
+        assert_eq!(decode_manifest(crash), None);
+        let mut b = MANIFEST_MAGIC.to_vec();
+        for n in [u64::MAX, u64::MAX / 8, u64::MAX / 8 - 1, 1 << 61] {
+            b.truncate(8);
+            b.extend_from_slice(&n.to_le_bytes());
+            b.extend_from_slice(&[0; 4]);
+            assert_eq!(decode_manifest(&b), None, "count {n}");
+        }
     }
 
     #[test]

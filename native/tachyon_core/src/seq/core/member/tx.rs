@@ -124,7 +124,9 @@ impl Tx {
             max_message_size: cfg.max_message_size,
             max_pending: cfg.max_pending,
             target: w.from,
-            next_member_seq: w.last + 1,
+            // A welcome's `last` is the primary's word: u64::MAX leaves no
+            // number to publish with (publishes are refused), never a wrap.
+            next_member_seq: w.last.saturating_add(1),
             pending: VecDeque::new(),
             sent_n: 0,
             heard_n: 0,
@@ -344,7 +346,7 @@ impl Tx {
         if lost > 0 {
             // What was delivered is done, on the side the fork dropped.
             self.ack(delivered);
-            self.skip = Some(delivered + 1);
+            self.skip = Some(delivered.saturating_add(1));
             self.apply_skip();
             self.c.renumbered.bump(self.pending.len() as u64);
             self.heard = w.last;

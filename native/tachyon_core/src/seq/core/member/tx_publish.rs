@@ -54,6 +54,16 @@ impl Tx {
         if self.pending.len() >= self.max_pending {
             return Err(PublishError::Busy);
         }
+        // Numbers are never reused: a member whose next number would pass
+        // u64::MAX (a primary's welcome may say its last is near it) can
+        // publish no more, as if closed.
+        let frag = self.frag.max(1) as u64;
+        let numbers = it.clone().fold(0u64, |n, m| {
+            n.saturating_add((m.len() as u64).div_ceil(frag).max(1))
+        });
+        if self.next_member_seq.checked_add(numbers).is_none() {
+            return Err(PublishError::Closed);
+        }
         // The last command waits for the window: the messages join it.
         let waiting = self.sent_n < self.pending.len()
             && self.pending.back().is_some_and(|p| p.count < u16::MAX);

@@ -411,3 +411,44 @@ fn after_a_fork_the_first_pending_message_skips_the_lost_numbers_and_keeps_its_o
     publish(&mut tx, 2 * MS, 2, &mut out);
     assert_eq!(sent_flags(&out), vec![vec![(4, SKIP)], vec![(5, 0)]]);
 }
+
+#[test]
+fn numbers_at_the_top_of_u64_never_wrap() {
+    // A primary's welcome may say this member's last number is u64::MAX:
+    // the next one overflowed (a panic with overflow checks, a wrap to 0
+    // without). It has no number left: publishes are refused.
+    let cfg = MemberConfig::new(primary(), 1);
+    let mut out = Outbox::new();
+    let mut tx = Tx::new(&cfg, 1400, &welcome(u64::MAX));
+    assert_eq!(
+        tx.publish_many(0, [b"x".as_slice()], &mut out),
+        Err(PublishError::Closed)
+    );
+    // Two numbers left (u64::MAX itself is never one): one message, then
+    // one of two fragments refused, then the last one.
+    let mut tx = Tx::new(&cfg, 1400, &welcome(u64::MAX - 3));
+    assert_eq!(
+        tx.publish_many(0, [b"x".as_slice()], &mut out),
+        Ok(u64::MAX - 2)
+    );
+    let two = vec![7u8; 2000];
+    assert_eq!(
+        tx.publish_many(0, [two.as_slice()], &mut out),
+        Err(PublishError::Closed)
+    );
+    assert_eq!(
+        tx.publish_many(0, [b"y".as_slice()], &mut out),
+        Ok(u64::MAX - 1)
+    );
+    assert_eq!(
+        tx.publish_many(0, [b"z".as_slice()], &mut out),
+        Err(PublishError::Closed)
+    );
+    // A new primary's welcome after the member delivered its u64::MAX.
+    let mut tx = Tx::new(&cfg, 1400, &welcome(3));
+    publish(&mut tx, 0, 2, &mut out);
+    assert_eq!(
+        tx.reconcile(MS, &welcome(3), u64::MAX, &mut out),
+        u64::MAX - 3
+    );
+}

@@ -83,20 +83,23 @@ impl Checkpoint {
             return None;
         }
         let (first, session) = (r.u64()?, r.u64()?);
-        let n = r.u32()? as usize;
-        let mut epochs = Vec::with_capacity(n.min(1 << 16));
+        // Each count is checked against the bytes left before it sizes an
+        // allocation (12 bytes an epoch, at least 13 a membership change,
+        // 12 a member).
+        let n = r.count(12)?;
+        let mut epochs = Vec::with_capacity(n);
         for _ in 0..n {
             epochs.push((r.u32()?, r.u64()?));
         }
-        let n = r.u32()? as usize;
-        let mut configs = Vec::with_capacity(n.min(1 << 10));
+        let n = r.count(13)?;
+        let mut configs = Vec::with_capacity(n);
         for _ in 0..n {
             let i = r.u64()?;
             let len = r.u32()? as usize;
             configs.push((i, Membership::decode(r.take(len)?)?));
         }
-        let n = r.u32()? as usize;
-        let mut last = HashMap::with_capacity(n.min(1 << 20));
+        let n = r.count(12)?;
+        let mut last = HashMap::with_capacity(n);
         for _ in 0..n {
             last.insert(r.u32()?, r.u64()?);
         }
@@ -128,6 +131,13 @@ impl<'a> Reader<'a> {
 
     fn u64(&mut self) -> Option<u64> {
         Some(u64::from_le_bytes(self.take(8)?.try_into().ok()?))
+    }
+
+    /// A u32 count of items of at least `size` bytes each; `None` if the
+    /// bytes left cannot hold that many.
+    fn count(&mut self, size: usize) -> Option<usize> {
+        let n = self.u32()? as usize;
+        (n <= self.0.len() / size).then_some(n)
     }
 }
 

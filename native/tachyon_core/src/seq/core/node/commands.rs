@@ -421,7 +421,10 @@ impl<L: Log> Node<L> {
                 let (_, (_, d)) = w.held.pop_first().expect("first");
                 w.bytes -= d.len();
             }
-            let Some((flags, d)) = w.held.remove(&(last + 1)) else {
+            // Nothing follows u64::MAX (a member's SKIP may jump there):
+            // the window is empty then.
+            let next = last.checked_add(1);
+            let Some((next, (flags, d))) = next.and_then(|n| Some((n, w.held.remove(&n)?))) else {
                 if w.held.is_empty() {
                     self.ld.windows.remove(&id);
                 } else {
@@ -430,9 +433,9 @@ impl<L: Log> Node<L> {
                 return;
             };
             w.bytes -= d.len();
-            match self.emit(id, last + 1, flags, &d, env) {
+            match self.emit(id, next, flags, &d, env) {
                 Ok(()) => {}
-                Err(Refused::NoSpace) => return self.full_refusal(now, from, last + 1, env),
+                Err(Refused::NoSpace) => return self.full_refusal(now, from, next, env),
                 Err(_) => return,
             }
         }

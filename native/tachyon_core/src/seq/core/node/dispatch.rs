@@ -379,4 +379,62 @@ mod tests {
         assert_eq!((net.nodes[2].session(), net.nodes[2].next_seq()), (100, 3));
         assert!(net.nodes[2].term() < term);
     }
+
+    #[test]
+    fn a_term_at_the_top_of_u32_never_wraps() {
+        // Found by the fuzzer (node): a VOTE of term u32::MAX from a node
+        // of the group; the node took the term, and its next campaign's
+        // term (`next_term_of`) overflowed (a wrap to an early term in a
+        // release build).
+        let mut net = Net::new(3, &[]);
+        let p = wire::Peer {
+            h: wire::PeerHeader {
+                kind: wire::PeerKind::Vote,
+                term: u32::MAX,
+                session: 0,
+                node: 0,
+                flags: 0,
+                log_id: 7,
+                incarnation: 7,
+            },
+            a: 0,
+            b: 0,
+            c: 0,
+        };
+        let mut d = Vec::new();
+        p.write(&mut d);
+        net.wire.push((addr(0), addr(1), d));
+        for _ in 0..1_000 {
+            net.step();
+            assert_eq!(net.nodes[1].term(), u32::MAX, "the term went back");
+        }
+        assert!(!net.nodes[1].is_leader());
+    }
+
+    #[test]
+    fn a_member_seq_at_the_top_of_u64_never_wraps() {
+        // A member's command numbered u64::MAX (a SKIP may jump there)
+        // while the primary holds an earlier out-of-order one: the window
+        // drained after it asked for the number after u64::MAX.
+        let mut net = Net::new(3, &[]);
+        assert!(net.run_until(500, |n| n.nodes[0].is_leader()));
+        let session = net.nodes[0].session();
+        let member = std::net::SocketAddr::from(([10, 0, 0, 2], 8000));
+        let publish = |seq: u64, flags: u8| {
+            let mut d = Vec::new();
+            wire::cmd_header(&mut d, wire::CmdKind::Publish, 1, session, 9);
+            wire::write_cmd_msg(&mut d, seq, flags, b"x");
+            wire::set_cmd_count(&mut d, 1);
+            d
+        };
+        net.wire.push((member, addr(0), publish(5, 0)));
+        net.wire
+            .push((member, addr(0), publish(u64::MAX, wire::SKIP)));
+        net.wire.push((member, addr(0), publish(7, 0)));
+        assert!(net.run_until(200, |n| n.nodes[0].last_of(1) == u64::MAX));
+        for _ in 0..100 {
+            net.step();
+        }
+        assert_eq!(net.nodes[0].last_of(1), u64::MAX);
+    }
 }

@@ -64,8 +64,8 @@ impl<L: Log> Node<L> {
     }
 
     /// The term this node campaigns for: the next one whose candidate it
-    /// is.
-    fn next_term(&self) -> u32 {
+    /// is (`None`: no term is left, the node never campaigns).
+    pub(super) fn next_term(&self) -> Option<u32> {
         quorum::next_term_of(self.term, self.id(), MAX_NODES)
     }
 
@@ -149,7 +149,11 @@ impl<L: Log> Node<L> {
         self.el.started = now;
         self.silent = 0;
         self.new_timeout();
-        let (t, last, end) = (self.next_term(), self.ls.last_term() as u64, self.ls.next);
+        let Some(t) = self.next_term() else {
+            self.become_follower(None, env);
+            return;
+        };
+        let (last, end) = (self.ls.last_term() as u64, self.ls.next);
         env.event(NodeEvent::Campaign { term: t, pre: true });
         let flags = self.fresh_flag();
         for n in self.other_voters() {
@@ -162,7 +166,11 @@ impl<L: Log> Node<L> {
     }
 
     fn start_vote(&mut self, now: Nanos, env: &mut dyn Env) {
-        self.term = self.next_term();
+        let Some(t) = self.next_term() else {
+            self.become_follower(None, env);
+            return;
+        };
+        self.term = t;
         self.vote = Some(self.id());
         if !self.persist() {
             self.become_follower(None, env);
@@ -284,7 +292,7 @@ impl<L: Log> Node<L> {
             return;
         }
         let ours = match (self.role, pre) {
-            (Role::PreCandidate, true) => p.h.term == self.next_term(),
+            (Role::PreCandidate, true) => Some(p.h.term) == self.next_term(),
             (Role::Candidate, false) => p.h.term == self.term,
             _ => false,
         };

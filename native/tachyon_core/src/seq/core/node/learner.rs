@@ -156,8 +156,8 @@ impl<L: Log> Node<L> {
         self.lr.heard[i as usize].filter(|h| now.saturating_sub(h.at) < fresh)
     }
 
-    /// Whether this node may campaign: its disk has room, and it would
-    /// vote for itself; with an empty log (a new group), only once every
+    /// Whether this node may campaign: its disk has room, a term is left
+    /// for it, and it would vote for itself; with an empty log (a new group), only once every
     /// node of the group said lately that it is new and empty. Empty logs
     /// that hear no log are not enough: the node that holds it may be down
     /// (two nodes whose disks were replaced, the third down, elected a new
@@ -169,6 +169,7 @@ impl<L: Log> Node<L> {
     /// over.
     pub(super) fn may_campaign(&self, now: Nanos) -> bool {
         !self.dur.full
+            && self.next_term().is_some()
             && self.may_vouch(now, self.ls.last_term(), self.ls.next)
             && (!self.learning() || self.ls.next > 0 || self.every_node_new(now))
     }

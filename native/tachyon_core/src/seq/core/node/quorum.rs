@@ -77,14 +77,16 @@ pub fn candidate_of(term: u32, n: usize) -> u8 {
     }
 }
 
-/// The first term after `term` whose candidate is `id`.
-pub fn next_term_of(term: u32, id: u8, n: usize) -> u32 {
+/// The first term after `term` whose candidate is `id`; `None` if there
+/// is none (terms are u32, and a term taken from a datagram can be any:
+/// a node at the top never campaigns rather than wrap to an earlier term).
+pub fn next_term_of(term: u32, id: u8, n: usize) -> Option<u32> {
     if n <= 1 {
-        return term + 1;
+        return term.checked_add(1);
     }
-    let n = n as u32;
-    let t = term + 1;
-    t + (id as u32 + n - t % n) % n
+    let n = n as u64;
+    let t = term as u64 + 1;
+    u32::try_from(t + (id as u64 + n - t % n) % n).ok()
 }
 
 #[cfg(test)]
@@ -123,9 +125,8 @@ mod tests {
                     won(bits, num(1) as usize, num(2) as usize).to_string()
                 }
                 "candidate_of" => candidate_of(num(0) as u32, num(1) as usize).to_string(),
-                "next_term_of" => {
-                    next_term_of(num(0) as u32, num(1) as u8, num(2) as usize).to_string()
-                }
+                "next_term_of" => next_term_of(num(0) as u32, num(1) as u8, num(2) as usize)
+                    .map_or("none".to_string(), |t| t.to_string()),
                 other => panic!("line {}: unknown function {other}", no + 1),
             };
             assert_eq!(got, want.trim(), "line {}: {line}", no + 1);
@@ -139,7 +140,7 @@ mod tests {
         for n in 1..=7usize {
             for id in 0..n as u8 {
                 for t in 0..50u32 {
-                    let next = next_term_of(t, id, n);
+                    let next = next_term_of(t, id, n).expect("a term left");
                     assert!(next > t);
                     assert_eq!(candidate_of(next, n), id);
                     assert!(next <= t + n as u32);
