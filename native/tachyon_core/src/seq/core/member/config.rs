@@ -133,7 +133,7 @@ impl MemberConfig {
     }
 }
 
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Clone)]
 pub struct TxCounters {
     pub published: Counter,
     pub commands: Counter,
@@ -160,7 +160,7 @@ pub struct TxCounters {
     pub looked: Counter,
 }
 
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Clone)]
 pub struct RxCounters {
     pub delivered: Counter,
     pub datagrams: Counter,

@@ -4,7 +4,7 @@ use super::*;
 
 /// What a two-node group does when it cannot tell a dead peer from a cut
 /// link.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum TwoNodes {
     /// The primary commits only with the standby's acknowledgement, and the
     /// standby takes over only with a third vote: its witness (the
@@ -21,7 +21,7 @@ pub enum TwoNodes {
 /// What a node's acknowledgement of an entry promises, and so what
 /// "committed" means: held by a majority in their page cache, or on their
 /// disk.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Durability {
     /// An entry is acknowledged once appended (in the page cache: it
     /// survives a process crash, not a power loss). A node that restarts
@@ -45,7 +45,7 @@ impl Durability {
 pub const ACK_FANOUT: usize = 8;
 
 /// A node's options.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Hash)]
 pub struct NodeConfig {
     /// This node's id in the initial group: its index in `group` (a node
     /// that joins a running group gets one from its primary).
@@ -163,7 +163,7 @@ impl NodeConfig {
 }
 
 /// A node's counters (one writer: the thread driving the node).
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Clone)]
 pub struct NodeCounters {
     pub messages: Counter,
     /// Datagrams of a member after its goodbye (late, reordered), dropped.
@@ -232,7 +232,7 @@ pub struct NodeCounters {
 }
 
 /// Raft's roles.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Role {
     Follower,
     PreCandidate,

@@ -42,13 +42,14 @@ use crate::seq::wire::{Peer, PeerKind, LEADER};
 /// A probe answer older than this many election timeouts is asked again.
 const PROBE_FRESH: u64 = 4;
 
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, Hash)]
 struct Heard {
     last_term: u32,
     end: u64,
     at: Nanos,
 }
 
+#[derive(Clone, Hash)]
 pub(super) struct Learn {
     /// What each node said of its log, and when.
     heard: Vec<Option<Heard>>,

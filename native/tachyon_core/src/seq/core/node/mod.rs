@@ -40,6 +40,7 @@ mod config;
 mod dispatch;
 mod durable;
 mod election;
+mod fingerprint;
 mod follower;
 mod leader;
 mod learner;
@@ -74,7 +75,7 @@ pub const TICK_CAP: Nanos = 5 * MILLI;
 pub const MAX_MEMBERS: usize = 4096;
 
 /// A member that said goodbye: from where, as which incarnation, when.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, Hash)]
 struct Departed {
     addr: SocketAddr,
     incarnation: u64,
@@ -83,7 +84,7 @@ struct Departed {
 
 /// A member as the nodes know it (soft state: a new primary learns it
 /// from the member's next hello or command).
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, Hash)]
 pub(crate) struct Binding {
     addr: SocketAddr,
     incarnation: u64,
