@@ -11,9 +11,10 @@
 //! state).
 
 use std::borrow::Cow;
+use std::collections::HashSet;
 use std::fmt;
 use std::hash::{Hash, Hasher};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use stateright::actor::{model_timeout, Actor, Id, Out};
 
@@ -46,6 +47,44 @@ pub enum Timer {
 pub struct McActor {
     pub ctx: Arc<Ctx>,
     pub index: usize,
+    /// Deliveries known to change nothing: (the actor's fingerprint, the
+    /// datagram's and sender's hash). A datagram's effect depends on the
+    /// state, the sender and the bytes only: most datagrams of a
+    /// duplicating network are old ones delivered again to no effect, and
+    /// running the node to find that out again is most of a check's time.
+    pub noops: Arc<NoOps>,
+}
+
+/// A set of (state, datagram) pairs that change nothing, in shards (one
+/// lock each: checker threads rarely meet), each emptied when it grows
+/// past its share of [`NoOps::CAP`].
+#[derive(Default)]
+pub struct NoOps {
+    shards: [Mutex<HashSet<(u64, u64)>>; 16],
+}
+
+impl NoOps {
+    pub const CAP: usize = 1 << 22;
+
+    fn shard(&self, k: (u64, u64)) -> &Mutex<HashSet<(u64, u64)>> {
+        &self.shards[(k.0 ^ k.1) as usize % 16]
+    }
+
+    fn contains(&self, k: (u64, u64)) -> bool {
+        self.shard(k)
+            .lock()
+            .map(|s| s.contains(&k))
+            .unwrap_or(false)
+    }
+
+    fn insert(&self, k: (u64, u64)) {
+        if let Ok(mut s) = self.shard(k).lock() {
+            if s.len() >= Self::CAP / 16 {
+                s.clear();
+            }
+            s.insert(k);
+        }
+    }
 }
 
 /// An actor's state.
@@ -157,9 +196,7 @@ impl McActor {
         match (s, t) {
             (McState::Node(n), Timer::Tick) => n.tick(self.index, fx),
             (McState::Node(n), Timer::Sync) => n.complete_sync(self.index, fx),
-            (McState::Member(m), Timer::Tick) => {
-                m.tick(l, self.index - l.node_slots(), fx)
-            }
+            (McState::Member(m), Timer::Tick) => m.tick(l, self.index - l.node_slots(), fx),
             (McState::Member(m), Timer::Publish) => {
                 m.publish(self.index - l.node_slots(), b.messages, fx)
             }
@@ -227,9 +264,20 @@ impl Actor for McActor {
                 return;
             }
         }
-        self.step(state, o, |s, fx| {
+        let key = (state.fingerprint(), {
+            let mut h = crate::fp_hasher();
+            (src, &msg).hash(&mut h);
+            h.finish()
+        });
+        if self.noops.contains(key) {
+            return;
+        }
+        let changed = self.step(state, o, |s, fx| {
             self.deliver(s, usize::from(src), &msg.0, fx)
         });
+        if !changed {
+            self.noops.insert(key);
+        }
     }
 
     fn on_timeout(&self, _id: Id, state: &mut Cow<McState>, timer: &Timer, o: &mut Out<Self>) {

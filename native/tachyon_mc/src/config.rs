@@ -130,6 +130,16 @@ pub struct Bounds {
     /// How far each process's clock may run beyond where the prologue
     /// left it.
     pub horizon: Nanos,
+    /// Steps past the initial state at most (0: no bound but the others).
+    pub depth: usize,
+    /// Actors that take no step in the search (a scenario's choice: a
+    /// member whose deliveries are the history checked, say): no tick, no
+    /// publish, nothing delivered to them.
+    pub frozen: Vec<usize>,
+    /// Actors whose timers never fire in the search (a scenario's choice:
+    /// a primary whose clock stalls after its last heartbeat): they still
+    /// read and answer datagrams, at their current time.
+    pub paused: Vec<usize>,
     /// The prologue's stopping point: the member's message published,
     /// sequenced and delivered (`Delivered`), or only the group elected
     /// and the members welcomed (`Joined`).
@@ -138,6 +148,8 @@ pub struct Bounds {
     /// heartbeat (each tick of an idle primary).
     pub election_timeout: Nanos,
     pub heartbeat: Nanos,
+    /// A follower's gap fill and sync retries (`retransmit_after`).
+    pub retransmit: Nanos,
 }
 
 /// Where the deterministic prologue stops and the exploration begins.
@@ -167,9 +179,13 @@ impl Default for Bounds {
             eager_restart: true,
             lossy: false,
             horizon: 20 * MILLI,
+            depth: 8,
+            frozen: Vec::new(),
+            paused: Vec::new(),
             prologue: Prologue::Joined,
             election_timeout: 2 * MILLI,
             heartbeat: MILLI,
+            retransmit: MILLI,
         }
     }
 }
@@ -264,6 +280,7 @@ pub fn node_config(b: &Bounds, l: &Layout, i: usize, starts: u32, boot: u64) -> 
     // No tail heartbeats (10 us, 100 us, ... after data): one heartbeat
     // per interval, each a tick of the primary.
     cfg.heartbeat_after = b.heartbeat;
+    cfg.retransmit_after = b.retransmit;
     cfg.eager = i == 0 && starts == 0;
     cfg.new_session = 1_000 * (i as u64 + 1) + starts as u64;
     cfg.seed = 0x5eed ^ (i as u64) << 8 ^ starts as u64;

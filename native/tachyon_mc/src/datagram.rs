@@ -141,7 +141,9 @@ fn peer(p: &Peer) -> String {
     let h = &p.h;
     let flags = format!(
         "{}{}{}",
-        if h.flags & wire::GRANTED != 0 && matches!(h.kind, PeerKind::VoteReply | PeerKind::PreVoteReply) {
+        if h.flags & wire::GRANTED != 0
+            && matches!(h.kind, PeerKind::VoteReply | PeerKind::PreVoteReply)
+        {
             " granted"
         } else {
             ""

@@ -21,6 +21,11 @@ use crate::datagram::Datagram;
 
 #[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
 pub struct Hist {
+    /// Steps since the initial state. Part of the state so that a
+    /// depth-first search bounded in depth is exhaustive within its bound:
+    /// a state met first deep and later shallower is explored again from
+    /// there (stateright's search would skip it as already seen).
+    pub depth: u16,
     /// Faults injected so far.
     pub faults: u8,
     /// Membership changes made.

@@ -1,26 +1,222 @@
-use stateright::{Checker, Model};
-use tachyon_mc::{Bounds, McModel};
+//! `tachyon_mc`: exhaustive model checking of the sequencer group's real
+//! cores within bounds (see the crate's doc). `--help` lists the flags.
+
+use std::time::Duration;
+
+use tachyon_core::seq::core::node::{Durability, TwoNodes};
+use tachyon_core::seq::core::{MICRO, MILLI};
+use tachyon_mc::config::{FaultKinds, NetKind, PowerLoss, Prologue};
+use tachyon_mc::run::{check, report, RunOpts};
+use tachyon_mc::{scenario, Bounds, McModel};
+
+const HELP: &str = "tachyon_mc: model checking of the sequencer group's real cores (stateright)
+
+  --scenario NAME        start from a named scenario's bounds and script
+                         (three-hop, three-hop-fsync, two-disks); later flags override
+  --nodes 2|3            nodes of the initial group (3)
+  --members N            members (1)
+  --messages N           messages each member publishes at most (1)
+  --faults N             faults per run at most (2)
+  --kinds LIST           fault kinds: crash,power,replace,false_witness | all | none
+                         (all = crash,power,replace)
+  --power-loss MODE      what a power loss keeps: unsynced | tail | prefixes (tail)
+  --durability MODE      replicated | fsync (replicated)
+  --two-nodes MODE       safe | available (safe; a group of two)
+  --membership           one membership change: the primary removes a node, or a
+                         spare node joins (3 nodes)
+  --net KIND             dup (a set: any datagram delivered any number of times, or
+                         never) | nodup (a multiset: at most once) (dup)
+  --lossy                explicit drops besides never delivering
+  --separate-restarts    a node that goes down restarts by a step of its own (the
+                         default with 2 nodes; 3 nodes restart in the fault's step)
+  --prologue KIND        joined (the group elected, members welcomed) | delivered
+                         (and the first member's first message delivered) (joined)
+  --horizon-ms X         how far each process's clock may run past the prologue (20)
+  --election-ms X        minimum election timeout (2); --heartbeat-ms X (1);
+  --retransmit-ms X      a follower's gap fill retries (1)
+  --frozen LIST          actors (0,1,..: nodes, then the spare, then members) that take
+                         no step in the search
+  --paused LIST          actors whose timers never fire in the search
+  --depth D              steps past the initial state at most (8; 0: no bound)
+  --bfs | --dfs          breadth first (shortest counterexamples, memory per state)
+                         or depth first (the default)
+  --threads N            checker threads (1)
+  --timeout-s S          stop after S seconds (then not exhaustive)
+  --all-failures         go on after the first violation
+  --quiet                no progress lines
+";
+
+fn fail(msg: String) -> ! {
+    eprintln!("tachyon_mc: {msg}\n\n{HELP}");
+    std::process::exit(2)
+}
+
+fn ms(v: &str) -> u64 {
+    match v.parse::<f64>() {
+        Ok(x) if x > 0.0 => (x * MILLI as f64) as u64,
+        _ => fail(format!("not a duration in ms: {v}")),
+    }
+}
+
+fn num<T: std::str::FromStr>(flag: &str, v: &str) -> T {
+    v.parse()
+        .unwrap_or_else(|_| fail(format!("{flag}: not a number: {v}")))
+}
+
+/// Actor indices: `0,3`.
+fn actor_list(v: &str) -> Vec<usize> {
+    v.split(',')
+        .filter(|x| !x.is_empty())
+        .map(|x| num("actor list", x))
+        .collect()
+}
 
 fn main() {
-    let m = McModel::new(Bounds::default()).unwrap();
-    for l in &m.prologue {
-        println!("{l}");
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let mut b = Bounds::default();
+    let mut script = Vec::new();
+    let mut about = None;
+    let mut o = RunOpts {
+        progress: Some(Duration::from_secs(10)),
+        ..RunOpts::default()
+    };
+    let mut restarts = None;
+    let mut i = 0;
+    while i < args.len() {
+        let flag = args[i].as_str();
+        let mut value = || {
+            i += 1;
+            args.get(i)
+                .cloned()
+                .unwrap_or_else(|| fail(format!("{flag} needs a value")))
+        };
+        match flag {
+            "--help" | "-h" => {
+                print!("{HELP}");
+                return;
+            }
+            "--scenario" => {
+                let v = value();
+                let s = scenario::find(&v).unwrap_or_else(|| fail(format!("no scenario {v}")));
+                b = s.bounds;
+                script = s.script;
+                about = Some(s.about);
+            }
+            "--nodes" => b.nodes = num(flag, &value()),
+            "--members" => b.members = num(flag, &value()),
+            "--messages" => b.messages = num(flag, &value()),
+            "--faults" => b.faults = num(flag, &value()),
+            "--kinds" => {
+                let v = value();
+                b.kinds = FaultKinds::parse(&v).unwrap_or_else(|| fail(format!("kinds: {v}")))
+            }
+            "--power-loss" => {
+                b.power_loss = match value().as_str() {
+                    "unsynced" => PowerLoss::Unsynced,
+                    "tail" => PowerLoss::Tail,
+                    "prefixes" => PowerLoss::Prefixes,
+                    v => fail(format!("power loss: {v}")),
+                }
+            }
+            "--durability" => {
+                b.durability = match value().as_str() {
+                    "replicated" => Durability::Replicated,
+                    "fsync" => Durability::Fsync,
+                    v => fail(format!("durability: {v}")),
+                }
+            }
+            "--two-nodes" => {
+                b.two_nodes = match value().as_str() {
+                    "safe" => TwoNodes::Safe,
+                    "available" => TwoNodes::Available,
+                    v => fail(format!("two nodes: {v}")),
+                }
+            }
+            "--membership" => b.membership = true,
+            "--net" => {
+                b.net = match value().as_str() {
+                    "dup" => NetKind::Duplicating,
+                    "nodup" => NetKind::NonDuplicating,
+                    v => fail(format!("net: {v}")),
+                }
+            }
+            "--lossy" => b.lossy = true,
+            "--separate-restarts" => restarts = Some(false),
+            "--prologue" => {
+                b.prologue = match value().as_str() {
+                    "joined" => Prologue::Joined,
+                    "delivered" => Prologue::Delivered,
+                    v => fail(format!("prologue: {v}")),
+                }
+            }
+            "--horizon-ms" => b.horizon = ms(&value()),
+            "--election-ms" => b.election_timeout = ms(&value()),
+            "--heartbeat-ms" => b.heartbeat = ms(&value()),
+            "--retransmit-ms" => b.retransmit = ms(&value()),
+            "--frozen" => b.frozen = actor_list(&value()),
+            "--paused" => b.paused = actor_list(&value()),
+            "--depth" => b.depth = num(flag, &value()),
+            "--bfs" => o.dfs = false,
+            "--dfs" => o.dfs = true,
+            "--threads" => o.threads = num(flag, &value()),
+            "--timeout-s" => o.timeout = Some(Duration::from_secs(num(flag, &value()))),
+            "--all-failures" => o.stop_at_failure = false,
+            "--quiet" => o.progress = None,
+            _ => fail(format!("unknown flag {flag}")),
+        }
+        i += 1;
     }
-    // A random walk: actions per state along it.
-    let mut s = m.init_states().remove(0);
-    for step in 0..12 {
-        let mut acts = Vec::new();
-        m.actions(&s, &mut acts);
-        let nexts: Vec<_> = acts.iter().cloned().filter_map(|a| m.next_state(&s, a.clone()).map(|n| (a, n))).collect();
-        println!("step {step}: {} actions, {} effective", acts.len(), nexts.len());
-        for (a, _) in &nexts { println!("   {}", m.describe(a)); }
-        let k = (step * 7 + 3) % nexts.len();
-        println!(" -> {}", m.describe(&nexts[k].0));
-        s = nexts[k].1.clone();
+    if !(2..=3).contains(&b.nodes) {
+        fail(format!("--nodes {}: 2 or 3", b.nodes));
     }
-    let d = std::env::args().nth(1).and_then(|a| a.parse().ok()).unwrap_or(0);
-    if d > 0 {
-        let c = m.checker().threads(1).target_max_depth(d).spawn_dfs().join();
-        println!("{} {} {}", c.state_count(), c.unique_state_count(), c.max_depth());
+    // Two nodes: the witness speaks while the peer is down.
+    b.eager_restart = restarts.unwrap_or(b.nodes >= 3);
+    if let Some(a) = about {
+        println!("scenario: {a}\n");
+    }
+    println!(
+        "bounds: nodes {} ({:?}, two nodes {:?}), members {}, messages {}, faults {} ({}), power loss {:?}, membership {}, net {:?}{}, restarts {}, prologue {:?}, horizon {} us, election {} us, heartbeat {} us, depth {}, {} with {} thread(s)",
+        b.nodes,
+        b.durability,
+        b.two_nodes,
+        b.members,
+        b.messages,
+        b.faults,
+        b.kinds.names(),
+        b.power_loss,
+        b.membership,
+        b.net,
+        if b.lossy { " lossy" } else { "" },
+        if b.eager_restart { "in the fault's step" } else { "separate" },
+        b.prologue,
+        b.horizon / MICRO,
+        b.election_timeout / MICRO,
+        b.heartbeat / MICRO,
+        if b.depth == 0 { "none".to_string() } else { b.depth.to_string() },
+        if o.dfs { "DFS" } else { "BFS" },
+        o.threads,
+    );
+    let mut model = McModel::new(b).unwrap_or_else(|e| fail(e));
+    println!("initial state (the prologue's end):");
+    for l in &model.prologue {
+        println!("  {l}");
+    }
+    if !script.is_empty() {
+        model.run_script(&script).unwrap_or_else(|e| fail(e));
+        println!("then the scenario's script:");
+        for l in &model.script {
+            println!("  {l}");
+        }
+    }
+    if std::env::var_os("TACHYON_MC_ACTIONS").is_some() {
+        for a in tachyon_mc::list_actions(&model) {
+            println!("  action: {a}");
+        }
+    }
+    println!();
+    let out = check(model, &o);
+    print!("{}", report(&out));
+    if out.violations().next().is_some() {
+        std::process::exit(1);
     }
 }

@@ -96,7 +96,14 @@ impl MemberState {
                 rx.fingerprint(&mut h);
             }
         }
-        (self.now, self.due, self.published, &self.delivered, self.forks).hash(&mut h);
+        (
+            self.now,
+            self.due,
+            self.published,
+            &self.delivered,
+            self.forks,
+        )
+            .hash(&mut h);
         self.fp = h.finish();
     }
 
@@ -179,7 +186,12 @@ impl MemberState {
                 Ok(w) => match member::from_welcome(&member_config(l, j), &w, true, now) {
                     Ok((tx, rx)) => {
                         fx.note(|| {
-                            format!("m{j}: joined {} at {} (commit {})", w.from, rx.next_seq(), w.commit)
+                            format!(
+                                "m{j}: joined {} at {} (commit {})",
+                                w.from,
+                                rx.next_seq(),
+                                w.commit
+                            )
                         });
                         self.phase = Phase::Joined {
                             tx: Box::new(tx),

@@ -7,8 +7,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 use stateright::actor::{
-    ActorModel, ActorModelAction, Envelope, Id, LossyNetwork, Network,
-    RandomChoices, Timers,
+    ActorModel, ActorModelAction, Envelope, Id, LossyNetwork, Network, RandomChoices, Timers,
 };
 use stateright::{Model, Property};
 use tachyon_core::seq::core::Nanos;
@@ -49,6 +48,8 @@ pub struct McModel {
     init: State,
     /// The prologue's end, in lines.
     pub prologue: Vec<String>,
+    /// A scenario's script after the prologue, step by step.
+    pub script: Vec<String>,
     /// Each actor's clock when the prologue ended.
     t0: Vec<Nanos>,
     /// Deliveries and the primary's term when the prologue ended.
@@ -68,10 +69,12 @@ impl McModel {
     pub fn new(bounds: Bounds) -> Result<McModel, String> {
         let layout = Layout::of(&bounds);
         let ctx = Arc::new(Ctx { bounds, layout });
+        let noops = Arc::new(crate::actor::NoOps::default());
         let actors: Vec<McActor> = (0..layout.actors())
             .map(|index| McActor {
                 ctx: ctx.clone(),
                 index,
+                noops: noops.clone(),
             })
             .collect();
         let b = &ctx.bounds;
@@ -108,12 +111,22 @@ impl McModel {
             inner,
             init,
             prologue: start.summary,
+            script: Vec::new(),
             t0,
         })
     }
 
     pub fn init_state(&self) -> &State {
         &self.init
+    }
+
+    /// The check starts from `s` (a scenario's script ran to it): the
+    /// clocks' horizon is counted from there.
+    pub fn restart_from(&mut self, s: State) {
+        self.t0 = s.actor_states.iter().map(|a| a.now()).collect();
+        self.init_deliveries = props::deliveries(&s);
+        self.init_term = props::top_term(&s);
+        self.init = s;
     }
 
     fn node<'a>(&self, s: &'a State, i: usize) -> Option<&'a NodeState> {
@@ -128,6 +141,7 @@ impl McModel {
         if let Network::UnorderedDuplicating(_, last) = &mut s.network {
             *last = None;
         }
+        s.history.depth = s.history.depth.saturating_add(1);
         s.history.observe(&s.actor_states);
     }
 
@@ -192,6 +206,10 @@ impl McModel {
         let fault = h.faults < b.faults;
         for i in 0..l.node_slots() {
             let Some(n) = self.node(s, i) else { continue };
+            // A frozen actor takes no step, faults included.
+            if b.frozen.contains(&i) {
+                continue;
+            }
             if n.is_up() && fault && i < l.nodes {
                 if b.kinds.crash {
                     out.push(Action::Crash(i));
@@ -315,6 +333,29 @@ impl McModel {
         Some(next)
     }
 
+    /// The actions possible in `s` but those of the actors in `frozen`,
+    /// and the timers of those in `paused`.
+    pub fn collect(
+        &self,
+        s: &State,
+        actions: &mut Vec<Action>,
+        frozen: &[usize],
+        paused: &[usize],
+    ) {
+        let mut inner = Vec::new();
+        self.inner.actions(s, &mut inner);
+        let free = |a: &ActorModelAction<Datagram, Timer, ()>| match a {
+            ActorModelAction::Deliver { dst, .. } => !frozen.contains(&usize::from(*dst)),
+            ActorModelAction::Timeout(id, _) => {
+                let i = usize::from(*id);
+                !frozen.contains(&i) && !paused.contains(&i)
+            }
+            _ => true,
+        };
+        actions.extend(inner.into_iter().filter(free).map(Action::Step));
+        self.extra_actions(s, actions);
+    }
+
     /// An action in words.
     pub fn describe(&self, a: &Action) -> String {
         let l = &self.ctx.layout;
@@ -371,7 +412,12 @@ impl McModel {
                 }
             }
         }
-        lines.extend(fx.notes.unwrap_or_default().into_iter().map(|n| format!("    {n}")));
+        lines.extend(
+            fx.notes
+                .unwrap_or_default()
+                .into_iter()
+                .map(|n| format!("    {n}")),
+        );
         lines
     }
 }
@@ -394,10 +440,13 @@ impl Model for McModel {
     }
 
     fn actions(&self, s: &State, actions: &mut Vec<Action>) {
-        let mut inner = Vec::new();
-        self.inner.actions(s, &mut inner);
-        actions.extend(inner.into_iter().map(Action::Step));
-        self.extra_actions(s, actions);
+        let d = self.ctx.bounds.depth;
+        if d > 0 && s.history.depth as usize >= d {
+            // At the depth bound: checked, not expanded.
+            return;
+        }
+        let b = &self.ctx.bounds;
+        self.collect(s, actions, &b.frozen, &b.paused);
     }
 
     fn next_state(&self, s: &State, a: Action) -> Option<State> {
@@ -425,12 +474,15 @@ impl Model for McModel {
         ]
     }
 
-    /// Every process's clock within the horizon past the prologue.
+    /// Within the depth bound, and every process's clock within the
+    /// horizon past the prologue.
     fn within_boundary(&self, s: &State) -> bool {
         let h = self.ctx.bounds.horizon;
-        s.actor_states
-            .iter()
-            .zip(&self.t0)
-            .all(|(a, t0)| a.now() <= t0 + h)
+        let d = self.ctx.bounds.depth;
+        (d == 0 || s.history.depth as usize <= d)
+            && s.actor_states
+                .iter()
+                .zip(&self.t0)
+                .all(|(a, t0)| a.now() <= t0 + h)
     }
 }

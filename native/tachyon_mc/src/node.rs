@@ -369,7 +369,12 @@ impl NodeState {
             Life::Absent => self.boot_on(b, l, i, MemLog::new(), 0),
             up => self.life = up,
         }
-        fx.note(|| format!("n{i}: started as {:?}", self.node().and_then(|n| n.started_as())));
+        fx.note(|| {
+            format!(
+                "n{i}: started as {:?}",
+                self.node().and_then(|n| n.started_as())
+            )
+        });
         self.tick_now(i, fx);
         self.seal();
     }
@@ -387,7 +392,9 @@ impl NodeState {
     /// refused (not the primary, a change pending).
     pub fn remove_node(&mut self, i: usize, id: u8, fx: &mut Effects) -> bool {
         let mut ok = false;
-        self.call(i, fx, |n, now, env| ok = n.remove_node(now, id, env).is_ok());
+        self.call(i, fx, |n, now, env| {
+            ok = n.remove_node(now, id, env).is_ok()
+        });
         if ok {
             self.tick_now(i, fx);
         }

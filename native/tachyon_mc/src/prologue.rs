@@ -28,8 +28,16 @@ pub struct Start {
 /// welcomed (and with `Delivered`, the first member's message delivered
 /// by every member).
 fn settled(states: &[McState], b: &Bounds, delivered: bool) -> bool {
-    let nodes: Vec<_> = states.iter().filter_map(|s| s.as_node()).take(b.nodes).collect();
-    let Some(p) = nodes.iter().filter_map(|n| n.node()).find(|n| n.is_leader()) else {
+    let nodes: Vec<_> = states
+        .iter()
+        .filter_map(|s| s.as_node())
+        .take(b.nodes)
+        .collect();
+    let Some(p) = nodes
+        .iter()
+        .filter_map(|n| n.node())
+        .find(|n| n.is_leader())
+    else {
         return false;
     };
     let (end, commit) = (p.next_seq(), p.commit());
@@ -52,10 +60,7 @@ fn settled(states: &[McState], b: &Bounds, delivered: bool) -> bool {
 pub fn run(actors: &[McActor], b: &Bounds) -> Result<Start, String> {
     let mut states: Vec<McState> = actors.iter().map(|a| a.fresh()).collect();
     let mut wire: VecDeque<(usize, usize, Vec<u8>)> = VecDeque::new();
-    let l = actors
-        .first()
-        .map(|a| a.ctx.layout)
-        .ok_or("no actor")?;
+    let l = actors.first().map(|a| a.ctx.layout).ok_or("no actor")?;
     let post = |i: usize, fx: Effects, wire: &mut VecDeque<(usize, usize, Vec<u8>)>| {
         for (to, d) in fx.sent {
             if let Some(j) = l.id_of(to) {
