@@ -1,6 +1,8 @@
 //! `tachyon_mc`: exhaustive model checking of the sequencer group's real
 //! cores within bounds (see the crate's doc). `--help` lists the flags.
 
+use std::alloc::{GlobalAlloc, Layout};
+use std::ffi::c_void;
 use std::time::Duration;
 
 use tachyon_core::seq::core::node::{Durability, TwoNodes};
@@ -43,8 +45,42 @@ const HELP: &str = "tachyon_mc: model checking of the sequencer group's real cor
   --threads N            checker threads (1)
   --timeout-s S          stop after S seconds (then not exhaustive)
   --all-failures         go on after the first violation
+  --examples             print the paths to the `sometimes` properties too
   --quiet                no progress lines
 ";
+
+/// mimalloc as the binary's allocator: a check spends a third of its time
+/// allocating and freeing the node states it clones (perf, glibc's
+/// malloc); mimalloc's thread-local free lists halve that.
+struct MiMalloc;
+
+// SAFETY: mimalloc's aligned functions return memory aligned as asked,
+// or null (GlobalAlloc's contract for failure); `mi_free` takes any
+// pointer they returned; `mi_realloc_aligned` keeps the alignment.
+unsafe impl GlobalAlloc for MiMalloc {
+    unsafe fn alloc(&self, l: Layout) -> *mut u8 {
+        // SAFETY: see the impl.
+        unsafe { libmimalloc_sys::mi_malloc_aligned(l.size(), l.align()) as *mut u8 }
+    }
+
+    unsafe fn alloc_zeroed(&self, l: Layout) -> *mut u8 {
+        // SAFETY: see the impl.
+        unsafe { libmimalloc_sys::mi_zalloc_aligned(l.size(), l.align()) as *mut u8 }
+    }
+
+    unsafe fn dealloc(&self, p: *mut u8, _: Layout) {
+        // SAFETY: `p` came from this allocator.
+        unsafe { libmimalloc_sys::mi_free(p as *mut c_void) }
+    }
+
+    unsafe fn realloc(&self, p: *mut u8, l: Layout, size: usize) -> *mut u8 {
+        // SAFETY: `p` came from this allocator with `l`'s alignment.
+        unsafe { libmimalloc_sys::mi_realloc_aligned(p as *mut c_void, size, l.align()) as *mut u8 }
+    }
+}
+
+#[global_allocator]
+static ALLOC: MiMalloc = MiMalloc;
 
 fn fail(msg: String) -> ! {
     eprintln!("tachyon_mc: {msg}\n\n{HELP}");
@@ -81,6 +117,7 @@ fn main() {
         ..RunOpts::default()
     };
     let mut restarts = None;
+    let mut examples = false;
     let mut i = 0;
     while i < args.len() {
         let flag = args[i].as_str();
@@ -162,6 +199,7 @@ fn main() {
             "--timeout-s" => o.timeout = Some(Duration::from_secs(num(flag, &value()))),
             "--all-failures" => o.stop_at_failure = false,
             "--quiet" => o.progress = None,
+            "--examples" => examples = true,
             _ => fail(format!("unknown flag {flag}")),
         }
         i += 1;
@@ -215,7 +253,7 @@ fn main() {
     }
     println!();
     let out = check(model, &o);
-    print!("{}", report(&out));
+    print!("{}", report(&out, examples));
     if out.violations().next().is_some() {
         std::process::exit(1);
     }

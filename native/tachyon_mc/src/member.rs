@@ -111,6 +111,14 @@ impl MemberState {
         matches!(self.phase, Phase::Joined { .. })
     }
 
+    /// The term of the primary the member follows (once joined).
+    pub fn term(&self) -> Option<u32> {
+        match &self.phase {
+            Phase::Joined { rx, .. } => Some(rx.epoch()),
+            Phase::Joining(_) => None,
+        }
+    }
+
     /// What the receive side reported: forks counted, events noted.
     fn events(&mut self, j: usize, fx: &mut Effects) {
         let Phase::Joined { rx, .. } = &mut self.phase else {

@@ -463,7 +463,7 @@ impl Model for McModel {
     }
 
     fn properties(&self) -> Vec<Property<Self>> {
-        vec![
+        let mut v = vec![
             Property::always("no_lost_delivery", props::no_lost_delivery),
             Property::always("agreement", props::agreement),
             Property::always("one_primary_per_term", props::one_primary_per_term),
@@ -471,7 +471,14 @@ impl Model for McModel {
             Property::always("one_session", props::one_session),
             Property::sometimes("delivered", props::delivered),
             Property::sometimes("failover", props::failover),
-        ]
+        ];
+        if self.ctx.bounds.membership {
+            v.push(Property::sometimes(
+                "membership_changed",
+                props::membership_changed,
+            ));
+        }
+        v
     }
 
     /// Within the depth bound, and every process's clock within the

@@ -25,8 +25,8 @@ pub struct Start {
 
 /// Whether the group has a primary every node follows, with every entry
 /// committed everywhere, no learner and no sync pending; the members
-/// welcomed (and with `Delivered`, the first member's message delivered
-/// by every member).
+/// welcomed by that primary (and with `Delivered`, the first member's
+/// message delivered by every member).
 fn settled(states: &[McState], b: &Bounds, delivered: bool) -> bool {
     let nodes: Vec<_> = states
         .iter()
@@ -52,7 +52,7 @@ fn settled(states: &[McState], b: &Bounds, delivered: bool) -> bool {
     let members = states.iter().filter_map(|s| s.as_member());
     let members_ok = members
         .clone()
-        .all(|m| m.is_joined() && (!delivered || !m.delivered.is_empty()));
+        .all(|m| m.term() == Some(p.term()) && (!delivered || !m.delivered.is_empty()));
     commit == end && nodes_ok && members_ok
 }
 

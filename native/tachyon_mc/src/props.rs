@@ -17,7 +17,9 @@
 //! * sometimes `delivered`: a member delivers a message published after
 //!   the prologue (the check is not vacuous);
 //! * sometimes `failover`: a node is primary in a later term than the
-//!   prologue's primary (faults reach a takeover).
+//!   prologue's primary (faults reach a takeover);
+//! * sometimes `membership_changed` (with a membership change in the
+//!   bounds): a primary's log holds a membership change.
 
 use std::collections::BTreeMap;
 
@@ -206,6 +208,15 @@ pub fn delivered(m: &McModel, s: &State) -> bool {
 
 pub fn failover(m: &McModel, s: &State) -> bool {
     top_term(s) > m.init_term
+}
+
+/// A membership change is in the log of a primary now (with
+/// `--membership`).
+pub fn membership_changed(_: &McModel, s: &State) -> bool {
+    nodes(s).any(|(_, n)| {
+        n.node()
+            .is_some_and(|x| x.is_leader() && x.membership_index().is_some())
+    })
 }
 
 /// A violated property's details in this state.

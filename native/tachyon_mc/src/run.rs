@@ -190,8 +190,9 @@ pub fn trace(model: &McModel, name: &str, path: &Path<State, Action>) -> String 
     s
 }
 
-/// The whole report.
-pub fn report(out: &Outcome) -> String {
+/// The whole report (with `examples`, the paths to the `sometimes`
+/// properties too).
+pub fn report(out: &Outcome, examples: bool) -> String {
     let mut s = String::new();
     let _ = writeln!(
         s,
@@ -225,11 +226,16 @@ pub fn report(out: &Outcome) -> String {
         let kind = if p.always { "always" } else { "sometimes" };
         let _ = writeln!(s, "  {kind:9} {:22} {verdict}", p.name);
     }
-    for p in out.violations() {
-        if let Some(t) = &p.trace {
+    for p in &out.props {
+        let Some(t) = &p.trace else { continue };
+        if p.always {
             let _ = writeln!(s, "\ncounterexample for {}:", p.name);
-            s.push_str(t);
+        } else if examples {
+            let _ = writeln!(s, "\nexample for {}:", p.name);
+        } else {
+            continue;
         }
+        s.push_str(t);
     }
     s
 }

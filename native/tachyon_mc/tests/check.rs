@@ -16,7 +16,7 @@ use tachyon_mc::{Bounds, McModel};
 fn run(b: Bounds) -> Outcome {
     let m = McModel::new(b).expect("the prologue settles");
     let out = check(m, &RunOpts::default());
-    println!("{}", report(&out));
+    println!("{}", report(&out, false));
     out
 }
 
@@ -122,7 +122,7 @@ fn known_bug_three_hop_silent_fork() {
     let mut m = McModel::new(s.bounds).expect("prologue");
     m.run_script(&s.script).expect("script");
     let out = check(m, &RunOpts::default());
-    println!("{}", report(&out));
+    println!("{}", report(&out, false));
     holds(&out);
 }
 
@@ -138,9 +138,13 @@ fn the_prologue_and_the_steps_are_deterministic() {
         s.hash(&mut h);
         h.finish()
     };
+    let bounds = || Bounds {
+        depth: 0,
+        ..Bounds::default()
+    };
     let (a, b) = (
-        McModel::new(Bounds::default()).expect("a"),
-        McModel::new(Bounds::default()).expect("b"),
+        McModel::new(bounds()).expect("a"),
+        McModel::new(bounds()).expect("b"),
     );
     let (mut sa, mut sb) = (a.init_state().clone(), b.init_state().clone());
     assert_eq!(fp(&sa), fp(&sb));
@@ -155,9 +159,21 @@ fn the_prologue_and_the_steps_are_deterministic() {
             .enumerate()
             .filter_map(|(i, x)| a.next_state(&sa, x.clone()).map(|n| (i, n)))
             .collect();
+        assert!(!steps.is_empty());
         let (i, na) = steps[(k * 5 + 1) % steps.len()].clone();
         let nb = b.next_state(&sb, xb[i].clone()).expect("the same step");
         assert_eq!(fp(&na), fp(&nb), "step {k}: {}", a.describe(&xa[i]));
         (sa, sb) = (na, nb);
     }
+}
+
+/// Known bug 2 (two replaced disks form a new group): n0, which holds
+/// the log, is down; n1 and n2 get empty disks, hear each other's empty
+/// logs and no log, and elect a primary of a new session.
+#[test]
+#[ignore = "known bug 2 (two replaced disks form a new group): fails until fixed"]
+fn known_bug_two_disks_new_group() {
+    let s = scenario::find("two-disks").expect("scenario");
+    let out = run(s.bounds);
+    holds(&out);
 }
