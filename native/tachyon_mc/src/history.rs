@@ -90,7 +90,7 @@ impl Hist {
         for (i, a) in actors.iter().enumerate() {
             let Some(n) = a.as_node() else { continue };
             if let Some(log) = n.log() {
-                if log.first() == 0 && log.len() > 0 {
+                if log.first() == 0 && !log.is_empty() {
                     if let Some(s) = log.entry(0).and_then(session_of) {
                         insert(&mut self.sessions, s);
                     }

@@ -84,6 +84,23 @@ fn two_nodes_safe_with_the_witness() {
     reached(&out, "failover");
 }
 
+/// The checker's teeth: a group of two that prefers availability takes
+/// a silent peer for dead, so a partition forks the bus (by design: the
+/// members report it). The checker must find the fork.
+#[test]
+fn two_nodes_available_fork_is_found() {
+    let out = run(Bounds {
+        nodes: 2,
+        two_nodes: TwoNodes::Available,
+        faults: 0,
+        eager_restart: false,
+        depth: 10,
+        horizon: 10 * MILLI,
+        ..Bounds::default()
+    });
+    assert!(out.prop("no_lost_delivery").is_some_and(|p| p.failed()));
+}
+
 #[test]
 fn a_membership_change() {
     let out = run(Bounds {
@@ -96,6 +113,7 @@ fn a_membership_change() {
         ..Bounds::default()
     });
     holds(&out);
+    reached(&out, "membership_changed");
 }
 
 /// Known bug 1 (three-hop silent fork), reached from the scenario's
