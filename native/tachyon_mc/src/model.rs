@@ -4,6 +4,7 @@
 //! properties read, and the clock horizon.
 
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
 use stateright::actor::{
@@ -55,6 +56,14 @@ pub struct McModel {
     /// Deliveries and the primary's term when the prologue ended.
     pub init_deliveries: usize,
     pub init_term: u32,
+    /// A time limit, in milliseconds since `born` (`u64::MAX`: none): past
+    /// it no state is expanded (the search drains and stops; stateright's
+    /// own limit is not seen by a lone depth-first thread), and
+    /// `timed_out` is set. Lifted again before counterexamples are
+    /// rebuilt (stateright replays them through `actions`).
+    born: std::time::Instant,
+    pub deadline_ms: AtomicU64,
+    pub timed_out: AtomicBool,
 }
 
 fn empty_network(kind: NetKind) -> Network<Datagram> {
@@ -113,7 +122,16 @@ impl McModel {
             prologue: start.summary,
             script: Vec::new(),
             t0,
+            born: std::time::Instant::now(),
+            deadline_ms: AtomicU64::new(u64::MAX),
+            timed_out: AtomicBool::new(false),
         })
+    }
+
+    /// Sets the time limit (from now), or lifts it.
+    pub fn set_time_limit(&self, t: Option<std::time::Duration>) {
+        let at = t.map_or(u64::MAX, |t| (self.born.elapsed() + t).as_millis() as u64);
+        self.deadline_ms.store(at, Ordering::Relaxed);
     }
 
     pub fn init_state(&self) -> &State {
@@ -443,6 +461,11 @@ impl Model for McModel {
         let d = self.ctx.bounds.depth;
         if d > 0 && s.history.depth as usize >= d {
             // At the depth bound: checked, not expanded.
+            return;
+        }
+        let limit = self.deadline_ms.load(Ordering::Relaxed);
+        if limit != u64::MAX && self.born.elapsed().as_millis() as u64 >= limit {
+            self.timed_out.store(true, Ordering::Relaxed);
             return;
         }
         let b = &self.ctx.bounds;

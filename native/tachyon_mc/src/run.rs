@@ -2,6 +2,7 @@
 //! property's result, and a counterexample as a readable list of steps.
 
 use std::fmt::Write as _;
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use stateright::{Checker, Expectation, HasDiscoveries, Model, Path};
@@ -80,6 +81,7 @@ impl Outcome {
 
 /// Runs the check of `model`.
 pub fn check(model: McModel, o: &RunOpts) -> Outcome {
+    model.set_time_limit(o.timeout);
     let names: Vec<(&'static str, bool)> = model
         .properties()
         .iter()
@@ -89,9 +91,6 @@ pub fn check(model: McModel, o: &RunOpts) -> Outcome {
     let mut b = model.checker().threads(o.threads.max(1));
     if o.stop_at_failure {
         b = b.finish_when(HasDiscoveries::AnyFailures);
-    }
-    if let Some(t) = o.timeout {
-        b = b.timeout(t);
     }
     let start = Instant::now();
     if o.dfs {
@@ -127,6 +126,8 @@ fn finish<C: Checker<McModel>>(
     }
     let c = c.join();
     let elapsed = start.elapsed();
+    // Counterexamples are rebuilt by replaying the model: no limit then.
+    c.model().set_time_limit(None);
     let props: Vec<PropResult> = names
         .iter()
         .map(|&(name, always)| {
@@ -141,7 +142,7 @@ fn finish<C: Checker<McModel>>(
         })
         .collect();
     let failed = props.iter().any(|p| p.always && p.discovery.is_some());
-    let timed_out = o.timeout.is_some_and(|t| elapsed >= t);
+    let timed_out = c.model().timed_out.load(Ordering::Relaxed);
     Outcome {
         depth,
         generated: c.state_count(),
