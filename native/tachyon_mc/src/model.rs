@@ -25,11 +25,12 @@ use crate::props::{self, State};
 pub enum Action {
     /// An actor's step: a datagram delivered (or dropped), a timer.
     Step(ActorModelAction<Datagram, Timer, ()>),
-    /// kill -9 of node `i`.
+    /// kill -9 of node `i` (it goes down; with eager restarts it starts
+    /// again in the same step, as do the next two).
     Crash(usize),
     /// Node `node`'s host loses power; the platter keeps `keep` entries.
     PowerLoss { node: usize, keep: u64 },
-    /// Node `i`'s disk is replaced by an empty one (it goes down).
+    /// Node `i`'s disk is replaced by an empty one.
     ReplaceDisk(usize),
     /// Down node `i` starts again (a spare: for the first time).
     Restart(usize),
@@ -251,7 +252,7 @@ impl McModel {
                 let (Some(me), Some(peer)) = (me, peer) else {
                     continue;
                 };
-                if !me.is_up() {
+                if !me.is_up() || b.frozen.contains(&i) {
                     continue;
                 }
                 if peer.is_down() && h.witnessed & (1 << i) == 0 {
@@ -263,7 +264,7 @@ impl McModel {
             }
         }
         if b.membership && h.changes == 0 {
-            for p in 0..l.node_slots() {
+            for p in (0..l.node_slots()).filter(|p| !b.frozen.contains(p)) {
                 let Some(node) = self.node(s, p).and_then(|n| n.node()) else {
                     continue;
                 };
