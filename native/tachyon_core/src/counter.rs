@@ -12,6 +12,14 @@ use std::sync::atomic::{AtomicU64, Ordering};
 #[derive(Debug, Default)]
 pub struct Counter(AtomicU64);
 
+/// A copy of the value now: an independent counter (a state machine
+/// cloned for a model checker counts on its own from there).
+impl Clone for Counter {
+    fn clone(&self) -> Counter {
+        Counter(AtomicU64::new(self.get()))
+    }
+}
+
 impl Counter {
     /// Adds `n` from any thread.
     #[inline]

@@ -74,7 +74,7 @@ pub fn socket_options() -> SocketOptions {
 }
 
 /// How the bus reaches the members.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum BusMode {
     /// To every member that said hello, one datagram each.
     Unicast,

@@ -22,6 +22,21 @@ pub struct Fill {
     pub requests: u64,
 }
 
+/// Every field but `requests` (a statistic; see
+/// [`fingerprint`](super::fingerprint)).
+impl std::hash::Hash for Fill {
+    fn hash<H: std::hash::Hasher>(&self, h: &mut H) {
+        let Fill {
+            to,
+            progress,
+            at,
+            attempt,
+            requests: _,
+        } = self;
+        (to, progress, at, attempt).hash(h);
+    }
+}
+
 impl Fill {
     /// What to ask for now, if anything: `have` is the receiver's
     /// contiguous end, `gap_end` where the gap ends (the first entry held

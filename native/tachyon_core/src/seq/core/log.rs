@@ -42,7 +42,7 @@ pub trait Entries {
 
 /// What a node keeps beside its log, on stable storage: Raft's
 /// `currentTerm` and `votedFor`, and what the node knows of its log.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Hash)]
 pub struct Meta {
     pub term: u32,
     pub vote: Option<u8>,

@@ -27,7 +27,7 @@ use super::log::{Entries, Log, LogError, Meta};
 use super::{Nanos, Rng};
 
 /// What the platter holds at one index.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 enum Slot {
     /// Never written, or zeroed by a truncation.
     Zero,
@@ -93,6 +93,48 @@ fn mix(h: u64, e: &[u8]) -> u64 {
         h = h.wrapping_mul(0x100_0000_01b3);
     }
     h ^ (e.len() as u64).rotate_left(29)
+}
+
+/// What a node reads and what a fault would reveal: the page cache, the
+/// platter, the unsynced writes, the metadata and the fault switches; not
+/// the simulator's own records (`chain`, `changed_from`, `prefixes`: no
+/// node reads them; see [`fingerprint`](super::fingerprint)).
+impl std::hash::Hash for MemLog {
+    fn hash<H: std::hash::Hasher>(&self, h: &mut H) {
+        let MemLog {
+            entries,
+            chain: _,
+            disk,
+            dirty,
+            now,
+            meta,
+            full,
+            recovery_lost,
+            read_errors,
+            changed_from: _,
+            first,
+            checkpoint,
+            retain,
+            segment,
+            prefixes: _,
+            crash_in_install,
+            crashed,
+        } = self;
+        entries.hash(h);
+        disk.hash(h);
+        dirty.hash(h);
+        now.hash(h);
+        meta.hash(h);
+        full.hash(h);
+        recovery_lost.hash(h);
+        read_errors.hash(h);
+        first.hash(h);
+        checkpoint.hash(h);
+        retain.hash(h);
+        segment.hash(h);
+        crash_in_install.hash(h);
+        crashed.hash(h);
+    }
 }
 
 impl MemLog {

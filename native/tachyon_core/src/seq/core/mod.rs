@@ -15,6 +15,7 @@
 //! through a simulated network.
 
 pub mod fill;
+pub mod fingerprint;
 pub mod log;
 pub mod member;
 mod memlog;
@@ -298,7 +299,7 @@ impl Sink for Outbox {
 
 /// A small deterministic generator (xorshift64*), for jitter: seeded by the
 /// caller, so the simulator replays bit for bit.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Hash)]
 pub struct Rng(u64);
 
 impl Rng {

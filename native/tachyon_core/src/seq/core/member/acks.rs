@@ -35,7 +35,7 @@ use std::net::SocketAddr;
 
 /// What one voter acknowledged in this term: its log identity and
 /// incarnation, and its end.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 struct Said {
     log_id: u64,
     incarnation: u32,
@@ -43,7 +43,7 @@ struct Said {
 }
 
 /// The acknowledgements a member heard in the current term.
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Clone, Hash)]
 pub(super) struct Acks {
     term: u32,
     /// The primary of `term`, and its node id in `config`.

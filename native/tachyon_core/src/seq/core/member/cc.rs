@@ -38,7 +38,7 @@ pub const MAX_RTO: Nanos = 1_000 * MILLI;
 const G: Nanos = MICRO;
 
 /// The retransmission timer (RFC 6298).
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Hash)]
 pub struct Rtt {
     srtt: Option<Nanos>,
     rttvar: Nanos,
@@ -124,7 +124,7 @@ impl Rtt {
 
 /// The congestion window on command datagrams in flight (RFC 5681's
 /// additive increase, multiplicative decrease).
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Hash)]
 pub struct Window {
     cwnd: usize,
     /// Datagrams acknowledged towards the next increase.

@@ -139,7 +139,7 @@ impl MemberConfig {
     }
 }
 
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Clone)]
 pub struct TxCounters {
     pub published: Counter,
     pub commands: Counter,
@@ -166,7 +166,7 @@ pub struct TxCounters {
     pub looked: Counter,
 }
 
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Clone)]
 pub struct RxCounters {
     pub delivered: Counter,
     pub datagrams: Counter,

@@ -24,7 +24,7 @@ const KEPT: usize = 64;
 /// Where each epoch this member delivered began, oldest first (never
 /// empty: the first is the epoch the member started in, from where it
 /// started).
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Hash)]
 pub struct Epochs {
     starts: VecDeque<(u32, u64)>,
 }

@@ -14,7 +14,7 @@ const HELLO_EVERY: Nanos = 20 * MILLI;
 const PREFER_WAIT: Nanos = 2 * MILLI;
 
 /// What the welcome said, and who said it.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct Welcome {
     pub session: u64,
     pub term: u32,
@@ -71,6 +71,7 @@ impl Welcome {
 }
 
 /// A member saying hello until welcomed.
+#[derive(Debug, Clone, Hash)]
 pub struct Join {
     hello: Vec<u8>,
     incarnation: u64,

@@ -38,7 +38,7 @@ use crate::seq::wire;
 use crate::seq::SeqError;
 
 /// What a member reports to its owner.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum MemberEvent {
     /// A primary of `term` whose log does not hold what this member
     /// delivered from `resume` up to `next` (the last of it in `epoch`):

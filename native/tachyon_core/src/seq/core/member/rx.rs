@@ -488,6 +488,9 @@ impl Rx {
     }
 }
 
+#[path = "rx_fingerprint.rs"]
+mod fingerprint;
+
 #[path = "rx_timers.rs"]
 mod timers;
 

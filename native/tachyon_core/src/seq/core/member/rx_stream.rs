@@ -6,7 +6,7 @@ use super::*;
 
 /// Entries in order, not yet delivered (waiting for the commit position),
 /// back to back in one buffer: no allocation per message.
-#[derive(Default)]
+#[derive(Default, Clone)]
 pub(super) struct Ring {
     pub(super) buf: Vec<u8>,
     pub(super) head: usize,
@@ -14,6 +14,15 @@ pub(super) struct Ring {
 }
 
 impl Ring {
+    /// The entries held, in order (not the buffer's layout).
+    pub(super) fn fingerprint<H: std::hash::Hasher>(&self, h: &mut H) {
+        use std::hash::Hash;
+        self.spans.len().hash(h);
+        for &(a, l) in &self.spans {
+            self.buf[a..a + l].hash(h);
+        }
+    }
+
     pub(super) fn len(&self) -> u64 {
         self.spans.len() as u64
     }
@@ -58,6 +67,7 @@ impl Ring {
 }
 
 /// What has been delivered: the stream's position and reassembly.
+#[derive(Clone)]
 pub(super) struct Stream {
     pub(super) member_id: u32,
     pub(super) max_message_size: usize,
@@ -82,6 +92,29 @@ pub(super) struct Stream {
 }
 
 impl Stream {
+    /// Every field but the counters, fragments in key order.
+    pub(super) fn fingerprint<H: std::hash::Hasher>(&self, h: &mut H) {
+        use crate::seq::core::fingerprint::hash_sorted;
+        use std::hash::Hash;
+        let Stream {
+            member_id,
+            max_message_size,
+            next,
+            deliver_from,
+            epochs,
+            delivered_any,
+            own,
+            partial,
+            snapshots,
+            snapshot_as_of,
+            c: _,
+        } = self;
+        (member_id, max_message_size, next, deliver_from, epochs).hash(h);
+        (delivered_any, own).hash(h);
+        hash_sorted(partial.iter(), h);
+        (snapshots, snapshot_as_of).hash(h);
+    }
+
     /// Takes entry `seq` (the next one): delivers it, or a reassembled
     /// message whose last fragment it is.
     pub(super) fn apply(&mut self, seq: u64, m: &Msg<'_>, deliver: &mut Deliver<'_>) {

@@ -46,6 +46,7 @@ const POOL: usize = 64;
 /// may be scheduled out for tens of microseconds on a loaded machine).
 const MIN_TICK: Nanos = 100_000;
 
+#[derive(Clone, Hash)]
 struct Pending {
     first_seq: u64,
     last_seq: u64,
@@ -459,6 +460,9 @@ impl Tx {
 
 #[path = "tx_publish.rs"]
 mod publish;
+
+#[path = "tx_fingerprint.rs"]
+mod fingerprint;
 
 #[path = "tx_timers.rs"]
 mod timers;

@@ -15,7 +15,7 @@ use crate::seq::wire::{self, Cmd, CmdKind, PeerKind, Published, WelcomeBody, REA
 const WINDOW_BYTES: usize = 1 << 20;
 
 /// A member's commands held until an earlier one arrives.
-#[derive(Debug)]
+#[derive(Debug, Clone, Hash)]
 pub struct Window {
     pub(super) held: BTreeMap<u64, (u8, Vec<u8>)>,
     pub(super) bytes: usize,

@@ -4,7 +4,7 @@ use super::*;
 
 /// What a two-node group does when it cannot tell a dead peer from a cut
 /// link.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum TwoNodes {
     /// The primary commits only with the standby's acknowledgement, and the
     /// standby takes over only with a third vote: its witness (the
@@ -21,7 +21,7 @@ pub enum TwoNodes {
 /// What a node's acknowledgement of an entry promises, and so what
 /// "committed" means: held by a majority in their page cache, or on their
 /// disk.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Durability {
     /// An entry is acknowledged once appended (in the page cache: it
     /// survives a process crash, not a power loss). A node that restarts
@@ -45,7 +45,7 @@ impl Durability {
 pub const ACK_FANOUT: usize = 8;
 
 /// A node's options.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Hash)]
 pub struct NodeConfig {
     /// Which members may publish, and from where each may read (with keys,
     /// each member id is bound to its credential).
@@ -172,7 +172,7 @@ impl NodeConfig {
 /// member: its open from below and its replays below are answered as
 /// retention's). Ids bound to credentials make it hold against a member
 /// that claims another's id (`seq::guard`).
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
 pub struct Acl {
     /// Members that may publish (`None`: every member).
     pub publishers: Option<std::collections::BTreeSet<u32>>,
@@ -203,7 +203,7 @@ impl Acl {
 }
 
 /// A node's counters (one writer: the thread driving the node).
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Clone)]
 pub struct NodeCounters {
     pub messages: Counter,
     /// Publishes of members that may only read, and replays below a
@@ -275,7 +275,7 @@ pub struct NodeCounters {
 }
 
 /// Raft's roles.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Role {
     Follower,
     PreCandidate,

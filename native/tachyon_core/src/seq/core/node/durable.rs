@@ -19,6 +19,7 @@ use super::{Node, Role};
 use crate::seq::core::{Env, Log, Nanos, NodeEvent};
 use crate::seq::wire;
 
+#[derive(Clone, Hash)]
 pub(super) struct Durable {
     /// The entries below this are on the disk.
     pub upto: u64,

@@ -36,7 +36,7 @@ use super::{quorum, Node, Role, TwoNodes, MAX_NODES, TICK_CAP};
 use crate::seq::core::{Env, Log, Nanos, NodeEvent};
 use crate::seq::wire::{Peer, PeerKind, GRANTED};
 
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Clone, Hash)]
 pub(super) struct Election {
     /// Nodes that granted this round's (pre-)vote, as bits.
     pub granted: u64,

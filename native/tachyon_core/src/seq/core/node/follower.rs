@@ -20,7 +20,7 @@ use crate::seq::wire::{self, Bus, BusKind, Msg, PeerKind};
 /// Entries held ahead of the log end at most (beyond: asked for again).
 const HELD_MAX: usize = 1 << 16;
 
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Clone, Hash)]
 pub(super) struct Follow {
     /// The log matches the primary's (this term).
     pub synced: bool,

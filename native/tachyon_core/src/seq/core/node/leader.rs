@@ -50,6 +50,7 @@ enum Beat {
     Tail,
 }
 
+#[derive(Clone)]
 pub(super) struct Lead {
     /// The index of this term's epoch record.
     pub term_start: u64,
@@ -79,6 +80,38 @@ pub(super) struct Lead {
 }
 
 impl Lead {
+    /// What the primary does next depends on: every field but the scratch
+    /// list `beat_to`, and the datagram being built only while it holds a
+    /// message ([`crate::seq::core::fingerprint`]).
+    pub fn fingerprint<H: std::hash::Hasher>(&self, h: &mut H) {
+        use crate::seq::core::fingerprint::hash_sorted;
+        use std::hash::Hash;
+        let Lead {
+            term_start,
+            matched,
+            ident,
+            peer_silent,
+            learner,
+            down,
+            out,
+            out_count,
+            last_send,
+            due,
+            sent_in_batch,
+            commit_sent,
+            beat_to: _,
+            windows,
+            replays,
+        } = self;
+        (term_start, matched, ident, peer_silent, learner, down).hash(h);
+        out_count.hash(h);
+        if *out_count > 0 {
+            out.hash(h);
+        }
+        (last_send, due, sent_in_batch, commit_sent, windows).hash(h);
+        hash_sorted(replays.iter(), h);
+    }
+
     pub fn new(n: usize, max_datagram: usize) -> Lead {
         Lead {
             term_start: 0,

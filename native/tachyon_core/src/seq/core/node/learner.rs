@@ -42,7 +42,7 @@ use crate::seq::wire::{Peer, PeerKind, FRESH, LEADER};
 /// A probe answer older than this many election timeouts is asked again.
 const PROBE_FRESH: u64 = 4;
 
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, Hash)]
 struct Heard {
     last_term: u32,
     end: u64,
@@ -51,6 +51,7 @@ struct Heard {
     at: Nanos,
 }
 
+#[derive(Clone, Hash)]
 pub(super) struct Learn {
     /// What each node said of its log, and when.
     heard: Vec<Option<Heard>>,

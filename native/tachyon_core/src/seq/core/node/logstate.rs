@@ -20,7 +20,7 @@ use crate::seq::wire::{Msg, CONTROL};
 /// Entries kept undoable at most (beyond, a truncation rescans the log).
 const UNDO_MAX: usize = 1 << 20;
 
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Clone)]
 pub struct LogState {
     /// 0: an empty log (no session yet).
     pub session: u64,
@@ -50,6 +50,29 @@ pub struct LogState {
 }
 
 impl LogState {
+    /// Every field, the members' lasts in key order
+    /// ([`crate::seq::core::fingerprint`]).
+    pub fn fingerprint<H: std::hash::Hasher>(&self, h: &mut H) {
+        use crate::seq::core::fingerprint::hash_sorted;
+        use std::hash::Hash;
+        let LogState {
+            session,
+            epochs,
+            last,
+            configs,
+            undo,
+            floor,
+            undo_lost,
+            first,
+            next,
+            snaps,
+        } = self;
+        (session, epochs).hash(h);
+        hash_sorted(last.iter(), h);
+        (configs, undo, floor, undo_lost, first, next).hash(h);
+        snaps.fingerprint(h);
+    }
+
     /// Reads the whole log, up to its first entry that does not parse or
     /// breaks the order of terms; returns the state of the entries before
     /// it and, if there is one, its index (the caller cuts the log there).

@@ -20,7 +20,7 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 pub const MAX_NODES: usize = 64;
 
 /// A node of the group.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct NodeEntry {
     pub id: u8,
     pub addr: SocketAddr,
@@ -28,7 +28,7 @@ pub struct NodeEntry {
 }
 
 /// Every node of the group, by id.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, PartialEq, Eq, Default, Hash)]
 pub struct Membership {
     nodes: Vec<NodeEntry>,
 }

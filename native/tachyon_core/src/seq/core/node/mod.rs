@@ -40,6 +40,7 @@ mod config;
 mod dispatch;
 mod durable;
 mod election;
+mod fingerprint;
 mod follower;
 mod leader;
 mod learner;
@@ -92,7 +93,7 @@ fn finish_install<L: Log>(log: &mut L) -> Result<(), LogError> {
 }
 
 /// A member that said goodbye: from where, as which incarnation, when.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, Hash)]
 struct Departed {
     addr: SocketAddr,
     incarnation: u64,
@@ -101,7 +102,7 @@ struct Departed {
 
 /// A member as the nodes know it (soft state: a new primary learns it
 /// from the member's next hello or command).
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, Hash)]
 pub(crate) struct Binding {
     addr: SocketAddr,
     incarnation: u64,

@@ -34,12 +34,13 @@ use crate::seq::core::{
 use crate::seq::wire::{Peer, PeerKind};
 
 /// A checkpoint being received.
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Clone, Hash)]
 pub(super) struct Installing {
     bytes: Vec<u8>,
     asked_at: Option<Nanos>,
 }
 
+#[derive(Clone, Hash)]
 pub(super) struct Retain {
     /// The last checkpoint made or installed, and its first index.
     pub last: Option<(u64, Arc<Vec<u8>>)>,

@@ -25,7 +25,7 @@ const KEPT: usize = 8;
 const SPANS: usize = 1 << 16;
 
 /// A complete snapshot in the log.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Snap {
     pub member: u32,
     /// The index of its first and of its last message.
@@ -49,6 +49,22 @@ pub struct Snaps {
 }
 
 impl Snaps {
+    /// Every field, maps in key order ([`crate::seq::core::fingerprint`]).
+    pub fn fingerprint<H: std::hash::Hasher>(&self, h: &mut H) {
+        use crate::seq::core::fingerprint::hash_sorted;
+        use std::hash::Hash;
+        let Snaps {
+            open,
+            done,
+            frags,
+            spans,
+        } = self;
+        hash_sorted(open.iter(), h);
+        done.hash(h);
+        hash_sorted(frags.iter(), h);
+        spans.hash(h);
+    }
+
     /// Entry `i` was appended.
     pub fn applied(&mut self, i: u64, m: &Msg<'_>) {
         if m.member_id == 0 {
