@@ -13,6 +13,8 @@
 //!   checkpoints);
 //! * [`disk`]: the files a store, a table and a segment directory read
 //!   back at open (manifests, hint files, segment images);
+//! * [`guard`]: the envelope every datagram wears when a group has keys,
+//!   and the key files;
 //! * [`actors`]: arbitrary datagrams fed to a real sequencer node and to a
 //!   real member, which catches unchecked lengths past the parsers.
 //!
@@ -22,6 +24,7 @@
 
 pub mod actors;
 pub mod disk;
+pub mod guard;
 pub mod mutate;
 pub mod ops;
 pub mod seeds;
@@ -48,6 +51,8 @@ pub const TARGETS: &[(&str, Target)] = &[
     ("store_segment", disk::store_segment),
     ("node", actors::node),
     ("member", actors::member),
+    ("guard_open", guard::guard_open),
+    ("key_file", guard::key_file),
 ];
 
 /// The target named `name`.

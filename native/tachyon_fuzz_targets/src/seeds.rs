@@ -37,6 +37,8 @@ pub fn of(name: &str) -> Vec<Vec<u8>> {
         "store_segment" => crate::seeds_disk::store_segments(),
         "node" => recorded().nodes,
         "member" => recorded().members,
+        "guard_open" => crate::guard::seeds(),
+        "key_file" => crate::guard::key_files(),
         _ => Vec::new(),
     }
 }

@@ -102,6 +102,8 @@ replay!(
     store_segment,
     node,
     member,
+    guard_open,
+    key_file,
 );
 
 #[test]

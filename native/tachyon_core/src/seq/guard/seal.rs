@@ -136,7 +136,7 @@ impl Guard {
     }
 
     fn try_open(&mut self, from: SocketAddr, d: &[u8], out: &mut Vec<u8>) -> Result<(), Reject> {
-        if d.len() < 3 || wire::magic(d) != SEAL_MAGIC || d[2] != VERSION {
+        if d.len() < 4 || wire::magic(d) != SEAL_MAGIC || d[2] != VERSION {
             return Err(Reject::Unsealed);
         }
         let class = Class::from_u8(d[3]).ok_or(Reject::Malformed)?;

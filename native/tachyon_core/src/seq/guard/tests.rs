@@ -236,3 +236,17 @@ fn counters_go_up_across_restarts() {
     assert_eq!(b.open(addr(1), &old, &mut out), Err(Reject::Replayed));
     let _ = Arc::strong_count(&b.shared);
 }
+
+/// Found by the guard_open fuzz target: a datagram of the magic and the
+/// version only, without its class byte, read past its end.
+#[test]
+fn an_envelope_cut_before_its_class_is_unsealed_not_a_panic() {
+    let g = group(&[secret(1)]);
+    let mut n = node(2, g.clone(), false);
+    let mut m = member(7, g.credential(7).unwrap(), false);
+    let mut out = Vec::new();
+    for d in [&[0x54, 0x53, 0x01][..], &[0x54, 0x53], &[0x54], &[]] {
+        assert_eq!(n.open(addr(1), d, &mut out), Err(Reject::Unsealed));
+        assert_eq!(m.open(addr(1), d, &mut out), Err(Reject::Unsealed));
+    }
+}

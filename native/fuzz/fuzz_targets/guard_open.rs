@@ -1,0 +1,3 @@
+//! libFuzzer on `tachyon_fuzz_targets::guard::guard_open` (what it covers: that function's doc).
+#![no_main]
+libfuzzer_sys::fuzz_target!(|data: &[u8]| tachyon_fuzz_targets::guard::guard_open(data));
