@@ -345,10 +345,22 @@ impl Guard {
     }
 }
 
+/// BLAKE3 of an address's IP bytes and port (no allocation: every
+/// datagram sealed takes its recipient's).
+fn addr_hash(a: SocketAddr) -> blake3::Hash {
+    let mut h = blake3::Hasher::new();
+    match a.ip() {
+        std::net::IpAddr::V4(ip) => h.update(&ip.octets()),
+        std::net::IpAddr::V6(ip) => h.update(&ip.octets()),
+    };
+    h.update(&a.port().to_le_bytes());
+    h.finalize()
+}
+
 /// 48 bits of the hash of address `a`, and its port: who a datagram is
 /// for.
 fn recipient(a: SocketAddr) -> [u8; 8] {
-    let h = blake3::hash(a.to_string().as_bytes());
+    let h = addr_hash(a);
     let mut r = [0u8; 8];
     r[..6].copy_from_slice(&h.as_bytes()[..6]);
     r[6..].copy_from_slice(&a.port().to_le_bytes());
@@ -367,7 +379,7 @@ fn is_recipient(r: &[u8], me: SocketAddr) -> bool {
 
 /// A node's sender identity: 56 bits of its address's hash, and a stream.
 fn node_sender(addr: SocketAddr, stream: u8) -> u64 {
-    let h = blake3::hash(addr.to_string().as_bytes());
+    let h = addr_hash(addr);
     let mut b = [0u8; 8];
     b.copy_from_slice(&h.as_bytes()[..8]);
     (u64::from_le_bytes(b) & !(1 << 63) & !0xff) | stream as u64
