@@ -1,7 +1,7 @@
 //! Known counterexamples replayed step by step, through the same model:
 //! a debugging aid, and a check that a fix closes the path. Each asserts
-//! that the property holds after the path, so fails until the bug is
-//! fixed (`cargo test --release -p tachyon_mc -- --ignored`).
+//! that the property holds after the path (each failed on the code before
+//! its fix).
 
 use tachyon_core::seq::core::MILLI;
 use tachyon_mc::config::FaultKinds;
@@ -27,7 +27,6 @@ fn replay(name: &str, extra: Vec<Pick>) -> Result<McModel, String> {
 }
 
 #[test]
-#[ignore = "known bug 1 (three-hop silent fork): fails until fixed"]
 fn known_bug_three_hop_path() {
     let m = replay(
         "three-hop",
