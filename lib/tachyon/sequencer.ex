@@ -111,6 +111,34 @@ defmodule Tachyon.Sequencer do
   nodes their `:sequencer` list names (and from others of the same bus
   once one has sent to them): list the new node's address there too.
 
+  ## Access
+
+  On any address but loopback a node needs keys (`auth:`, `Tachyon.Auth`;
+  docs/SECURITY.md): every datagram is sealed and checked, a node
+  without the group's key cannot join, vote or be counted, and a member
+  speaks only as the id of its credential. `acl:` in `auth:` says what
+  each member may do:
+
+      {:ok, _} =
+        Tachyon.Sequencer.start_link(
+          name: :seq,
+          ip: {10, 0, 0, 1},
+          port: 7000,
+          path: "/var/lib/app/seq",
+          group: [{{10, 0, 0, 1}, 7000}, {{10, 0, 0, 2}, 7000}, {{10, 0, 0, 3}, 7000}],
+          auth: [
+            key_file: "/etc/app/group.key",
+            acl: [publishers: [1, 2], read_from: %{7 => 1_000_000}, default_read_from: 0]
+          ]
+        )
+
+  `publishers` (`:all`, the default, or a list of member ids): the others
+  may only read (their publishes end in `{:error, :forbidden}`);
+  `read_from` (member id to sequence number) and `default_read_from`: the
+  lowest sequence a member may read (a welcome or a replay below it starts
+  there, with a `:trimmed` event). Every node of a group should be given
+  the same `acl`.
+
   ## Retention
 
   A node keeps its whole log unless given `:retention`:

@@ -101,8 +101,14 @@ fn auth_keys<'a>(env: Env<'a>, op: Atom, text: Binary<'a>, id: u32) -> NifResult
             if s.len() >= 2 {
                 return Err("two keys already: promote or retire first".into());
             }
-            s.push(Key::random().map_err(|e| e.to_string())?);
-            Ok(Keys::group_file(&s))
+            // A key whose generation id differs from the current one's.
+            loop {
+                s.push(Key::random().map_err(|e| e.to_string())?);
+                if Keys::of_secrets(&s).is_ok() {
+                    return Ok(Keys::group_file(&s));
+                }
+                s.pop();
+            }
         }),
         "promote" => secrets_of(text).and_then(|mut s| {
             if s.len() != 2 {

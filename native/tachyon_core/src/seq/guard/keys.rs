@@ -183,10 +183,13 @@ impl Keys {
         if secrets.is_empty() || secrets.len() > MAX_GENERATIONS {
             return Err(KeyError::Count);
         }
-        Ok(Keys {
-            gens: secrets.iter().map(Generation::of_secret).collect(),
-            member: None,
-        })
+        let gens: Vec<Generation> = secrets.iter().map(Generation::of_secret).collect();
+        if gens.len() == 2 && gens[0].id == gens[1].id {
+            // A datagram names its key by this one byte: two alike could not
+            // be told apart (1 in 256 new keys; `add` draws another).
+            return Err(KeyError::Kind("two keys of the same generation id"));
+        }
+        Ok(Keys { gens, member: None })
     }
 
     /// Whether these are a group's keys (a node can use them).

@@ -250,3 +250,22 @@ fn an_envelope_cut_before_its_class_is_unsealed_not_a_panic() {
         assert_eq!(m.open(addr(1), d, &mut out), Err(Reject::Unsealed));
     }
 }
+
+/// A datagram names its key by one byte: two keys with the same byte are
+/// refused (a rotation's `add` draws until they differ).
+#[test]
+fn two_keys_of_one_generation_id_are_refused() {
+    let first = secret(1);
+    let id = Keys::of_secrets(std::slice::from_ref(&first)).unwrap().gens[0].id;
+    let twin = (2..=255u8)
+        .map(secret)
+        .chain((0..4096u32).map(|i| {
+            let mut b = [0u8; KEY_LEN];
+            b[..4].copy_from_slice(&i.to_le_bytes());
+            b[31] = 0xee;
+            Key::from_bytes(b)
+        }))
+        .find(|k| Keys::of_secrets(std::slice::from_ref(k)).unwrap().gens[0].id == id)
+        .expect("a key of the same generation id among 4,000");
+    assert!(Keys::of_secrets(&[first, twin]).is_err());
+}
