@@ -88,7 +88,7 @@ defmodule Tachyon.Bench.CLI do
 
       # (--group and --durability add cases of their own: those are checked
       # when the part starts.)
-      spec && spec.cases && opts[:cases] && !opts[:group] && !opts[:durability] ->
+      spec && spec.cases && opts[:cases] && !opts[:group] && !opts[:durability] && !opts[:auth] ->
         case Enum.reject(String.split(opts[:cases], ","), &(&1 in spec.cases)) do
           [] -> :ok
           [bad | _] -> {:error, "unknown case #{inspect(bad)}" <> did_you_mean(bad, spec.cases)}

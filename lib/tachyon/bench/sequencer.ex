@@ -39,6 +39,10 @@ defmodule Tachyon.Bench.Sequencer do
   #                                     delivery), right after its single-node case; the table
   #                                     "group of N against one node" gives the ratios
   #
+  #   X.auth                            with --auth mac|aead: each case X of @kinds
+  #                                     again with keys (nodes and member), right
+  #                                     after X (Tachyon.Bench.Sequencer.Keys)
+  #
   #   X.fsync, raw.fdatasync*           with --durability fsync: each case X of @kinds
   #                                     again with durability: :fsync, right after X,
   #                                     and the floors of the disk
@@ -51,7 +55,7 @@ defmodule Tachyon.Bench.Sequencer do
   alias Tachyon.{Bench, Bus}
   alias Tachyon.Bench.Echo.Peers
   alias Tachyon.Bench.Report
-  alias Tachyon.Bench.Sequencer.{Cost, Durability, Floors, Goals, Messages}
+  alias Tachyon.Bench.Sequencer.{Cost, Durability, Floors, Goals, Keys, Messages}
   alias Tachyon.Sequencer.OSProcess
 
   @defaults [
@@ -89,6 +93,10 @@ defmodule Tachyon.Bench.Sequencer do
          "fsync: also run each round-trip and throughput case with durability: :fsync, " <>
            "right after the usual :replicated one (named X.fsync), beside raw.fdatasync " <>
            "floors of the disk the sequencer logs to (--dir); replicated: the usual cases only"},
+        {:auth, :string, "MODE",
+         "mac or aead: also run each round-trip and throughput case with keys (auth:, " <>
+           "encrypt: MODE == aead) on every node and the member, right after the usual one " <>
+           "(named X.auth)"},
         {:fsync_messages, :integer, "N",
          "with --durability fsync: round trips of each :fsync round-trip case and of " <>
            "raw.fdatasync (a tenth more first, as warm-up)"},
@@ -122,7 +130,9 @@ defmodule Tachyon.Bench.Sequencer do
         d -> Bench.CLI.unknown!("durability", d, ["replicated", "fsync"])
       end
 
+    keys = Keys.setup(opts[:auth])
     all = all_cases(group, durability)
+    all = if keys, do: Keys.with_twins(all, @kinds), else: all
     wanted = Bench.cases!(opts, all)
 
     wait =
@@ -136,6 +146,7 @@ defmodule Tachyon.Bench.Sequencer do
       ping_core: nil,
       topo: :single,
       durability: :replicated,
+      keys: keys,
       fsync_n: opts[:fsync_messages],
       seq_args:
         if(opts[:heartbeat_after],
@@ -198,8 +209,9 @@ defmodule Tachyon.Bench.Sequencer do
     Floors.print_ratios(cases)
     if opts[:group], do: compare_group(cases, opts[:group], cfg.wait)
     Durability.print_compare(cases)
+    Keys.print_compare(cases)
 
-    goals = Bench.print_goals(Goals.goals(cases, opts[:group]), opts, spec())
+    goals = Bench.print_goals(Goals.goals(cases, opts[:group]) ++ Keys.goals(cases), opts, spec())
 
     Report.write_json(
       opts[:json],
@@ -210,7 +222,8 @@ defmodule Tachyon.Bench.Sequencer do
         "warmup" => cfg.warmup,
         "wait" => "#{cfg.wait}",
         "group" => opts[:group] || 1,
-        "durability" => opts[:durability] || "replicated"
+        "durability" => opts[:durability] || "replicated",
+        "auth" => opts[:auth] || "none"
       }
     )
 
@@ -232,7 +245,10 @@ defmodule Tachyon.Bench.Sequencer do
   defp run_case("raw.fdatasync" <> _ = name, dir, cfg), do: Durability.run_case(name, dir, cfg)
 
   defp run_case("tachyon.sequencer." <> _ = name, dir, cfg) do
-    {"tachyon.sequencer." <> rest, durability} = Durability.split(name)
+    {base, keyed} = Keys.split(name)
+    # cfg.keys: the run's keys; a case without ".auth" runs without them.
+    cfg = %{cfg | keys: if(keyed, do: cfg.keys)}
+    {"tachyon.sequencer." <> rest, durability} = Durability.split(base)
 
     {topo, kind} =
       case Regex.run(~r/^group(\d+)\.(.+)$/, rest) do
@@ -275,7 +291,8 @@ defmodule Tachyon.Bench.Sequencer do
           warmup: cfg.warmup,
           size: cfg.size,
           max_datagram: 1472,
-          loss: 0.0
+          loss: 0.0,
+          auth: Keys.native_auth(cfg.keys)
         })
 
       Bench.from_hist(name, h, cfg.size, %{
@@ -357,7 +374,8 @@ defmodule Tachyon.Bench.Sequencer do
           per: per,
           size: cfg.size,
           max_datagram: max_dg,
-          loss: 0.0
+          loss: 0.0,
+          auth: Keys.native_auth(cfg.keys)
         })
 
       rate = n * 1.0e9 / dt
@@ -379,13 +397,13 @@ defmodule Tachyon.Bench.Sequencer do
     {:ok, p} =
       OSProcess.start(
         ["--path", dir, "--port", "0", "--wait", "#{cfg.wait}"] ++
-          cfg.seq_args ++ Durability.seq_args(cfg.durability) ++ extra
+          cfg.seq_args ++ Durability.seq_args(cfg.durability) ++ Keys.seq_args(cfg.keys) ++ extra
       )
 
     try do
       cost = Cost.start([{p, "primary"}])
 
-      fun.(%{bus: p.address, primary: p.address, note: ""})
+      fun.(%{bus: p.address, primary: p.address, note: "", auth: Keys.member_auth(cfg.keys)})
       |> Cost.finish(cost)
       |> sync_stats(cfg, [{p, "primary"}])
     after
@@ -397,7 +415,8 @@ defmodule Tachyon.Bench.Sequencer do
     dirs = for i <- 1..n, do: Path.join(dir, "node#{i}")
     # (start_group's own "--wait backoff" comes first: the last one counts.)
     args =
-      ["--wait", "#{cfg.wait}"] ++ cfg.seq_args ++ Durability.seq_args(cfg.durability) ++ extra
+      ["--wait", "#{cfg.wait}"] ++
+        cfg.seq_args ++ Durability.seq_args(cfg.durability) ++ Keys.seq_args(cfg.keys) ++ extra
 
     {primary, others, group} = OSProcess.start_group(dirs, args)
 
@@ -408,7 +427,8 @@ defmodule Tachyon.Bench.Sequencer do
       fun.(%{
         bus: group,
         primary: primary.address,
-        note: "; group of #{n} OS processes, primary node #{primary.id}"
+        note: "; group of #{n} OS processes, primary node #{primary.id}",
+        auth: Keys.member_auth(cfg.keys)
       })
       |> Cost.finish(cost)
       |> sync_stats(cfg, nodes)
@@ -435,7 +455,8 @@ defmodule Tachyon.Bench.Sequencer do
               member_id: 1,
               delivery: :poll,
               wait: :busy_spin,
-              loss: loss
+              loss: loss,
+              auth: seq.auth
             )
 
           {h, _, _gcs} =
@@ -484,7 +505,8 @@ defmodule Tachyon.Bench.Sequencer do
           member_id: 1,
           delivery: :poll,
           wait: :busy_spin,
-          max_datagram_size: max_dg
+          max_datagram_size: max_dg,
+          auth: seq.auth
         )
 
       n = cfg.n - rem(cfg.n, per_cmd)

@@ -282,7 +282,11 @@ fn bench_seq_native<'a>(env: Env<'a>, opts: Term<'a>) -> NifResult<Term<'a>> {
     let max_datagram = get::<u64>(env, opts, "max_datagram")? as usize;
     let loss: f64 = get(env, opts, "loss")?;
     let err = |e: tachyon_core::seq::SeqError| error(env, e);
-    let m = match tachyon_core::bench::seq::member(addr, 1, max_datagram, loss) {
+    let auth = match crate::seq::auth::decode_auth(env, opts)? {
+        Ok(a) => a,
+        Err(why) => return Ok(crate::seq::auth::bad_key(env, &why)),
+    };
+    let m = match tachyon_core::bench::seq::member(addr, 1, max_datagram, loss, auth) {
         Ok(m) => m,
         Err(e) => return Ok(err(e)),
     };

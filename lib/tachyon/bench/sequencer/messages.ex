@@ -31,12 +31,19 @@ defmodule Tachyon.Bench.Sequencer.Messages do
 
   # {the member, what to close}.
   defp member(seq, :owner) do
-    {:ok, bus} = Bus.open(sequencer: seq.bus, member_id: 1)
+    {:ok, bus} = Bus.open(sequencer: seq.bus, member_id: 1, auth: seq.auth)
     {bus, bus}
   end
 
   defp member(seq, :subscriber) do
-    {:ok, pid} = Bus.start_link(sequencer: seq.bus, member_id: 1, stats_interval_ms: nil)
+    {:ok, pid} =
+      Bus.start_link(
+        sequencer: seq.bus,
+        member_id: 1,
+        stats_interval_ms: nil,
+        auth: seq.auth
+      )
+
     :ok = Bus.subscribe(pid)
     {Bus.bus(pid), pid}
   end

@@ -9,16 +9,18 @@ use crate::hist::Hist;
 use crate::seq::member::PublishError;
 use crate::seq::{Member, MemberConfig, SeqError};
 
-/// Opens a member for a bench loop.
+/// Opens a member for a bench loop (with keys: `auth`).
 pub fn member(
     sequencer: SocketAddr,
     member_id: u32,
     max_datagram: usize,
     loss: f64,
+    auth: Option<crate::seq::guard::Auth>,
 ) -> Result<Member, SeqError> {
     let mut cfg = MemberConfig::new(sequencer, member_id);
     cfg.max_datagram = max_datagram;
     cfg.loss = loss;
+    cfg.auth = auth;
     Member::open(cfg)
 }
 

@@ -13,7 +13,7 @@ use crate::terms::{atom, get, map};
 
 /// Decodes the `auth` option: `nil`, or `%{keys: text, encrypt: bool}`.
 /// `Err` names why the keys were refused (`{:error, {:bad_key, why}}`).
-pub(super) fn decode_auth<'a>(
+pub(crate) fn decode_auth<'a>(
     env: Env<'a>,
     opts: Term<'a>,
 ) -> NifResult<Result<Option<Auth>, String>> {
@@ -52,7 +52,7 @@ pub(super) fn decode_acl<'a>(env: Env<'a>, opts: Term<'a>) -> NifResult<Acl> {
 }
 
 /// The error a refused key gives: `{:error, {:bad_key, why}}`.
-pub(super) fn bad_key<'a>(env: Env<'a>, why: &str) -> Term<'a> {
+pub(crate) fn bad_key<'a>(env: Env<'a>, why: &str) -> Term<'a> {
     (atoms::error(), (atom(env, "bad_key"), why)).encode(env)
 }
 

@@ -40,7 +40,7 @@ use crate::terms::{atom, error, get, map};
 use crate::udp::Poller;
 use crate::udp::{decode_addr, decode_ip, decode_socket_opts, decode_wait, encode_addr};
 
-mod auth;
+pub(crate) mod auth;
 mod bus;
 mod node;
 mod publish;
