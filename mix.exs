@@ -27,7 +27,11 @@ defmodule Tachyon.MixProject do
     ]
   end
 
-  defp elixirc_paths(:test), do: ["lib", "test/support"]
+  # lab/: the benchmarks, the nemesis and the soak (and their mix tasks),
+  # compiled in this repository's :dev and :test only. An app that depends
+  # on Tachyon compiles it in :prod: lib/ alone.
+  defp elixirc_paths(:test), do: ["lib", "lab", "test/support"]
+  defp elixirc_paths(:dev), do: ["lib", "lab"]
   defp elixirc_paths(_), do: ["lib"]
 end
 
