@@ -44,18 +44,33 @@ defmodule Mix.Tasks.Tachyon.Sequencer do
   with `--stats-interval MS`, `tachyon.sequencer stats KEY VALUE ... at_us
   T` (every counter of `Tachyon.Sequencer.stats/1`) every `MS`. `T` is
   the host's clock, `System.os_time(:microsecond)`, comparable between OS
-  processes of one host. A line `stats` on its standard input (from
-  `Tachyon.Sequencer.OSProcess.stats/2`) prints a stats line at once.
+  processes of one host.
 
-  Membership changes, as lines on its standard input (run on the primary;
-  docs/FAILOVER.md, "Replacing a host"): `add_node IP:PORT`, `remove_node
-  ID` or `remove_node IP:PORT` print `tachyon.sequencer change OP WHAT ok
-  ID at_us T` once the change is committed, or `tachyon.sequencer change
-  OP WHAT error REASON [LEADER] at_us T` (`Tachyon.Sequencer.add_node/3`,
-  `remove_node/3`); `membership` prints `tachyon.sequencer membership
-  node_id I nodes ID:IP:PORT:voter|nonvoter,... at_us T`.
+  ## Commands on its standard input
+
+  One a line (run the membership changes on the primary; docs/FAILOVER.md,
+  "Replacing a host"):
+
+    * `stats` prints a stats line at once (`Tachyon.Sequencer.stats/1`);
+    * `membership` prints `tachyon.sequencer membership node_id I nodes
+      ID:IP:PORT:voter|nonvoter,... at_us T` (`Tachyon.Sequencer.membership/1`);
+    * `add_node IP:PORT`, `remove_node ID` or `remove_node IP:PORT` print
+      `tachyon.sequencer change OP WHAT ok ID at_us T` once the change is
+      committed, or `tachyon.sequencer change OP WHAT error REASON [LEADER]
+      at_us T` (`Tachyon.Sequencer.add_node/3`, `remove_node/3`; on a
+      follower `error not_primary IP:PORT`, the primary's address).
+
+  Any other line prints `tachyon.sequencer error unknown command "LINE": the
+  commands are ...`; an empty line is ignored. When its standard input
+  closes (`< /dev/null`, `nohup`, the end of a pipe) it prints
+  `tachyon.sequencer stdin closed: ...` and the node keeps running, until
+  the process is stopped (a signal).
   """
   use Mix.Task
+
+  alias Tachyon.Sequencer.StdinReader
+
+  @commands "stats, membership, add_node IP:PORT, remove_node ID|IP:PORT"
 
   @switches [
     port: :integer,
@@ -98,6 +113,9 @@ defmodule Mix.Tasks.Tachyon.Sequencer do
     if bad != [], do: Mix.raise("unknown or bad options: #{inspect(bad)}")
     path = opts[:path] || Mix.raise("--path DIR is required")
     Application.ensure_all_started(:tachyon)
+    # The operator's commands, queued from now on (a join may take a while).
+    Process.register(self(), StdinReader.target_name())
+    StdinReader.ensure_started(:continue)
 
     seq_opts =
       [path: path, port: opts[:port] || 0, stats_interval_ms: nil, events_to: self()]
@@ -127,7 +145,6 @@ defmodule Mix.Tasks.Tachyon.Sequencer do
       "tachyon.sequencer ready #{:inet.ntoa(ip)}:#{port} session #{s || 0} next_seq #{n} node #{info.node_id || -1}"
     )
 
-    Process.register(self(), Tachyon.Sequencer.OSProcess.stdin_name())
     now = System.monotonic_time(:millisecond)
     watch(%{seq: seq, role: nil, stats_ms: opts[:stats_interval], stats_at: now})
   end
@@ -143,27 +160,41 @@ defmodule Mix.Tasks.Tachyon.Sequencer do
           IO.puts("tachyon.sequencer event #{kind}#{pairs(fields)} at_us #{now_us()}")
           w
 
-        {:stdin, "stats"} ->
-          print_stats(w.seq)
+        {:stdin, :eof} ->
+          IO.puts(
+            "tachyon.sequencer stdin closed: no more commands are read; the node keeps running"
+          )
+
           w
 
-        {:stdin, "membership"} ->
-          print_membership(w.seq)
-          w
-
-        {:stdin, "add_node " <> addr} ->
-          change(w.seq, "add_node", addr, &Tachyon.Sequencer.add_node(&1, addr))
-          w
-
-        {:stdin, "remove_node " <> which} ->
-          node = if which =~ ~r/^[0-9]+$/, do: String.to_integer(which), else: which
-          change(w.seq, "remove_node", which, &Tachyon.Sequencer.remove_node(&1, node))
+        {:stdin, line} ->
+          command(w.seq, String.split(line))
           w
       after
         1 -> poll(w)
       end
 
     watch(w)
+  end
+
+  # A line of the standard input (split on whitespace).
+  defp command(_seq, []), do: :ok
+  defp command(seq, ["stats"]), do: print_stats(seq)
+  defp command(seq, ["membership"]), do: print_membership(seq)
+
+  defp command(seq, ["add_node", addr]),
+    do: change(seq, "add_node", addr, &Tachyon.Sequencer.add_node(&1, addr))
+
+  defp command(seq, ["remove_node", which]) do
+    node = if which =~ ~r/^[0-9]+$/, do: String.to_integer(which), else: which
+    change(seq, "remove_node", which, &Tachyon.Sequencer.remove_node(&1, node))
+  end
+
+  defp command(_seq, words) do
+    IO.puts(
+      "tachyon.sequencer error unknown command #{inspect(Enum.join(words, " "))}: " <>
+        "the commands are #{@commands} at_us #{now_us()}"
+    )
   end
 
   defp poll(w) do
