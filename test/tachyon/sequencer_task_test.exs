@@ -8,6 +8,7 @@ defmodule Tachyon.SequencerTaskTest do
 
   import Tachyon.TestHelpers, only: [tmp_dir: 1]
 
+  alias Mix.Tasks.Tachyon.Sequencer, as: SequencerTask
   alias Tachyon.Sequencer.OSProcess
 
   @commands "stats, membership, add_node IP:PORT, remove_node ID|IP:PORT"
@@ -93,6 +94,63 @@ defmodule Tachyon.SequencerTaskTest do
     end
   end
 
+  describe "its command line" do
+    test "--help: the moduledoc, every option's name, exit status 0" do
+      mix = System.find_executable("mix") || flunk("mix not found")
+
+      {out, status} =
+        System.cmd(mix, ["tachyon.sequencer", "--help"],
+          cd: File.cwd!(),
+          env: [{"MIX_ENV", "#{Mix.env()}"}, {"TACHYON_SKIP_CARGO", "1"}],
+          stderr_to_stdout: true
+        )
+
+      assert status == 0, out
+      assert out =~ "Runs one `Tachyon.Sequencer` in its own OS process"
+
+      for flag <-
+            ~w(--max-datagram-size --heartbeat-ms --heartbeat-after-us --election-timeout-ms) ++
+              ~w(--stats-interval-ms --help),
+          do: assert(out =~ ~r/`#{flag}[ `]/, "#{flag} missing")
+
+      # Anywhere on the line, whatever else is on it.
+      assert SequencerTask.options(["-h"]) == :help
+      assert SequencerTask.options(~w(--port x --bogus --help)) == :help
+    end
+
+    test "the options are named as Tachyon.Sequencer's, `-` for `_`; the former names still work" do
+      new =
+        ~w(--path /p --max-datagram-size 9000 --heartbeat-ms 5 --heartbeat-after-us 20) ++
+          ~w(--election-timeout-ms 300 --stats-interval-ms 50)
+
+      old =
+        ~w(--path /p --max-datagram 9000 --heartbeat 5 --heartbeat-after 20) ++
+          ~w(--election-timeout 300 --stats-interval 50)
+
+      opts = [
+        path: "/p",
+        port: 0,
+        max_datagram_size: 9000,
+        heartbeat_ms: 5,
+        heartbeat_after_us: 20,
+        election_timeout_ms: 300
+      ]
+
+      assert SequencerTask.options(new) == {opts, 50}
+      assert SequencerTask.options(old) == {opts, 50}
+      schema = Tachyon.Sequencer.Options.sequencer_schema()
+      assert Keyword.keys(opts) -- Keyword.keys(schema) == []
+
+      assert_raise Mix.Error, "give --heartbeat-ms only (--heartbeat is its former name)", fn ->
+        SequencerTask.options(~w(--path /p --heartbeat 5 --heartbeat-ms 6))
+      end
+
+      assert_raise Mix.Error, ~r/unknown or bad options.*mix tachyon.sequencer --help/, fn ->
+        SequencerTask.options(~w(--path /p --heartbeet 5))
+      end
+    end
+  end
+
   test "its standard input: the commands, and an error line for any other" do
     {node, _} =
       ["--path", tmp_dir("task_stdin"), "--port", "0", "--wait", "park"]
@@ -123,7 +181,7 @@ defmodule Tachyon.SequencerTaskTest do
     node =
       operator_start(
         ["--path", tmp_dir("task_eof"), "--port", "0", "--wait", "park"] ++
-          ["--stats-interval", "50"],
+          ["--stats-interval-ms", "50"],
         :null
       )
 
