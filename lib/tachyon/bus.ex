@@ -216,6 +216,7 @@ defmodule Tachyon.Bus do
   @spec start_link(keyword()) :: GenServer.on_start()
   def start_link(opts) when is_list(opts) do
     server_schema = Options.bus_server_schema()
+    Tachyon.Options.check_keys!(opts, [server_schema, Options.bus_schema()], "Tachyon.Bus")
 
     server_keys =
       Keyword.keys(server_schema) ++ Keyword.keys(Tachyon.Options.renames(server_schema))

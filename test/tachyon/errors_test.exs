@@ -237,4 +237,30 @@ defmodule Tachyon.ErrorsTest do
     e = assert_raise ArgumentError, fn -> Store.open(tmp_dir("errors-opt2"), zzz: 1) end
     refute Exception.message(e) =~ "did you mean"
   end
+
+  test "a misspelled option of start_link/1: named with the one meant, a process's or its handle's" do
+    dir = tmp_dir("errors-opt3")
+    # (Each checks its own keys and its handle's at once: the misspelling is
+    # named before the key it meant is found missing.)
+    for {start, unknown, meant} <- [
+          {&Store.start_link/1, [pth: dir], :path},
+          {&Store.start_link/1, [name: unique(:s), pth: dir], :path},
+          {&Store.start_link/1, [path: dir, nmae: unique(:s)], :name},
+          {&Store.start_link/1, [name: unique(:s), path: dir, segmnt_size: 65_536],
+           :segment_size},
+          {&Table.start_link/1, [name: unique(:t), pth: dir], :path},
+          {&AsyncStore.start_link/1, [pth: dir], :path},
+          {&AsyncStore.start_link/1, [name: unique(:a), path: dir, ring_sise: 1024], :ring_size},
+          {&Tachyon.Bus.start_link/1,
+           [sequencer: {{127, 0, 0, 1}, 9}, member_id: 1, nme: unique(:b)], :name}
+        ] do
+      e = assert_raise ArgumentError, fn -> start.(unknown) end
+      [{key, _} | _] = Keyword.drop(unknown, [:name, :path, :sequencer, :member_id])
+
+      assert e.message =~ "option(s) [#{inspect(key)}] (did you mean #{inspect(meant)}?)",
+             "#{inspect(unknown)}: #{e.message}"
+    end
+
+    assert File.ls!(dir) == [], "nothing opened"
+  end
 end

@@ -10,6 +10,25 @@ defmodule Tachyon.OptionsTest do
     wait: [type: :wait, default: :park, doc: "how to wait."]
   ]
 
+  test "check_keys!/3: the keys of several schemas, a misspelling named with the closest of all" do
+    other = [path: [type: :path, required: true], interval_ms: [formerly: [interval: nil]]]
+    assert Options.check_keys!([mode: :a, path: "/x", interval: 5], [@schema, other], "T") == :ok
+
+    assert_raise ArgumentError,
+                 "unknown T option(s) [:pth] (did you mean :path?); the options are " <>
+                   "[:size, :mode, :every, :wait, :path, :interval_ms]",
+                 fn -> Options.check_keys!([mode: :a, pth: "/x"], [@schema, other], "T") end
+
+    # validate!/3 checks its one schema so, before any required key.
+    assert_raise ArgumentError, ~r/\[:mdoe\] \(did you mean :mode\?\)/, fn ->
+      Options.validate!([mdoe: :a], @schema, "T")
+    end
+
+    assert_raise ArgumentError, ~r/must be a keyword list/, fn ->
+      Options.check_keys!([:mode], [@schema], "T")
+    end
+  end
+
   test "fills defaults in schema order and keeps given values" do
     assert Options.validate!([mode: :b], @schema, "T") ==
              [size: 5, mode: :b, every: nil, wait: :park]
