@@ -238,6 +238,36 @@ defmodule Tachyon.ErrorsTest do
     refute Exception.message(e) =~ "did you mean"
   end
 
+  test "Bus: data that is not iodata raises an ArgumentError saying so" do
+    {:ok, seq} = Sequencer.start_link(path: tmp_dir("errors-iodata"), wait: :park)
+    {:ok, bus} = Tachyon.Bus.open(sequencer: Sequencer.address(seq), member_id: 1)
+    iodata = "the data must be iodata (a binary, or a list of binaries, bytes 0..255"
+
+    for data <- [42, :atom, [1000], ["a" | :b], %{}] do
+      e = assert_raise ArgumentError, fn -> Tachyon.Bus.publish(bus, data) end
+      assert e.message =~ "Tachyon.Bus.publish/2: #{iodata}"
+      assert e.message =~ "got: #{inspect(data, charlists: :as_lists)}"
+    end
+
+    e = assert_raise ArgumentError, fn -> Tachyon.Bus.publish_snapshot(bus, 1, 42) end
+    assert e.message =~ "Tachyon.Bus.publish_snapshot/4: #{iodata}"
+    # Whatever the bus is: the data is the caller's mistake.
+    assert_raise ArgumentError, ~r/publish\/2: the data must be iodata/, fn ->
+      Tachyon.Bus.publish(:no_such_bus, 42)
+    end
+
+    for list <- [[42], ["a", ["b"]], "ab", []] do
+      e = assert_raise ArgumentError, fn -> Tachyon.Bus.publish_many(bus, list) end
+      assert e.message =~ "publish_many/2: the messages must be a non-empty list of binaries"
+    end
+
+    # Good ones still go.
+    assert {:ok, _} = Tachyon.Bus.publish(bus, ["a", ?b, ["c"]])
+    assert {:ok, _} = Tachyon.Bus.publish_many(bus, ["d", "e"])
+    assert :ok = Tachyon.Bus.close(bus)
+    assert :ok = Sequencer.close(seq)
+  end
+
   test "a misspelled option of start_link/1: named with the one meant, a process's or its handle's" do
     dir = tmp_dir("errors-opt3")
     # (Each checks its own keys and its handle's at once: the misspelling is
