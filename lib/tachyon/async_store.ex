@@ -177,6 +177,7 @@ defmodule Tachyon.AsyncStore do
   """
   @spec start_link(keyword()) :: GenServer.on_start()
   def start_link(opts) when is_list(opts) do
+    check_keys!(opts, name: [], path: [], store: [])
     {name, opts} = Keyword.pop(opts, :name)
 
     unless is_atom(name) and name != nil do
@@ -213,6 +214,7 @@ defmodule Tachyon.AsyncStore do
               ":path, :store and :name are not options of open/2"
     end
 
+    check_keys!(opts, [])
     key = if is_binary(path_or_store) or is_list(path_or_store), do: :path, else: :store
     {source, async_opts, store_opts} = split!([{key, path_or_store} | opts])
     do_open(source, async_opts, store_opts, nil, nil)
@@ -238,6 +240,13 @@ defmodule Tachyon.AsyncStore do
 
         raise Tachyon.Error, reason: reason, part: __MODULE__, target: target
     end
+  end
+
+  # Every key is the AsyncStore's, the store's or one of `extra` (a schema).
+  defp check_keys!(opts, extra) do
+    schemas = [extra, Tachyon.AsyncStore.Options.schema(), Tachyon.Store.Options.open_schema()]
+
+    Tachyon.Options.check_keys!(opts, schemas, "Tachyon.AsyncStore")
   end
 
   # Splits options into {source, async options, store options} and validates

@@ -216,6 +216,7 @@ defmodule Tachyon.Bus do
   @spec start_link(keyword()) :: GenServer.on_start()
   def start_link(opts) when is_list(opts) do
     server_schema = Options.bus_server_schema()
+    Tachyon.Options.check_keys!(opts, [server_schema, Options.bus_schema()], "Tachyon.Bus")
 
     server_keys =
       Keyword.keys(server_schema) ++ Keyword.keys(Tachyon.Options.renames(server_schema))
@@ -330,7 +331,7 @@ defmodule Tachyon.Bus do
   seen on the bus), `{:error, :enospc}` (the primary's disk is full: see
   the `:enospc` event) or `{:error, :closed}`. A publish that returned
   `{:ok, _}` is delivered, unless the member is killed first or `close/2`
-  says it was not.
+  says it was not. `data` that is not iodata raises `ArgumentError`.
 
   ## Example
 
@@ -342,8 +343,11 @@ defmodule Tachyon.Bus do
   def publish(bus, data) when is_reference(bus) and is_binary(data),
     do: Native.bus_publish(bus, data)
 
+  def publish(_bus, data) when not is_binary(data) and not is_list(data),
+    do: not_iodata!("publish/2", data)
+
   def publish(bus, data) when is_reference(bus),
-    do: Native.bus_publish(bus, IO.iodata_to_binary(data))
+    do: Native.bus_publish(bus, iodata_to_binary!("publish/2", data))
 
   def publish(server, data) do
     with {:ok, bus} <- resolve(server), do: publish(bus, data)
@@ -352,7 +356,8 @@ defmodule Tachyon.Bus do
   @doc """
   Publishes several messages at once, as many per datagram as fit (the
   sequencer then sends them in as few bus datagrams). Returns the
-  `member_seq` of the last.
+  `member_seq` of the last. Anything but a non-empty list of binaries
+  raises `ArgumentError`.
 
   ## Example
 
@@ -361,11 +366,39 @@ defmodule Tachyon.Bus do
   @spec publish_many(server(), [binary()]) ::
           {:ok, pos_integer()}
           | {:error, :too_large | :busy | :enospc | :closed | :member_id_taken | :noproc}
-  def publish_many(bus, list) when is_reference(bus) and is_list(list) and list != [],
-    do: Native.bus_publish_many(bus, list)
+  def publish_many(bus, list) when is_reference(bus) and is_list(list) and list != [] do
+    Native.bus_publish_many(bus, list)
+  rescue
+    # (Checked only once the NIF refused them: nothing spent on a good list.)
+    e in ArgumentError ->
+      if Enum.all?(list, &is_binary/1),
+        do: reraise(e, __STACKTRACE__),
+        else: not_binaries!(list)
+  end
 
   def publish_many(server, list) when is_list(list) and list != [] do
-    with {:ok, bus} <- resolve(server), do: Native.bus_publish_many(bus, list)
+    with {:ok, bus} <- resolve(server), do: publish_many(bus, list)
+  end
+
+  def publish_many(_server, list), do: not_binaries!(list)
+
+  defp not_binaries!(list) do
+    raise ArgumentError,
+          "Tachyon.Bus.publish_many/2: the messages must be a non-empty list of binaries, " <>
+            "got: #{inspect(list, limit: 8, printable_limit: 64, charlists: :as_lists)}"
+  end
+
+  # `data` (a list) as a binary, or an ArgumentError saying it is not iodata.
+  defp iodata_to_binary!(fun, data) do
+    IO.iodata_to_binary(data)
+  rescue
+    ArgumentError -> not_iodata!(fun, data)
+  end
+
+  defp not_iodata!(fun, data) do
+    raise ArgumentError,
+          "Tachyon.Bus.#{fun}: the data must be iodata (a binary, or a list of binaries, " <>
+            "bytes 0..255 and such lists), got: #{inspect(data, limit: 8, printable_limit: 64, charlists: :as_lists)}"
   end
 
   @doc """
@@ -391,13 +424,17 @@ defmodule Tachyon.Bus do
           | {:error, :too_large | :busy | :enospc | :closed | :member_id_taken | :noproc}
   def publish_snapshot(bus, as_of, state, timeout \\ 5000)
 
+  def publish_snapshot(_bus, _as_of, state, _timeout)
+      when not is_binary(state) and not is_list(state),
+      do: not_iodata!("publish_snapshot/4", state)
+
   def publish_snapshot(bus, as_of, state, timeout)
       when is_reference(bus) and is_integer(as_of) and as_of > 0,
       do:
         Native.bus_publish_snapshot(
           bus,
           as_of,
-          IO.iodata_to_binary(state),
+          if(is_binary(state), do: state, else: iodata_to_binary!("publish_snapshot/4", state)),
           timeout_ms(timeout)
         )
 

@@ -46,22 +46,8 @@ defmodule Tachyon.Options do
   the bad value; unknown keys raise. `label` names the caller.
   """
   def validate!(opts, schema, label) do
-    unless is_list(opts) and Enum.all?(opts, &match?({k, _} when is_atom(k), &1)) do
-      raise ArgumentError, "#{label} options must be a keyword list, got: #{inspect(opts)}"
-    end
-
+    check_keys!(opts, [schema], label)
     opts = rename_deprecated(opts, schema, label)
-
-    case Keyword.keys(opts) -- Keyword.keys(schema) do
-      [] ->
-        :ok
-
-      unknown ->
-        raise ArgumentError,
-              "unknown #{label} option(s) #{inspect(unknown)}" <>
-                suggest(unknown, Keyword.keys(schema) ++ Keyword.keys(renames(schema))) <>
-                "; the options are " <> inspect(Keyword.keys(schema))
-    end
 
     Enum.flat_map(schema, fn {key, spec} ->
       case Keyword.fetch(opts, key) do
@@ -83,6 +69,35 @@ defmodule Tachyon.Options do
           end
       end
     end)
+  end
+
+  @doc """
+  Raises `ArgumentError` unless `opts` is a keyword list of keys of
+  `schemas` (their deprecated names included), naming an unknown key and
+  the closest known one ("did you mean :path?"). `validate!/3` checks its
+  one schema so; a caller that splits its options among several (a
+  process's own and those of the handle it opens: `start_link/1` of Store,
+  Table, Bus, AsyncStore) checks them all first, so that a misspelled key
+  is named with the key it meant, wherever that is, rather than that key
+  reported missing.
+  """
+  def check_keys!(opts, schemas, label) do
+    unless is_list(opts) and Enum.all?(opts, &match?({k, _} when is_atom(k), &1)) do
+      raise ArgumentError, "#{label} options must be a keyword list, got: #{inspect(opts)}"
+    end
+
+    names = Enum.flat_map(schemas, &Keyword.keys/1)
+    known = names ++ Enum.flat_map(schemas, &Keyword.keys(renames(&1)))
+
+    case Enum.uniq(Keyword.keys(opts) -- known) do
+      [] ->
+        :ok
+
+      unknown ->
+        raise ArgumentError,
+              "unknown #{label} option(s) #{inspect(unknown)}" <>
+                suggest(unknown, known) <> "; the options are " <> inspect(names)
+    end
   end
 
   # " (did you mean :member_id?)" for a key close to a known one (as Elixir

@@ -228,6 +228,8 @@ defmodule Tachyon.Store do
   """
   @spec start_link(keyword()) :: GenServer.on_start()
   def start_link(opts) when is_list(opts) do
+    schemas = [Tachyon.Store.Options.server_schema(), Tachyon.Store.Options.open_schema()]
+    Tachyon.Options.check_keys!(opts, schemas, "Tachyon.Store")
     {server, open} = Keyword.split(opts, Tachyon.Store.Options.server_keys())
     server = Tachyon.Store.Options.validate_server!(server)
     open = Tachyon.Store.Options.validate!(open)

@@ -574,6 +574,8 @@ defmodule Tachyon.Table do
   """
   @spec start_link(keyword()) :: GenServer.on_start()
   def start_link(opts) do
+    schemas = [Tachyon.Table.Options.server_schema(), Tachyon.Table.Options.open_schema()]
+    Tachyon.Options.check_keys!(opts, schemas, "Tachyon.Table")
     {server, open} = Keyword.split(opts, Tachyon.Table.Options.server_keys())
     server = Tachyon.Table.Options.validate_server!(server)
     open = Tachyon.Table.Options.validate!(open)

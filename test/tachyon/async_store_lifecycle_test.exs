@@ -223,7 +223,7 @@ defmodule Tachyon.AsyncStoreLifecycleTest do
         assert e.message =~ text
       end
 
-      assert_raise ArgumentError, ~r/unknown Tachyon.Store option/, fn ->
+      assert_raise ArgumentError, ~r/unknown Tachyon.AsyncStore option/, fn ->
         AsyncStore.open(dir, bogus: 1)
       end
 

@@ -237,4 +237,60 @@ defmodule Tachyon.ErrorsTest do
     e = assert_raise ArgumentError, fn -> Store.open(tmp_dir("errors-opt2"), zzz: 1) end
     refute Exception.message(e) =~ "did you mean"
   end
+
+  test "Bus: data that is not iodata raises an ArgumentError saying so" do
+    {:ok, seq} = Sequencer.start_link(path: tmp_dir("errors-iodata"), wait: :park)
+    {:ok, bus} = Tachyon.Bus.open(sequencer: Sequencer.address(seq), member_id: 1)
+    iodata = "the data must be iodata (a binary, or a list of binaries, bytes 0..255"
+
+    for data <- [42, :atom, [1000], ["a" | :b], %{}] do
+      e = assert_raise ArgumentError, fn -> Tachyon.Bus.publish(bus, data) end
+      assert e.message =~ "Tachyon.Bus.publish/2: #{iodata}"
+      assert e.message =~ "got: #{inspect(data, charlists: :as_lists)}"
+    end
+
+    e = assert_raise ArgumentError, fn -> Tachyon.Bus.publish_snapshot(bus, 1, 42) end
+    assert e.message =~ "Tachyon.Bus.publish_snapshot/4: #{iodata}"
+    # Whatever the bus is: the data is the caller's mistake.
+    assert_raise ArgumentError, ~r/publish\/2: the data must be iodata/, fn ->
+      Tachyon.Bus.publish(:no_such_bus, 42)
+    end
+
+    for list <- [[42], ["a", ["b"]], "ab", []] do
+      e = assert_raise ArgumentError, fn -> Tachyon.Bus.publish_many(bus, list) end
+      assert e.message =~ "publish_many/2: the messages must be a non-empty list of binaries"
+    end
+
+    # Good ones still go.
+    assert {:ok, _} = Tachyon.Bus.publish(bus, ["a", ?b, ["c"]])
+    assert {:ok, _} = Tachyon.Bus.publish_many(bus, ["d", "e"])
+    assert :ok = Tachyon.Bus.close(bus)
+    assert :ok = Sequencer.close(seq)
+  end
+
+  test "a misspelled option of start_link/1: named with the one meant, a process's or its handle's" do
+    dir = tmp_dir("errors-opt3")
+    # (Each checks its own keys and its handle's at once: the misspelling is
+    # named before the key it meant is found missing.)
+    for {start, unknown, meant} <- [
+          {&Store.start_link/1, [pth: dir], :path},
+          {&Store.start_link/1, [name: unique(:s), pth: dir], :path},
+          {&Store.start_link/1, [path: dir, nmae: unique(:s)], :name},
+          {&Store.start_link/1, [name: unique(:s), path: dir, segmnt_size: 65_536],
+           :segment_size},
+          {&Table.start_link/1, [name: unique(:t), pth: dir], :path},
+          {&AsyncStore.start_link/1, [pth: dir], :path},
+          {&AsyncStore.start_link/1, [name: unique(:a), path: dir, ring_sise: 1024], :ring_size},
+          {&Tachyon.Bus.start_link/1,
+           [sequencer: {{127, 0, 0, 1}, 9}, member_id: 1, nme: unique(:b)], :name}
+        ] do
+      e = assert_raise ArgumentError, fn -> start.(unknown) end
+      [{key, _} | _] = Keyword.drop(unknown, [:name, :path, :sequencer, :member_id])
+
+      assert e.message =~ "option(s) [#{inspect(key)}] (did you mean #{inspect(meant)}?)",
+             "#{inspect(unknown)}: #{e.message}"
+    end
+
+    assert File.ls!(dir) == [], "nothing opened"
+  end
 end

@@ -10,6 +10,66 @@ defmodule Tachyon.OptionsTest do
     wait: [type: :wait, default: :park, doc: "how to wait."]
   ]
 
+  test "check_keys!/3: the keys of several schemas, a misspelling named with the closest of all" do
+    other = [path: [type: :path, required: true], interval_ms: [formerly: [interval: nil]]]
+    assert Options.check_keys!([mode: :a, path: "/x", interval: 5], [@schema, other], "T") == :ok
+
+    assert_raise ArgumentError,
+                 "unknown T option(s) [:pth] (did you mean :path?); the options are " <>
+                   "[:size, :mode, :every, :wait, :path, :interval_ms]",
+                 fn -> Options.check_keys!([mode: :a, pth: "/x"], [@schema, other], "T") end
+
+    # validate!/3 checks its one schema so, before any required key.
+    assert_raise ArgumentError, ~r/\[:mdoe\] \(did you mean :mode\?\)/, fn ->
+      Options.validate!([mdoe: :a], @schema, "T")
+    end
+
+    assert_raise ArgumentError, ~r/must be a keyword list/, fn ->
+      Options.check_keys!([:mode], [@schema], "T")
+    end
+  end
+
+  test "a function an option's doc names is a documented function of its arity" do
+    alias Tachyon.Sequencer.Options, as: S
+
+    parts = [
+      {Tachyon.Bus, S.bus_schema() ++ S.bus_server_schema()},
+      {Tachyon.Sequencer, S.sequencer_schema()},
+      {Tachyon.Store,
+       Tachyon.Store.Options.open_schema() ++ Tachyon.Store.Options.server_schema()},
+      {Tachyon.Table,
+       Tachyon.Table.Options.open_schema() ++ Tachyon.Table.Options.server_schema()},
+      {Tachyon.AsyncStore, Tachyon.AsyncStore.Options.schema()},
+      {Tachyon.UDP, Tachyon.UDP.Options.udp_schema()},
+      {Tachyon.Echo, Tachyon.UDP.Options.echo_schema()},
+      {Tachyon.StateMachine, Tachyon.StateMachine.Runner.schema()}
+    ]
+
+    # (`publish_snapshot/3` exists too, by its default argument: only the
+    # documented arity counts.)
+    documented = fn mod ->
+      {:docs_v1, _, _, _, _, _, docs} = Code.fetch_docs(mod)
+
+      for {{kind, name, arity}, _, _, _, _} <- docs,
+          kind in [:function, :macro],
+          do: {name, arity}
+    end
+
+    refs =
+      for {part, schema} <- parts,
+          {key, spec} <- schema,
+          [ref, mod, fun, arity] <-
+            Regex.scan(~r/`((?:[A-Z]\w*\.)*)([a-z_]\w*[?!]?)\/(\d+)`/, spec[:doc] || "") do
+        mod = if mod == "", do: part, else: Module.concat([String.trim_trailing(mod, ".")])
+        {part, key, ref, mod, {String.to_atom(fun), String.to_integer(arity)}}
+      end
+
+    assert Enum.any?(refs, &match?({Tachyon.Bus, :from, _, _, _}, &1))
+
+    for {part, key, ref, mod, fa} <- refs,
+        do: assert(fa in documented.(mod), "#{inspect(part)} #{inspect(key)}: #{ref}")
+  end
+
   test "fills defaults in schema order and keeps given values" do
     assert Options.validate!([mode: :b], @schema, "T") ==
              [size: 5, mode: :b, every: nil, wait: :park]

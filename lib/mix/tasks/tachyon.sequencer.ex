@@ -7,26 +7,32 @@ defmodule Mix.Tasks.Tachyon.Sequencer do
       mix tachyon.sequencer --port 7000 --path /var/lib/app/seq
       mix tachyon.sequencer --port 7000 --path DIR --bus multicast:239.1.2.3:7001 --wait busy_spin --core 1
 
-  Options: `--port P` (0: any; the chosen one is printed), `--ip ADDR`,
+  Options (named as the `Tachyon.Sequencer` options they set, `-` for
+  `_`): `--port P` (0: any; the chosen one is printed), `--ip ADDR`,
   `--path DIR` (required), `--bus unicast | multicast:GROUP:PORT`,
   `--interface ADDR` (multicast), `--wait busy_spin|yield|backoff|park`,
-  `--core N`, `--max-datagram BYTES`, `--no-batching`, `--heartbeat MS`,
-  `--heartbeat-after US`, `--group IP:PORT,IP:PORT,...` (every node's
-  address, this one's included, the same list on every node),
-  `--join IP:PORT[,IP:PORT]` (a new node of a running group, on an empty
-  `--path`, instead of `--group`: see `:join`; give `--ip` and `--port`),
-  `--election-timeout MS`, `--two-nodes safe|available`, `--no-eager`,
-  `--durability replicated|fsync` (`:durability`: what a node's
-  acknowledgement promises, the same on every node of a group; `fsync`:
-  committed messages are on the disk of a majority and survive the power
-  loss of every host), `--segment-size BYTES` (of the log's segment
-  files), `--retention-bytes N` and `--retention-age-ms N` (`:retention`:
-  the log keeps about `N` bytes of segment files, or segments sealed at
-  most `N` ms ago), `--stats-interval MS` (print the stats every `MS`),
-  `--key-file PATH` (the group's key file: every datagram sealed and
-  checked, `Tachyon.Auth`; `--encrypt` encrypts payloads too), `--no-auth`
-  (no keys, on a network you trust: needed for an `--ip` that is not a
-  loopback address when no key file is given).
+  `--core N`, `--max-datagram-size BYTES`, `--no-batching`,
+  `--heartbeat-ms MS`, `--heartbeat-after-us US`, `--group
+  IP:PORT,IP:PORT,...` (every node's address, this one's included, the
+  same list on every node), `--join IP:PORT[,IP:PORT]` (a new node of a
+  running group, on an empty `--path`, instead of `--group`: see `:join`;
+  give `--ip` and `--port`), `--election-timeout-ms MS`, `--two-nodes
+  safe|available`, `--no-eager`, `--durability replicated|fsync`
+  (`:durability`: what a node's acknowledgement promises, the same on
+  every node of a group; `fsync`: committed messages are on the disk of a
+  majority and survive the power loss of every host), `--segment-size
+  BYTES` (of the log's segment files), `--retention-bytes N` and
+  `--retention-age-ms N` (`:retention`: the log keeps about `N` bytes of
+  segment files, or segments sealed at most `N` ms ago),
+  `--stats-interval-ms MS` (print the stats every `MS`), `--key-file PATH`
+  (the group's key file: every datagram sealed and checked,
+  `Tachyon.Auth`; `--encrypt` encrypts payloads too), `--no-auth` (no
+  keys, on a network you trust: needed for an `--ip` that is not a
+  loopback address when no key file is given), `--help` (`-h`: this text).
+
+  The names the options had before the renaming (README.md, "One
+  vocabulary") still work: `--max-datagram`, `--heartbeat`,
+  `--heartbeat-after`, `--election-timeout`, `--stats-interval`.
 
       mix tachyon.gen_key /etc/app/group.key
       mix tachyon.sequencer --port 7000 --path DIR --durability fsync \\
@@ -41,21 +47,36 @@ defmodule Mix.Tasks.Tachyon.Sequencer do
   `voted epoch E candidate I`, `disk_full primary true`, `disk_space`,
   `campaign`, `role`, `truncated`: the `[:tachyon, :sequencer, KIND]`
   telemetry events and their measurements, see `Tachyon.Telemetry`);
-  with `--stats-interval MS`, `tachyon.sequencer stats KEY VALUE ... at_us
-  T` (every counter of `Tachyon.Sequencer.stats/1`) every `MS`. `T` is
+  with `--stats-interval-ms MS`, `tachyon.sequencer stats KEY VALUE ...
+  at_us T` (every counter of `Tachyon.Sequencer.stats/1`) every `MS`. `T` is
   the host's clock, `System.os_time(:microsecond)`, comparable between OS
-  processes of one host. A line `stats` on its standard input (from
-  `Tachyon.Sequencer.OSProcess.stats/2`) prints a stats line at once.
+  processes of one host.
 
-  Membership changes, as lines on its standard input (run on the primary;
-  docs/FAILOVER.md, "Replacing a host"): `add_node IP:PORT`, `remove_node
-  ID` or `remove_node IP:PORT` print `tachyon.sequencer change OP WHAT ok
-  ID at_us T` once the change is committed, or `tachyon.sequencer change
-  OP WHAT error REASON [LEADER] at_us T` (`Tachyon.Sequencer.add_node/3`,
-  `remove_node/3`); `membership` prints `tachyon.sequencer membership
-  node_id I nodes ID:IP:PORT:voter|nonvoter,... at_us T`.
+  ## Commands on its standard input
+
+  One a line (run the membership changes on the primary; docs/FAILOVER.md,
+  "Replacing a host"):
+
+    * `stats` prints a stats line at once (`Tachyon.Sequencer.stats/1`);
+    * `membership` prints `tachyon.sequencer membership node_id I nodes
+      ID:IP:PORT:voter|nonvoter,... at_us T` (`Tachyon.Sequencer.membership/1`);
+    * `add_node IP:PORT`, `remove_node ID` or `remove_node IP:PORT` print
+      `tachyon.sequencer change OP WHAT ok ID at_us T` once the change is
+      committed, or `tachyon.sequencer change OP WHAT error REASON [LEADER]
+      at_us T` (`Tachyon.Sequencer.add_node/3`, `remove_node/3`; on a
+      follower `error not_primary IP:PORT`, the primary's address).
+
+  Any other line prints `tachyon.sequencer error unknown command "LINE": the
+  commands are ...`; an empty line is ignored. When its standard input
+  closes (`< /dev/null`, `nohup`, the end of a pipe) it prints
+  `tachyon.sequencer stdin closed: ...` and the node keeps running, until
+  the process is stopped (a signal).
   """
   use Mix.Task
+
+  alias Tachyon.Sequencer.StdinReader
+
+  @commands "stats, membership, add_node IP:PORT, remove_node ID|IP:PORT"
 
   @switches [
     port: :integer,
@@ -65,24 +86,37 @@ defmodule Mix.Tasks.Tachyon.Sequencer do
     interface: :string,
     wait: :string,
     core: :integer,
-    max_datagram: :integer,
+    max_datagram_size: :integer,
     batching: :boolean,
-    heartbeat: :integer,
-    heartbeat_after: :integer,
+    heartbeat_ms: :integer,
+    heartbeat_after_us: :integer,
     group: :string,
     join: :string,
-    election_timeout: :integer,
+    election_timeout_ms: :integer,
     two_nodes: :string,
     eager: :boolean,
     durability: :string,
     segment_size: :integer,
     retention_bytes: :integer,
     retention_age_ms: :integer,
-    stats_interval: :integer,
+    stats_interval_ms: :integer,
     key_file: :string,
     encrypt: :boolean,
-    auth: :boolean
+    auth: :boolean,
+    help: :boolean
   ]
+
+  # The flags' names before the renaming (README.md, "One vocabulary"),
+  # still taken: `{old, new}`.
+  @formerly [
+    max_datagram: :max_datagram_size,
+    heartbeat: :heartbeat_ms,
+    heartbeat_after: :heartbeat_after_us,
+    election_timeout: :election_timeout_ms,
+    stats_interval: :stats_interval_ms
+  ]
+
+  @formerly_switches for {old, new} <- @formerly, do: {old, Keyword.fetch!(@switches, new)}
 
   defp auth(opts) do
     cond do
@@ -94,31 +128,91 @@ defmodule Mix.Tasks.Tachyon.Sequencer do
 
   @impl true
   def run(args) do
-    {opts, _, bad} = OptionParser.parse(args, strict: @switches)
-    if bad != [], do: Mix.raise("unknown or bad options: #{inspect(bad)}")
+    case options(args) do
+      :help ->
+        Mix.shell().info(Mix.Task.moduledoc(__MODULE__))
+
+      {seq_opts, stats_ms} ->
+        Application.ensure_all_started(:tachyon)
+        # The operator's commands, queued from now on (a join may take a while).
+        Process.register(self(), StdinReader.target_name())
+        StdinReader.ensure_started(:continue)
+        start([stats_interval_ms: nil, events_to: self()] ++ seq_opts, stats_ms)
+    end
+  end
+
+  @doc """
+  The `Tachyon.Sequencer.start_link/1` options of a command line, with
+  the milliseconds between its stats lines (`--stats-interval-ms`, `nil`:
+  none): `{opts, stats_ms}`; `:help` for `--help` or `-h` anywhere on it.
+  Raises `Mix.Error` for a bad or missing one.
+
+  ## Example
+
+      {[path: "/tmp/seq", port: 7000, heartbeat_ms: 5], nil} =
+        Mix.Tasks.Tachyon.Sequencer.options(~w(--path /tmp/seq --port 7000 --heartbeat-ms 5))
+  """
+  @spec options([String.t()]) :: :help | {keyword(), pos_integer() | nil}
+  def options(args) do
+    {opts, _, bad} =
+      OptionParser.parse(args, strict: @switches ++ @formerly_switches, aliases: [h: :help])
+
+    cond do
+      opts[:help] ->
+        :help
+
+      bad != [] ->
+        Mix.raise(
+          "unknown or bad options: #{inspect(bad)} (the options: mix tachyon.sequencer --help)"
+        )
+
+      true ->
+        opts = renamed(opts)
+        {sequencer_options(opts), opts[:stats_interval_ms]}
+    end
+  end
+
+  defp renamed(opts) do
+    Enum.reduce(@formerly, opts, fn {old, new}, opts ->
+      case Keyword.pop(opts, old) do
+        {nil, opts} ->
+          opts
+
+        {value, opts} ->
+          if Keyword.has_key?(opts, new),
+            do: Mix.raise("give #{flag(new)} only (#{flag(old)} is its former name)")
+
+          Keyword.put(opts, new, value)
+      end
+    end)
+  end
+
+  defp flag(key), do: "--" <> String.replace(Atom.to_string(key), "_", "-")
+
+  defp sequencer_options(opts) do
     path = opts[:path] || Mix.raise("--path DIR is required")
-    Application.ensure_all_started(:tachyon)
 
-    seq_opts =
-      [path: path, port: opts[:port] || 0, stats_interval_ms: nil, events_to: self()]
-      |> put(:ip, opts[:ip])
-      |> put(:wait, opts[:wait] && String.to_atom(opts[:wait]))
-      |> put(:core, opts[:core])
-      |> put(:max_datagram_size, opts[:max_datagram])
-      |> put(:batching, opts[:batching])
-      |> put(:heartbeat_ms, opts[:heartbeat])
-      |> put(:heartbeat_after_us, opts[:heartbeat_after])
-      |> put(:group, opts[:group] && Enum.map(String.split(opts[:group], ","), &address/1))
-      |> put(:join, opts[:join] && String.split(opts[:join], ","))
-      |> put(:election_timeout_ms, opts[:election_timeout])
-      |> put(:two_nodes, opts[:two_nodes] && String.to_atom(opts[:two_nodes]))
-      |> put(:eager, opts[:eager])
-      |> put(:durability, opts[:durability] && durability(opts[:durability]))
-      |> put(:segment_size, opts[:segment_size])
-      |> put(:retention, retention(opts[:retention_bytes], opts[:retention_age_ms]))
-      |> put(:bus, bus(opts[:bus], opts[:interface]))
-      |> put(:auth, auth(opts))
+    [path: path, port: opts[:port] || 0]
+    |> put(:ip, opts[:ip])
+    |> put(:wait, opts[:wait] && String.to_atom(opts[:wait]))
+    |> put(:core, opts[:core])
+    |> put(:max_datagram_size, opts[:max_datagram_size])
+    |> put(:batching, opts[:batching])
+    |> put(:heartbeat_ms, opts[:heartbeat_ms])
+    |> put(:heartbeat_after_us, opts[:heartbeat_after_us])
+    |> put(:group, opts[:group] && Enum.map(String.split(opts[:group], ","), &address/1))
+    |> put(:join, opts[:join] && String.split(opts[:join], ","))
+    |> put(:election_timeout_ms, opts[:election_timeout_ms])
+    |> put(:two_nodes, opts[:two_nodes] && String.to_atom(opts[:two_nodes]))
+    |> put(:eager, opts[:eager])
+    |> put(:durability, opts[:durability] && durability(opts[:durability]))
+    |> put(:segment_size, opts[:segment_size])
+    |> put(:retention, retention(opts[:retention_bytes], opts[:retention_age_ms]))
+    |> put(:bus, bus(opts[:bus], opts[:interface]))
+    |> put(:auth, auth(opts))
+  end
 
+  defp start(seq_opts, stats_ms) do
     {:ok, seq} = Tachyon.Sequencer.start_link(seq_opts)
     # (A group of one is primary, its session known, when start_link returns.)
     %{address: {ip, port}, session: s, next_seq: n} = info = Tachyon.Sequencer.info(seq)
@@ -127,15 +221,14 @@ defmodule Mix.Tasks.Tachyon.Sequencer do
       "tachyon.sequencer ready #{:inet.ntoa(ip)}:#{port} session #{s || 0} next_seq #{n} node #{info.node_id || -1}"
     )
 
-    Process.register(self(), Tachyon.Sequencer.OSProcess.stdin_name())
     now = System.monotonic_time(:millisecond)
-    watch(%{seq: seq, role: nil, stats_ms: opts[:stats_interval], stats_at: now})
+    watch(%{seq: seq, role: nil, stats_ms: stats_ms, stats_at: now})
   end
 
   # Prints the node's events as they come, and a role line at every change
   # of role or epoch (the stats polled every millisecond: the line is for
   # tests and benchmarks that watch the OS process; in-VM users get
-  # telemetry), and the stats every --stats-interval.
+  # telemetry), and the stats every --stats-interval-ms.
   defp watch(%{seq: seq} = w) do
     w =
       receive do
@@ -143,27 +236,41 @@ defmodule Mix.Tasks.Tachyon.Sequencer do
           IO.puts("tachyon.sequencer event #{kind}#{pairs(fields)} at_us #{now_us()}")
           w
 
-        {:stdin, "stats"} ->
-          print_stats(w.seq)
+        {:stdin, :eof} ->
+          IO.puts(
+            "tachyon.sequencer stdin closed: no more commands are read; the node keeps running"
+          )
+
           w
 
-        {:stdin, "membership"} ->
-          print_membership(w.seq)
-          w
-
-        {:stdin, "add_node " <> addr} ->
-          change(w.seq, "add_node", addr, &Tachyon.Sequencer.add_node(&1, addr))
-          w
-
-        {:stdin, "remove_node " <> which} ->
-          node = if which =~ ~r/^[0-9]+$/, do: String.to_integer(which), else: which
-          change(w.seq, "remove_node", which, &Tachyon.Sequencer.remove_node(&1, node))
+        {:stdin, line} ->
+          command(w.seq, String.split(line))
           w
       after
         1 -> poll(w)
       end
 
     watch(w)
+  end
+
+  # A line of the standard input (split on whitespace).
+  defp command(_seq, []), do: :ok
+  defp command(seq, ["stats"]), do: print_stats(seq)
+  defp command(seq, ["membership"]), do: print_membership(seq)
+
+  defp command(seq, ["add_node", addr]),
+    do: change(seq, "add_node", addr, &Tachyon.Sequencer.add_node(&1, addr))
+
+  defp command(seq, ["remove_node", which]) do
+    node = if which =~ ~r/^[0-9]+$/, do: String.to_integer(which), else: which
+    change(seq, "remove_node", which, &Tachyon.Sequencer.remove_node(&1, node))
+  end
+
+  defp command(_seq, words) do
+    IO.puts(
+      "tachyon.sequencer error unknown command #{inspect(Enum.join(words, " "))}: " <>
+        "the commands are #{@commands} at_us #{now_us()}"
+    )
   end
 
   defp poll(w) do
@@ -252,7 +359,7 @@ defmodule Mix.Tasks.Tachyon.Sequencer do
   defp retention(bytes, age_ms), do: [max_bytes: bytes, max_age_ms: age_ms]
 
   defp put(kw, _k, nil), do: kw
-  defp put(kw, k, v), do: Keyword.put(kw, k, v)
+  defp put(kw, k, v), do: kw ++ [{k, v}]
 
   defp bus(nil, _), do: nil
   defp bus("unicast", _), do: :unicast

@@ -274,7 +274,7 @@ defmodule Tachyon.Sequencer.Options do
         doc: """
         `:live` (messages sequenced from now on), a sequence number to rewind
         from, or `:snapshot`: from the latest state machine snapshot on the
-        bus (`publish_snapshot/3`), if there is one (its messages are
+        bus (`publish_snapshot/4`), if there is one (its messages are
         delivered, with the messages from its position on: see "State
         machine snapshots"), else from the log's start.
         """

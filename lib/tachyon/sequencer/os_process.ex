@@ -231,8 +231,10 @@ defmodule Tachyon.Sequencer.OSProcess do
 
   @doc """
   Runs `code` in a new `elixir` OS process with this node's code path
-  (halting when its stdin closes: when this VM dies, so does it); its
-  output comes as port messages (`await_line/3`).
+  (halting when its stdin closes: when this VM dies, so does it; its
+  standard input's reader is `Tachyon.Sequencer.StdinReader`, which `mix
+  tachyon.sequencer` then keeps); its output comes as port messages
+  (`await_line/3`).
   """
   def spawn_elixir(code, opts \\ []) do
     elixir = System.find_executable("elixir") || raise "elixir not found"
@@ -240,7 +242,7 @@ defmodule Tachyon.Sequencer.OSProcess do
     paths =
       Enum.flat_map([:tachyon], fn app -> ["-pa", List.to_string(:code.lib_dir(app, :ebin))] end)
 
-    code = "spawn(&Tachyon.Sequencer.OSProcess.stdin_loop/0); " <> code
+    code = "Tachyon.Sequencer.StdinReader.ensure_started(:halt); " <> code
     # Its schedulers have nothing to do: no busy-waiting that would take a
     # core from the threads.
     args = ["--erl", "+sbwt none +sbwtdcpu none +sbwtdio none"] ++ paths ++ ["-e", code]
@@ -354,26 +356,6 @@ defmodule Tachyon.Sequencer.OSProcess do
         end
 
       {:ok, %{node_id: String.to_integer(me), nodes: nodes}}
-    end
-  end
-
-  @doc "The name the process reading an OS process's standard input lines sends to."
-  def stdin_name, do: :tachyon_os_process_stdin
-
-  @doc """
-  Runs first in every OS process `spawn_elixir/2` starts: halts it when its
-  standard input closes (when the VM that started it dies), and sends each
-  line read, trimmed, as `{:stdin, line}` to the process registered as
-  `stdin_name/0`, if any.
-  """
-  def stdin_loop do
-    case IO.gets(:stdio, "") do
-      line when is_binary(line) ->
-        if pid = Process.whereis(stdin_name()), do: send(pid, {:stdin, String.trim(line)})
-        stdin_loop()
-
-      _eof_or_error ->
-        System.halt(0)
     end
   end
 
