@@ -29,8 +29,10 @@ defmodule Tachyon.Auth do
     * `[key: key]`: a key given in memory, made with `key/1` (never a plain
       binary: a `t:Tachyon.Auth.Key.t/0` shows as `#Tachyon.Auth.Key<redacted>`
       wherever it is printed, child specs and crash reports included);
-    * `encrypt: true`: payloads are encrypted too (XChaCha20-Poly1305);
-      `false` (the default) authenticates them only (a keyed BLAKE3 MAC);
+    * `encrypt: true` (the default): payloads are encrypted and
+      authenticated (AES-256-GCM where the CPU has AES, else
+      ChaCha20-Poly1305); `false`: authenticated only, sent in the clear
+      (the same AEAD's tag over the whole datagram, GMAC);
     * `acl:` (a node's): which members may publish and from where they
       may read (`Tachyon.Sequencer`'s `:auth`);
     * `:none`: no keys, on any address (a network you trust);
@@ -192,7 +194,7 @@ defmodule Tachyon.Auth do
       doc: """
       keys: every datagram sealed and checked (`Tachyon.Auth`).
       `[key_file: path]` or `[key: Tachyon.Auth.key(text)]`, with
-      `encrypt: true` to encrypt payloads too#{if acl?, do: ", `acl:` which members may publish and read (see \"Access\")", else: ""};
+      `encrypt: false` to send payloads in the clear (authenticated only)#{if acl?, do: ", `acl:` which members may publish and read (see \"Access\")", else: ""};
       `:none` for no keys on any address; `nil` (the default) for no keys,
       allowed on a loopback address only.
       """
@@ -209,7 +211,7 @@ defmodule Tachyon.Auth do
     with true <- Keyword.keyword?(opts),
          [] <- Keyword.keys(opts) -- allowed,
          {:ok, source} <- source(opts),
-         enc when is_boolean(enc) <- Keyword.get(opts, :encrypt, false),
+         enc when is_boolean(enc) <- Keyword.get(opts, :encrypt, true),
          {:ok, acl} <- Tachyon.Auth.Acl.parse(Keyword.get(opts, :acl)) do
       {:ok, %{source: source, encrypt: enc, acl: acl}}
     else

@@ -118,7 +118,9 @@ defmodule Tachyon.AuthTest do
               group: group,
               wait: :park,
               eager: i == 0,
-              auth: [key_file: key_file]
+              # In the clear (authenticated only): the stranger reads what it
+              # captured and sends it again without its envelope too.
+              auth: [key_file: key_file, encrypt: false]
             )
 
           s
@@ -130,7 +132,14 @@ defmodule Tachyon.AuthTest do
       members =
         for id <- [1, 2] do
           {:ok, cred} = Auth.credential(text, id)
-          {:ok, bus} = Bus.open(sequencer: group, member_id: id, auth: [key: Auth.key(cred)])
+
+          {:ok, bus} =
+            Bus.open(
+              sequencer: group,
+              member_id: id,
+              auth: [key: Auth.key(cred), encrypt: false]
+            )
+
           bus
         end
 

@@ -26,7 +26,7 @@ defmodule Mix.Tasks.Tachyon.Sequencer do
   segment files, or segments sealed at most `N` ms ago),
   `--stats-interval-ms MS` (print the stats every `MS`), `--key-file PATH`
   (the group's key file: every datagram sealed and checked,
-  `Tachyon.Auth`; `--encrypt` encrypts payloads too), `--no-auth` (no
+  `Tachyon.Auth`; payloads encrypted, `--no-encrypt`: in the clear, authenticated only), `--no-auth` (no
   keys, on a network you trust: needed for an `--ip` that is not a
   loopback address when no key file is given), `--help` (`-h`: this text).
 
@@ -120,7 +120,7 @@ defmodule Mix.Tasks.Tachyon.Sequencer do
 
   defp auth(opts) do
     cond do
-      opts[:key_file] -> [key_file: opts[:key_file], encrypt: opts[:encrypt] || false]
+      opts[:key_file] -> [key_file: opts[:key_file], encrypt: Keyword.get(opts, :encrypt, true)]
       opts[:auth] == false -> :none
       true -> nil
     end

@@ -3,7 +3,7 @@ defmodule Tachyon.Bench.Sequencer.Keys do
   # `mix tachyon.bench sequencer --auth mac|aead`: each round-trip and
   # throughput case of the sequencer bench runs without keys (its usual
   # name) and right after with them (the same name + ".auth"): the nodes
-  # started with `--key-file` (and `--encrypt` for aead), the member
+  # started with `--key-file` (and `--no-encrypt` for mac), the member
   # (Elixir or Rust) with `auth:` from the same group key file, made once
   # for the run. Single node and, with --group N, the group's cases
   # likewise.
@@ -57,8 +57,8 @@ defmodule Tachyon.Bench.Sequencer.Keys do
 
   @doc "The arguments of `mix tachyon.sequencer` for a case with (`keys`) or without (nil) keys."
   def seq_args(nil), do: []
-  def seq_args(%{key_file: f, mode: "aead"}), do: ["--key-file", f, "--encrypt"]
-  def seq_args(%{key_file: f}), do: ["--key-file", f]
+  def seq_args(%{key_file: f, mode: "aead"}), do: ["--key-file", f]
+  def seq_args(%{key_file: f}), do: ["--key-file", f, "--no-encrypt"]
 
   @doc "A member's `auth:` option."
   def member_auth(nil), do: nil

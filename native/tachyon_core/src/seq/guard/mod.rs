@@ -7,10 +7,10 @@
 //! A sealed datagram is an envelope around the protocol's datagram:
 //!
 //! ```text
-//! 0   magic "TS"   2  version   3  class   4  flags (ENCRYPTED)
+//! 0   magic "TS"   2  version   3  class   4  flags (ENCRYPTED, CHACHA)
 //! 5   generation   6  0 (2 bytes)          8  sender (u64)
 //! 16  incarnation (u64)                    24 counter (u64)
-//! 32  recipient: 48 bits of its address's hash, and its port
+//! 32  recipient: 48 bits of its address's hash (FNV-1a), and its port
 //! 40  payload: the datagram, or its ciphertext
 //! end-16: the tag; a BUS datagram has a second tag after it, the nodes'
 //! ```
@@ -21,11 +21,15 @@
 //!   (so a member, which holds the bus key, cannot speak to the nodes as
 //!   a node). A member seals with its own key, and only command datagrams
 //!   of its own id pass: it publishes under its id only.
-//! * **Authenticity and integrity**: with `encrypt: false` a keyed BLAKE3
-//!   MAC over the header and the datagram; with `encrypt: true`
-//!   XChaCha20-Poly1305 (RustCrypto) with the header as associated data,
-//!   its nonce the sender, incarnation and counter (unique per key: the
-//!   incarnation is random at each start).
+//! * **Authenticity and integrity**: an AEAD from `ring`: AES-256-GCM
+//!   where the CPU has AES in hardware, else ChaCha20-Poly1305 (the
+//!   sender's choice, flagged; every receiver opens both). With `encrypt:
+//!   false` the header and the datagram are all associated data (GMAC:
+//!   authenticated, in the clear); with `encrypt: true` the header is.
+//!   Each sender stream seals, in each of its starts (a random
+//!   incarnation), under a key of its own derived from the class's key
+//!   (BLAKE3 `derive_key` over the key, the sender and the incarnation),
+//!   so its counter alone is a nonce no other sender uses with that key.
 //! * **Who it is for**: a node's datagram for a node and a member's carry
 //!   the address they were sent to; a node takes only its own (its port,
 //!   where it binds every address). The same datagram sent again to
@@ -71,6 +75,51 @@ pub const OVERHEAD: usize = HEADER + 2 * TAG;
 
 /// Flag: the payload is encrypted.
 const ENCRYPTED: u8 = 0x01;
+/// Flag: sealed with ChaCha20-Poly1305 (else AES-256-GCM): the sender's
+/// choice, by its CPU; every receiver opens both.
+const CHACHA: u8 = 0x02;
+
+/// Sender keys a guard keeps at most (its own, and the senders' it heard).
+const KEYS_MAX: usize = 4096;
+
+/// A guard's own sender key: the key generation, class and member whose
+/// key it is made from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+struct SealKey {
+    gen: u8,
+    class: u8,
+    member: u32,
+}
+
+/// A sender's key, as a receiver keeps it: what it is made from, and whose.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+struct OpenKey {
+    gen: u8,
+    class: u8,
+    member: u32,
+    sender: u64,
+    incarnation: u64,
+    chacha: bool,
+}
+
+/// Whether this CPU runs AES-GCM in hardware (AES and carry-less
+/// multiplication); else a sender seals with ChaCha20-Poly1305.
+fn aes_in_hardware() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        std::arch::is_x86_feature_detected!("aes")
+            && std::arch::is_x86_feature_detected!("pclmulqdq")
+    }
+    #[cfg(target_arch = "aarch64")]
+    {
+        std::arch::is_aarch64_feature_detected!("aes")
+            && std::arch::is_aarch64_feature_detected!("pmull")
+    }
+    #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
+    {
+        false
+    }
+}
 
 /// Who sealed a datagram, with which key, for whom.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -210,6 +259,10 @@ pub enum Role {
 pub struct Shared {
     keys: RwLock<Arc<Keys>>,
     encrypt: bool,
+    /// Seal with ChaCha20-Poly1305 (no AES in hardware here).
+    chacha: bool,
+    /// Key rotations so far (a guard looks at the keys again when it moves).
+    rotations: CachePadded<std::sync::atomic::AtomicU64>,
     role: Role,
     /// Member addresses, learned from datagrams that verified as theirs
     /// (or that a node passed on): where a node's datagram to a member is
@@ -247,6 +300,8 @@ impl Shared {
         Ok(Arc::new(Shared {
             keys: RwLock::new(Arc::new(keys)),
             encrypt,
+            chacha: !aes_in_hardware(),
+            rotations: CachePadded::new(std::sync::atomic::AtomicU64::new(0)),
             role,
             book: RwLock::new(HashMap::new()),
             incarnation: u64::from_le_bytes(r) | 1,
@@ -265,6 +320,8 @@ impl Shared {
             Role::Node(_) => keys,
         };
         *crate::sys::write(&self.keys) = Arc::new(keys);
+        self.rotations
+            .fetch_add(1, std::sync::atomic::Ordering::Release);
         Ok(())
     }
 
@@ -299,6 +356,11 @@ pub struct Guard {
     /// The keys as last read, and member keys derived from them.
     keys: Arc<Keys>,
     member_keys: HashMap<(u8, u32), Key>,
+    /// This guard's own sender keys, and those of the senders it heard.
+    seal_keys: HashMap<SealKey, ring::aead::LessSafeKey>,
+    /// `Shared::rotations` when this guard last read the keys.
+    rotations: u64,
+    open_keys: HashMap<OpenKey, ring::aead::LessSafeKey>,
 }
 
 /// Windows a guard keeps at most (senders: nodes and members).
@@ -328,6 +390,9 @@ impl Guard {
             counter: counter.max(1),
             windows: HashMap::new(),
             member_keys: HashMap::new(),
+            seal_keys: HashMap::new(),
+            open_keys: HashMap::new(),
+            rotations: shared.rotations.load(std::sync::atomic::Ordering::Acquire),
         }
     }
 
@@ -337,24 +402,41 @@ impl Guard {
 
     /// Takes a rotation made since this guard last looked.
     fn refresh(&mut self) {
+        // One load per datagram; the lock only after a rotation.
+        let r = self
+            .shared
+            .rotations
+            .load(std::sync::atomic::Ordering::Acquire);
+        if r == self.rotations {
+            return;
+        }
+        self.rotations = r;
         let now = self.shared.keys();
         if !Arc::ptr_eq(&now, &self.keys) {
             self.keys = now;
             self.member_keys.clear();
+            self.seal_keys.clear();
+            self.open_keys.clear();
         }
     }
 }
 
-/// BLAKE3 of an address's IP bytes and port (no allocation: every
-/// datagram sealed takes its recipient's).
-fn addr_hash(a: SocketAddr) -> blake3::Hash {
-    let mut h = blake3::Hasher::new();
-    match a.ip() {
-        std::net::IpAddr::V4(ip) => h.update(&ip.octets()),
-        std::net::IpAddr::V6(ip) => h.update(&ip.octets()),
+/// A 64-bit hash of an address's IP bytes and port.
+fn addr_hash(a: SocketAddr) -> [u8; 8] {
+    // FNV-1a: a name, not a secret (the tag covers it); cheap, as every
+    // datagram sealed takes its recipient's.
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    let mut eat = |b: &[u8]| {
+        for x in b {
+            h = (h ^ *x as u64).wrapping_mul(0x100_0000_01b3);
+        }
     };
-    h.update(&a.port().to_le_bytes());
-    h.finalize()
+    match a.ip() {
+        std::net::IpAddr::V4(ip) => eat(&ip.octets()),
+        std::net::IpAddr::V6(ip) => eat(&ip.octets()),
+    }
+    eat(&a.port().to_le_bytes());
+    h.to_le_bytes()
 }
 
 /// 48 bits of the hash of address `a`, and its port: who a datagram is
@@ -362,7 +444,7 @@ fn addr_hash(a: SocketAddr) -> blake3::Hash {
 fn recipient(a: SocketAddr) -> [u8; 8] {
     let h = addr_hash(a);
     let mut r = [0u8; 8];
-    r[..6].copy_from_slice(&h.as_bytes()[..6]);
+    r[..6].copy_from_slice(&h[..6]);
     r[6..].copy_from_slice(&a.port().to_le_bytes());
     r
 }
@@ -381,7 +463,7 @@ fn is_recipient(r: &[u8], me: SocketAddr) -> bool {
 fn node_sender(addr: SocketAddr, stream: u8) -> u64 {
     let h = addr_hash(addr);
     let mut b = [0u8; 8];
-    b.copy_from_slice(&h.as_bytes()[..8]);
+    b.copy_from_slice(&h);
     (u64::from_le_bytes(b) & !(1 << 63) & !0xff) | stream as u64
 }
 

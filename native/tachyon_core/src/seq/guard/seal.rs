@@ -2,40 +2,63 @@
 
 use std::net::SocketAddr;
 
-use chacha20poly1305::aead::{AeadInOut, KeyInit};
-use chacha20poly1305::{Tag, XChaCha20Poly1305, XNonce};
+use ring::aead::{Aad, LessSafeKey, Nonce, UnboundKey, AES_256_GCM, CHACHA20_POLY1305};
+use zeroize::Zeroize;
 
+use super::keys::KEY_LEN;
 use super::{
-    is_recipient, recipient, sender_member, Class, Guard, Key, Reject, Role, ENCRYPTED, HEADER,
-    SEAL_MAGIC, TAG, VERSION,
+    is_recipient, recipient, sender_member, Class, Guard, Key, OpenKey, Reject, Role, SealKey,
+    CHACHA, ENCRYPTED, HEADER, SEAL_MAGIC, TAG, VERSION,
 };
 use crate::seq::wire::{self, Cmd, Peer, PeerKind, CMD_MAGIC, PEER_MAGIC};
 
-/// A keyed BLAKE3 MAC of `parts`, cut to a tag.
-fn mac(key: &Key, parts: &[&[u8]]) -> [u8; TAG] {
-    let mut h = blake3::Hasher::new_keyed(key.bytes());
-    for p in parts {
-        h.update(p);
+const SENDER_CONTEXT: &str = "tachyon 2026-11 sequencer group sender key";
+
+/// A sender's own key under `key` (ring's AES-256-GCM, or
+/// ChaCha20-Poly1305 with `chacha`): each sender stream, in each of its
+/// starts (`incarnation`), seals under a key of its own, so that its
+/// counter, which goes up by one per datagram, is a nonce that nobody
+/// else uses with that key. Derived with BLAKE3's `derive_key`.
+fn sender_key(key: &Key, sender: u64, incarnation: u64, chacha: bool) -> Option<LessSafeKey> {
+    let mut m = [0u8; KEY_LEN + 16];
+    m[..KEY_LEN].copy_from_slice(key.bytes());
+    m[KEY_LEN..KEY_LEN + 8].copy_from_slice(&sender.to_le_bytes());
+    m[KEY_LEN + 8..].copy_from_slice(&incarnation.to_le_bytes());
+    let mut k = blake3::derive_key(SENDER_CONTEXT, &m);
+    m.zeroize();
+    let alg = if chacha {
+        &CHACHA20_POLY1305
+    } else {
+        &AES_256_GCM
+    };
+    let r = UnboundKey::new(alg, &k).ok().map(LessSafeKey::new);
+    k.zeroize();
+    r
+}
+
+/// The nonce of counter `c` (unique per sender key: see [`sender_key`]).
+fn nonce(c: u64) -> Nonce {
+    let mut n = [0u8; 12];
+    n[..8].copy_from_slice(&c.to_le_bytes());
+    Nonce::assume_unique_for_key(n)
+}
+
+/// Seals `out[HEADER..]` in place (encrypted) or authenticates all of
+/// `out` (clear); appends the tag.
+fn tag_into(k: &LessSafeKey, c: u64, encrypt: bool, out: &mut Vec<u8>) -> bool {
+    let tag = if encrypt {
+        let (head, body) = out.split_at_mut(HEADER);
+        k.seal_in_place_separate_tag(nonce(c), Aad::from(&*head), body)
+    } else {
+        k.seal_in_place_separate_tag(nonce(c), Aad::from(out.as_slice()), &mut [])
+    };
+    match tag {
+        Ok(t) => {
+            out.extend_from_slice(t.as_ref());
+            true
+        }
+        Err(_) => false,
     }
-    let mut t = [0u8; TAG];
-    t.copy_from_slice(&h.finalize().as_bytes()[..TAG]);
-    t
-}
-
-/// Equal in time independent of where they differ.
-fn same(a: &[u8], b: &[u8]) -> bool {
-    a.len() == b.len() && a.iter().zip(b).fold(0u8, |d, (x, y)| d | (x ^ y)) == 0
-}
-
-fn nonce(header: &[u8]) -> XNonce {
-    // Sender, incarnation and counter: unique per key.
-    let mut n = [0u8; 24];
-    n.copy_from_slice(&header[8..32]);
-    XNonce::from(n)
-}
-
-fn cipher(key: &Key) -> XChaCha20Poly1305 {
-    XChaCha20Poly1305::new(&chacha20poly1305::Key::from(*key.bytes()))
 }
 
 fn u64_at(b: &[u8], at: usize) -> u64 {
@@ -64,52 +87,109 @@ impl Guard {
     /// heard from, a multicast group, or a node).
     pub fn seal(&mut self, to: SocketAddr, d: &[u8], out: &mut Vec<u8>) {
         self.refresh();
-        let (class, key) = match self.shared.role {
-            Role::Member(id) => (Class::Member, self.member_key(0, id)),
-            Role::Node(_) if to.ip().is_multicast() => {
-                (Class::Bus, Some(self.keys.gens[0].bus.clone()))
-            }
+        out.clear();
+        let (class, member) = match self.shared.role {
+            Role::Member(id) => (Class::Member, id),
+            Role::Node(_) if to.ip().is_multicast() => (Class::Bus, 0),
             Role::Node(_) => match self.shared.member_at(&to) {
-                Some(m) => (Class::ToMember, self.member_key(0, m)),
-                None => (Class::Node, Some(self.keys.gens[0].node.clone())),
+                Some(m) => (Class::ToMember, m),
+                None => (Class::Node, 0),
             },
         };
-        let Some(key) = key else {
-            // Keys of no member (cannot be: a member's credential is its own
-            // id's, a node holds every member's): nothing leaves unsealed.
-            out.clear();
-            return;
-        };
+        let encrypt = self.shared.encrypt;
+        let chacha = self.shared.chacha;
         self.counter += 1;
-        out.clear();
+        let c = self.counter;
         out.extend_from_slice(&SEAL_MAGIC.to_le_bytes());
         out.push(VERSION);
         out.push(class as u8);
-        out.push(if self.shared.encrypt { ENCRYPTED } else { 0 });
+        out.push(if encrypt { ENCRYPTED } else { 0 } | if chacha { CHACHA } else { 0 });
         out.push(self.keys.gens[0].id);
         out.extend_from_slice(&[0, 0]);
         out.extend_from_slice(&self.sender.to_le_bytes());
         out.extend_from_slice(&self.shared.incarnation.to_le_bytes());
-        out.extend_from_slice(&self.counter.to_le_bytes());
+        out.extend_from_slice(&c.to_le_bytes());
         out.extend_from_slice(&recipient(to));
         out.extend_from_slice(d);
-        if self.shared.encrypt {
-            let (head, body) = out.split_at_mut(HEADER);
-            let tag = cipher(&key)
-                .encrypt_inout_detached(&nonce(head), head, body.into())
-                .unwrap_or_default();
-            out.extend_from_slice(&tag);
-        } else {
-            let t = mac(&key, &[out]);
-            out.extend_from_slice(&t);
-        }
-        if class == Class::Bus {
+        let mut ok = match self.seal_key(class, member) {
+            Some(k) => tag_into(k, c, encrypt, out),
+            None => false,
+        };
+        if ok && class == Class::Bus {
             // The nodes' own tag: a member, which holds the bus key, cannot
             // speak to the nodes as a node.
-            let t = mac(&self.keys.gens[0].node, &[out]);
-            out.extend_from_slice(&t);
+            ok = match self.seal_key(Class::Node, 0) {
+                Some(k) => tag_into(k, c, false, out),
+                None => false,
+            };
+        }
+        if !ok {
+            // Keys of no member (cannot be: a member's credential is its own
+            // id's, a node holds every member's): nothing leaves unsealed.
+            out.clear();
+            return;
         }
         self.shared.counters.sealed.bump(1);
+    }
+
+    /// This guard's own key for `class` (and `member`'s key), derived once.
+    fn seal_key(&mut self, class: Class, member: u32) -> Option<&LessSafeKey> {
+        let sk = SealKey {
+            gen: self.keys.gens[0].id,
+            class: class as u8,
+            member,
+        };
+        if !self.seal_keys.contains_key(&sk) {
+            let base = match class {
+                Class::Node => self.keys.gens[0].node.clone(),
+                Class::Bus => self.keys.gens[0].bus.clone(),
+                Class::Member | Class::ToMember => self.member_key(0, member)?,
+            };
+            let k = sender_key(
+                &base,
+                self.sender,
+                self.shared.incarnation,
+                self.shared.chacha,
+            )?;
+            if self.seal_keys.len() >= super::KEYS_MAX {
+                self.seal_keys.clear();
+            }
+            self.seal_keys.insert(sk, k);
+        }
+        self.seal_keys.get(&sk)
+    }
+
+    /// Checks a tag (`in_out`: the ciphertext and its tag, or the tag
+    /// alone) with the sender's key for `ok` (derived from `base` if not
+    /// seen yet, and kept once a datagram verified); the plaintext's length.
+    fn verify(
+        &mut self,
+        ok: OpenKey,
+        counter: u64,
+        base: &Key,
+        aad: &[u8],
+        in_out: &mut [u8],
+    ) -> Result<usize, Reject> {
+        let mut fresh = None;
+        if !self.open_keys.contains_key(&ok) {
+            fresh = Some(
+                sender_key(base, ok.sender, ok.incarnation, ok.chacha).ok_or(Reject::UnknownKey)?,
+            );
+        }
+        let Some(k) = fresh.as_ref().or_else(|| self.open_keys.get(&ok)) else {
+            return Err(Reject::UnknownKey);
+        };
+        let n = k
+            .open_in_place(nonce(counter), Aad::from(aad), in_out)
+            .map_err(|_| Reject::BadTag)?
+            .len();
+        if let Some(k) = fresh {
+            if self.open_keys.len() >= super::KEYS_MAX {
+                self.open_keys.clear();
+            }
+            self.open_keys.insert(ok, k);
+        }
+        Ok(n)
     }
 
     /// Opens datagram `d` from `from`: the protocol's datagram (in `out`),
@@ -178,32 +258,36 @@ impl Guard {
         if !self.windows.get(&sender).is_none_or(|w| w.fresh(counter)) {
             return Err(Reject::Replayed);
         }
+        let chacha = d[4] & CHACHA != 0;
+        let incarnation = u64_at(d, 16);
+        let key_of = |class: Class| OpenKey {
+            gen: d[5],
+            class: class as u8,
+            member: member.unwrap_or(0),
+            sender,
+            incarnation,
+            chacha,
+        };
         let mut end = d.len();
         if class == Class::Bus {
             end -= TAG;
             if let Role::Node(_) = self.shared.role {
-                let t = mac(&self.keys.gens[g].node, &[&d[..end]]);
-                if !same(&t, &d[end..]) {
-                    return Err(Reject::BadTag);
-                }
+                let node = self.keys.gens[g].node.clone();
+                let mut t = [0u8; TAG];
+                t.copy_from_slice(&d[end..]);
+                self.verify(key_of(Class::Node), counter, &node, &d[..end], &mut t)?;
             }
         }
-        let (head, body, tag) = (&d[..HEADER], &d[HEADER..end - TAG], &d[end - TAG..end]);
         out.clear();
-        out.extend_from_slice(body);
         if encrypted {
+            out.extend_from_slice(&d[HEADER..end]);
+            let n = self.verify(key_of(class), counter, &key, &d[..HEADER], out)?;
+            out.truncate(n);
+        } else {
             let mut t = [0u8; TAG];
-            t.copy_from_slice(tag);
-            cipher(&key)
-                .decrypt_inout_detached(
-                    &nonce(head),
-                    head,
-                    out.as_mut_slice().into(),
-                    &Tag::from(t),
-                )
-                .map_err(|_| Reject::BadTag)?;
-        } else if !same(&mac(&key, &[&d[..end - TAG]]), tag) {
-            return Err(Reject::BadTag);
+            t.copy_from_slice(&d[end - TAG..end]);
+            self.verify(key_of(class), counter, &key, &d[..end - TAG], &mut t)?;
+            out.extend_from_slice(&d[HEADER..end - TAG]);
         }
         self.check_inner(from, member, out)?;
         if self.windows.len() >= super::WINDOWS_MAX && !self.windows.contains_key(&sender) {

@@ -269,3 +269,29 @@ fn two_keys_of_one_generation_id_are_refused() {
         .expect("a key of the same generation id among 4,000");
     assert!(Keys::of_secrets(&[first, twin]).is_err());
 }
+
+/// What sealing and opening cost (run by hand:
+/// `cargo test --release -p tachyon_core guard_cost -- --ignored --nocapture`).
+#[test]
+#[ignore]
+fn guard_cost() {
+    for (encrypt, size) in [(false, 300), (true, 300), (false, 64_000), (true, 64_000)] {
+        let g = group(&[secret(1)]);
+        let (mut a, mut b) = (node(1, g.clone(), encrypt), node(2, g.clone(), encrypt));
+        let d = vec![7u8; size];
+        let (mut sealed, mut out) = (Vec::new(), Vec::new());
+        let n = if size > 1000 { 2_000 } else { 200_000 };
+        let t0 = std::time::Instant::now();
+        for _ in 0..n {
+            a.seal(addr(2), &d, &mut sealed);
+        }
+        let seal = t0.elapsed() / n;
+        let t0 = std::time::Instant::now();
+        for _ in 0..n {
+            a.seal(addr(2), &d, &mut sealed);
+            b.open(addr(1), &sealed, &mut out).unwrap();
+        }
+        let both = t0.elapsed() / n;
+        println!("encrypt {encrypt} size {size}: seal {seal:?}, seal+open {both:?}");
+    }
+}
