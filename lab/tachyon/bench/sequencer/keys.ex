@@ -45,7 +45,8 @@ defmodule Tachyon.Bench.Sequencer.Keys do
   def setup(nil), do: nil
 
   def setup(mode) when mode in ["mac", "aead"] do
-    dir = Path.join(System.tmp_dir!(), "tachyon-bench-keys-#{System.unique_integer([:positive])}")
+    dir = Path.join(System.tmp_dir!(), "tachyon-bench-keys-#{System.pid()}")
+    File.rm_rf!(dir)
     File.mkdir_p!(dir)
     path = Path.join(dir, "group.key")
     {:ok, text} = Tachyon.Auth.generate()

@@ -295,3 +295,28 @@ fn guard_cost() {
         println!("encrypt {encrypt} size {size}: seal {seal:?}, seal+open {both:?}");
     }
 }
+
+/// A member's publish to a node and the node's answer to it, as a round
+/// trip takes them (run by hand, as `guard_cost`).
+#[test]
+#[ignore]
+fn guard_cost_member() {
+    for encrypt in [false, true] {
+        let g = group(&[secret(1)]);
+        let mut n = node(2, g.clone(), encrypt);
+        let mut m = member(7, g.credential(7).unwrap(), encrypt);
+        let p = publish(7);
+        let reply = vec![9u8; 300];
+        let (mut sealed, mut out) = (Vec::new(), Vec::new());
+        let maddr = addr(50);
+        let k = 200_000u32;
+        let t0 = std::time::Instant::now();
+        for _ in 0..k {
+            m.seal(addr(2), &p, &mut sealed);
+            n.open(maddr, &sealed, &mut out).unwrap();
+            n.seal(maddr, &reply, &mut sealed);
+            m.open(addr(2), &sealed, &mut out).unwrap();
+        }
+        println!("encrypt {encrypt}: member->node->member {:?}", t0.elapsed() / k);
+    }
+}
