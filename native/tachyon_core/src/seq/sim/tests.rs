@@ -249,3 +249,14 @@ fn the_latency_model_charges_every_hop() {
         "a group ({group} ns) faster than one node ({one} ns)"
     );
 }
+
+/// Found by the 500-seed battery `--nodes 5 --durability fsync` (seed 26):
+/// a primary that had joined (its id known from its membership only)
+/// removed itself, and its next commit indexed its acknowledgement slot
+/// with the id a node outside the group has (255): a panic, which in the
+/// shell is the node thread's.
+#[test]
+fn a_primary_that_removed_itself_commits_without_a_slot_of_its_own() {
+    let r = run(&SimConfig::new(26), &fsync(Group::new(5)));
+    assert!(r.violations.is_empty(), "{:?}", r.violations);
+}

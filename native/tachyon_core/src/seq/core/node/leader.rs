@@ -247,7 +247,11 @@ impl<L: Log> Node<L> {
     fn advance_commit(&mut self) {
         let end = self.acked_end();
         let me = self.id();
-        self.ld.matched[me as usize] = end;
+        // A primary that removed itself (a joiner's, its id gone with it)
+        // has no slot: it counts only the voters, as `quorum_fresh`.
+        if let Some(slot) = self.ld.matched.get_mut(me as usize) {
+            *slot = end;
+        }
         // No allocation: called for every bus datagram.
         let mut m = [0u64; MAX_NODES];
         let (mut n, mut peer, mut with_me) = (0, None, false);
