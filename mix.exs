@@ -16,7 +16,18 @@ defmodule Tachyon.MixProject do
       # to report scheduler utilization; a user's release need not carry it.
       xref: [exclude: [:scheduler]],
       description: "Low-latency messaging and storage on the BEAM, with Rust NIFs",
-      docs: [main: "Tachyon", extras: ["README.md", "docs/ARCHITECTURE.md", "docs/FORMAT.md"]]
+      docs: [
+        main: "Tachyon",
+        extras: [
+          "README.md",
+          "docs/ARCHITECTURE.md",
+          "docs/FORMAT.md",
+          "docs/FAILOVER.md",
+          "docs/SECURITY.md",
+          "docs/VOCABULARY.md",
+          "docs/HISTORY.md"
+        ]
+      ]
     ]
   end
 
