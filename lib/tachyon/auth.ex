@@ -65,7 +65,7 @@ defmodule Tachyon.Auth do
     defstruct [:text]
 
     @typedoc "A key: a group's key file's text, or a member's credential's."
-    @opaque t :: %__MODULE__{text: (() -> binary())}
+    @type t :: %__MODULE__{text: (() -> binary())}
 
     defimpl Inspect do
       def inspect(_key, _opts), do: "#Tachyon.Auth.Key<redacted>"
