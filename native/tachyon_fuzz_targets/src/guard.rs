@@ -143,6 +143,8 @@ pub fn key_files() -> Vec<Vec<u8>> {
     vec![
         Keys::group_file(&one).into_bytes(),
         Keys::group_file(&two).into_bytes(),
-        Keys::member_file(&two, MEMBER).expect("a credential").into_bytes(),
+        Keys::member_file(&two, MEMBER)
+            .expect("a credential")
+            .into_bytes(),
     ]
 }

@@ -317,6 +317,9 @@ fn guard_cost_member() {
             n.seal(maddr, &reply, &mut sealed);
             m.open(addr(2), &sealed, &mut out).unwrap();
         }
-        println!("encrypt {encrypt}: member->node->member {:?}", t0.elapsed() / k);
+        println!(
+            "encrypt {encrypt}: member->node->member {:?}",
+            t0.elapsed() / k
+        );
     }
 }
