@@ -36,6 +36,14 @@ fn sender_key(key: &Key, sender: u64, incarnation: u64, chacha: bool) -> Option<
     r
 }
 
+/// Which of a generation's keys a datagram's class is sealed with.
+#[derive(Clone, Copy)]
+enum Base {
+    Node,
+    Bus,
+    Member(u32),
+}
+
 /// The nonce of counter `c` (unique per sender key: see [`sender_key`]).
 fn nonce(c: u64) -> Nonce {
     let mut n = [0u8; 12];
@@ -166,14 +174,21 @@ impl Guard {
         &mut self,
         ok: OpenKey,
         counter: u64,
-        base: &Key,
+        (g, base): (usize, Base),
         aad: &[u8],
         in_out: &mut [u8],
     ) -> Result<usize, Reject> {
         let mut fresh = None;
         if !self.open_keys.contains_key(&ok) {
+            // A sender not heard yet (or since a rotation): its key, from
+            // the class's, derived once; a known sender's costs a lookup.
+            let key = match base {
+                Base::Node => self.keys.gens[g].node.clone(),
+                Base::Bus => self.keys.gens[g].bus.clone(),
+                Base::Member(m) => self.member_key(g, m).ok_or(Reject::UnknownKey)?,
+            };
             fresh = Some(
-                sender_key(base, ok.sender, ok.incarnation, ok.chacha).ok_or(Reject::UnknownKey)?,
+                sender_key(&key, ok.sender, ok.incarnation, ok.chacha).ok_or(Reject::UnknownKey)?,
             );
         }
         let Some(k) = fresh.as_ref().or_else(|| self.open_keys.get(&ok)) else {
@@ -236,16 +251,12 @@ impl Guard {
         let counter = u64_at(d, 24);
         let member = sender_member(sender);
         // Who may say what, and with which key.
-        let key = match (self.shared.role, class, member) {
-            (Role::Node(_), Class::Node, None) => self.keys.gens[g].node.clone(),
-            (Role::Node(_), Class::Bus, None) => self.keys.gens[g].bus.clone(),
-            (Role::Node(_), Class::Member, Some(m)) => {
-                self.member_key(g, m).ok_or(Reject::UnknownKey)?
-            }
-            (Role::Member(id), Class::ToMember, None) => {
-                self.member_key(g, id).ok_or(Reject::UnknownKey)?
-            }
-            (Role::Member(_), Class::Bus, None) => self.keys.gens[g].bus.clone(),
+        let base = match (self.shared.role, class, member) {
+            (Role::Node(_), Class::Node, None) => Base::Node,
+            (Role::Node(_), Class::Bus, None) => Base::Bus,
+            (Role::Node(_), Class::Member, Some(m)) => Base::Member(m),
+            (Role::Member(id), Class::ToMember, None) => Base::Member(id),
+            (Role::Member(_), Class::Bus, None) => Base::Bus,
             _ => return Err(Reject::Forbidden),
         };
         // For this node: what was sent to another node is not this one's
@@ -272,21 +283,26 @@ impl Guard {
         if class == Class::Bus {
             end -= TAG;
             if let Role::Node(_) = self.shared.role {
-                let node = self.keys.gens[g].node.clone();
                 let mut t = [0u8; TAG];
                 t.copy_from_slice(&d[end..]);
-                self.verify(key_of(Class::Node), counter, &node, &d[..end], &mut t)?;
+                self.verify(
+                    key_of(Class::Node),
+                    counter,
+                    (g, Base::Node),
+                    &d[..end],
+                    &mut t,
+                )?;
             }
         }
         out.clear();
         if encrypted {
             out.extend_from_slice(&d[HEADER..end]);
-            let n = self.verify(key_of(class), counter, &key, &d[..HEADER], out)?;
+            let n = self.verify(key_of(class), counter, (g, base), &d[..HEADER], out)?;
             out.truncate(n);
         } else {
             let mut t = [0u8; TAG];
             t.copy_from_slice(&d[end - TAG..end]);
-            self.verify(key_of(class), counter, &key, &d[..end - TAG], &mut t)?;
+            self.verify(key_of(class), counter, (g, base), &d[..end - TAG], &mut t)?;
             out.extend_from_slice(&d[HEADER..end - TAG]);
         }
         self.check_inner(from, member, out)?;
